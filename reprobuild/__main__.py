@@ -1,0 +1,3 @@
+from reprobuild.cli.main import main
+
+main()

@@ -1,0 +1,58 @@
+"""Entry point. Each command group lives in its own module with a ``register(app)``.
+
+Command modules import only typer and light project modules at import time, so
+``reprobuild --help`` and ``reprobuild pin`` never import numpy, onnx or tensorrt.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from reprobuild.errors import ReprobuildError
+
+app = typer.Typer(
+    name="reprobuild",
+    help=(
+        "Reproducible TensorRT engine builds: record every tactic in a lockfile, "
+        "pin them, and verify bit-identical outputs.\n\n"
+        "Exit codes: 0 success, 1 a difference or failed verification, "
+        "2 bad usage or bad input, 3 environment mismatch."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _register_all() -> None:
+    from reprobuild.cli import lock_cmds
+
+    for module in (lock_cmds,):
+        module.register(app)
+
+
+_register_all()
+
+
+def fail(err: ReprobuildError) -> None:
+    """Print the one-line message and exit with its documented code."""
+    typer.echo(f"error: {err}", err=True)
+    raise SystemExit(err.exit_code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(args=argv, prog_name="reprobuild", standalone_mode=True)
+    except ReprobuildError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
