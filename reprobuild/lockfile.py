@@ -88,6 +88,7 @@ class Lock:
 # ---------------------------------------------------------------------------- writing
 
 _PLAIN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]*")
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "none"}
 
 
@@ -99,12 +100,22 @@ def _scalar(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return repr(value) if value == value and abs(value) != float("inf") else ".nan"
+        if value != value:
+            return ".nan"
+        if abs(value) == float("inf"):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)
+        # YAML 1.1 (PyYAML) reads 1e+20 as a string: a float needs its dot.
+        return text if "." in text else text.replace("e", ".0e", 1)
     text = str(value)
     if _PLAIN_RE.fullmatch(text) and text.lower() not in _YAML_WORDS:
         return text
-    # A JSON string literal is a valid YAML double-quoted scalar (escapes included).
-    return json.dumps(text, ensure_ascii=True)
+    # A JSON string literal is a valid YAML double-quoted scalar. Characters YAML treats
+    # as line breaks or non-printable get \\u escapes; others stay literal, because YAML
+    # does not join the surrogate pairs that JSON would use for characters beyond U+FFFF.
+    return _YAML_UNSAFE.sub(
+        lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False)
+    )
 
 
 def _hex(n: int) -> str:
@@ -198,7 +209,6 @@ def load_lock(path: str | Path) -> Lock:
 
 def loads_lock(data: bytes | str, filename: str = DEFAULT_LOCK) -> Lock:
     """Parse and validate; raises ``LockError`` (never anything else) on bad input."""
-    import yaml
 
     if isinstance(data, bytes):
         try:
@@ -210,6 +220,19 @@ def loads_lock(data: bytes | str, filename: str = DEFAULT_LOCK) -> Lock:
             ) from None
     else:
         text = data
+    fast = _split_canonical(text)
+    if fast is not None:
+        head, layers = fast
+        try:
+            return _load_yaml(head + "layers: []\n", filename, layers)
+        except LockError:
+            pass  # re-read the slow way so the message carries line and column
+    return _load_yaml(text, filename, None)
+
+
+def _load_yaml(text: str, filename: str, layers: list[Any] | None) -> Lock:
+    import yaml
+
     try:
         raw = yaml.safe_load(text)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -230,7 +253,75 @@ def loads_lock(data: bytes | str, filename: str = DEFAULT_LOCK) -> Lock:
         )
     if raw is None:
         raise LockError(f"{filename}: empty lockfile; {_FIX}")
+    if layers is not None and isinstance(raw, dict):
+        raw["layers"] = layers
     return _lock_from_data(doc, raw)
+
+
+# The layers section is most of a lock (a big network has thousands of entries) and the
+# pure-Python YAML parser reads it at well under 1 MB/s. Locks as this module writes them
+# are read line by line instead; any line that is not exactly canonical (a comment, a
+# hand edit in another style) sends the whole file through the YAML parser as before.
+_HEX_Q = r'"(0x[0-9a-f]+)"'
+_SCALAR = r'(null|[A-Za-z_][A-Za-z0-9_./\-]*|"(?:[^"\\]|\\.)*")'
+_LINE_RES = {
+    "layer": re.compile(r"  - layer: " + _SCALAR + r"\Z"),
+    "key": re.compile(r"    key: " + _HEX_Q + r"\Z"),
+    "tactic": re.compile(r"    tactic: " + _HEX_Q + r"\Z"),
+    "kernel": re.compile(r"    kernel: " + _SCALAR + r"\Z"),
+    "pinned": re.compile(r"    pinned: (true|false)\Z"),
+}
+_CANDS_RE = re.compile(r"    candidates:( \[\])?\Z")
+_CAND_RE = re.compile(r"      - \{tactic: " + _HEX_Q + r", kernel: " + _SCALAR + r"\}\Z")
+_FIELDS = ("layer", "key", "tactic", "kernel", "pinned")
+
+
+def _split_canonical(text: str) -> tuple[str, list[dict[str, Any]]] | None:
+    marker = "\nlayers:\n"
+    at = text.find(marker)
+    if at < 0 or text.find(marker, at + 1) >= 0 or not text.endswith("\n"):
+        return None
+    lines = text[at + len(marker) : -1].split("\n")
+    layers: list[dict[str, Any]] = []
+    i, n = 0, len(lines)
+    try:
+        while i < n:
+            entry: dict[str, Any] = {}
+            for name in _FIELDS:
+                m = _LINE_RES[name].match(lines[i])
+                if m is None:
+                    return None
+                entry[name] = _fast_scalar(m.group(1), name)
+                i += 1
+            m = _CANDS_RE.match(lines[i])
+            if m is None:
+                return None
+            i += 1
+            cands: list[dict[str, Any]] = []
+            if m.group(1) is None:
+                while i < n and (c := _CAND_RE.match(lines[i])) is not None:
+                    cands.append({"tactic": c.group(1), "kernel": _fast_scalar(c.group(2), "")})
+                    i += 1
+                if not cands:
+                    return None
+            entry["candidates"] = cands
+            layers.append(entry)
+    except (IndexError, ValueError):
+        return None
+    return text[: at + 1], layers
+
+
+def _fast_scalar(token: str, field_name: str) -> Any:
+    """Read one canonical scalar exactly as the YAML loader would, or raise ValueError."""
+    if field_name == "pinned":
+        return token == "true"
+    if token.startswith('"'):
+        return json.loads(token)  # ValueError on escapes JSON lacks -> slow path
+    if token == "null" or token.lower() in _YAML_WORDS:
+        if token == "null":
+            return None
+        raise ValueError(token)
+    return token
 
 
 def _lock_from_data(doc: Doc, raw: Any) -> Lock:

@@ -1,0 +1,75 @@
+"""Time `reprobuild show`, `pin` and `diff` on a 10,000-layer lock against `python -c pass`.
+
+Run: python scripts/bench_lock.py [--layers 10000] [--repeat 5]
+Commands are run interleaved, round after round, so machine noise hits all of them alike;
+the figures are medians of wall time and ratios to the interpreter's own start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from reprobuild.backends.base import BuildSettings, Environment
+from reprobuild.lockfile import LayerEntry, Lock, LockCandidate, ModelInfo, save_lock
+
+
+def make_lock(n: int, shift: int = 0) -> Lock:
+    layers = []
+    for i in range(n):
+        cands = [LockCandidate((i << 8) + j + 1, f"sm80_xmma_kernel_{j}") for j in range(6)]
+        pick = cands[(i + shift) % 6 if i % 97 == 0 else 0]
+        layers.append(
+            LayerEntry(
+                f"0x{i:032x}", f"/model/layer{i}/Conv", pick.tactic, pick.kernel, False, cands
+            )
+        )
+    return Lock(
+        ModelInfo("model.onnx", "0" * 64),
+        Environment("tensorrt", "10.13.3", "NVIDIA A100-SXM4-80GB", "8.0", "12.9", "575.57"),
+        BuildSettings(),
+        layers,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--layers", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp) / "a.lock", Path(tmp) / "b.lock"
+        save_lock(make_lock(args.layers), a)
+        save_lock(make_lock(args.layers, shift=1), b)
+        size = a.stat().st_size
+        rb = [sys.executable, "-m", "reprobuild"]
+        commands = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "reprobuild --help": [*rb, "--help"],
+            "show": [*rb, "show", "--lock", str(a)],
+            "pin": [*rb, "pin", "layer=/model/layer5/Conv", "tactic=0x503", "--lock", str(a)],
+            "diff": [*rb, "diff", str(a), str(b)],
+        }
+        times: dict[str, list[float]] = {k: [] for k in commands}
+        for _ in range(args.repeat):
+            for name, cmd in commands.items():
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, capture_output=True)
+                times[name].append(time.perf_counter() - t0)
+                if proc.returncode not in (0, 1):
+                    raise SystemExit(f"{name} failed: {proc.stderr.decode()[-500:]}")
+        base = statistics.median(times["python -c pass"])
+        print(f"lock: {args.layers} layers, {size / 1e6:.1f} MB; median of {args.repeat} runs")
+        print(f"{'command':<20} {'seconds':>8} {'x python -c pass':>17}")
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            print(f"{name:<20} {med:8.3f} {med / base:17.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Shared test helpers: small locks built in code, and running the CLI as users do."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reprobuild.backends.base import BuildSettings, Environment
+from reprobuild.lockfile import LayerEntry, Lock, LockCandidate, ModelInfo, save_lock
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "reprobuild" / "examples"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def sample_lock(n: int = 3, *, dup_name: bool = False) -> Lock:
+    """A lock with ``n`` layers, each with three candidates; names repeat if ``dup_name``."""
+    layers = []
+    for i in range(n):
+        cands = [LockCandidate(0x1000 + 16 * i + j, f"kern_{j}") for j in range(3)]
+        name = "conv" if dup_name and i < 2 else f"layer{i}"
+        layers.append(
+            LayerEntry(
+                key=f"0x{i:032x}",
+                layer=name,
+                tactic=cands[0].tactic,
+                kernel=cands[0].kernel,
+                pinned=False,
+                candidates=cands,
+            )
+        )
+    return Lock(
+        model=ModelInfo(path="model.onnx", sha256="ab" * 32),
+        environment=Environment(backend="reference", gpu="test cpu"),
+        settings=BuildSettings(),
+        layers=layers,
+    )
+
+
+@pytest.fixture
+def lock_path(tmp_path: Path) -> Path:
+    path = tmp_path / "tactics.lock"
+    save_lock(sample_lock(), path)
+    return path
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m reprobuild`` in a subprocess, exactly as a user's shell would."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "reprobuild", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+    def __repr__(self) -> str:
+        return f"CliResult(code={self.code}, out={self.out[-2000:]!r}, err={self.err[-2000:]!r})"
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in-process (fast) through the same ``main`` as the console script."""
+    from reprobuild.cli.main import main
+
+    def run(*args: str) -> CliResult:
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
