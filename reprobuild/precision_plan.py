@@ -23,6 +23,7 @@ RULES = (
     "initializer-range",  # a weight does not fit the low-precision range
     "reduction-depth",  # reduces over more than --max-reduction-depth elements
     "unsupported",  # op has no low-precision form; stays as is
+    "constant",  # constant data (Constant, ConstantOfShape, moved constants): follows consumers
     "observed",  # already mixed precision: types read from the graph
 )
 

@@ -55,8 +55,12 @@ def mlp(seed: int = 0) -> onnx.ModelProto:
         "mlp",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [8, 1024])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [8, 10])],
-        [_init("fc1.weight", w1), _init("fc1.bias", b1), _init("fc2.weight", w2),
-         _init("fc2.bias", b2)],
+        [
+            _init("fc1.weight", w1),
+            _init("fc1.bias", b1),
+            _init("fc2.weight", w2),
+            _init("fc2.bias", b2),
+        ],
     )
     return _model(graph, "two-layer MLP 1024 -> 1024 -> ReLU -> 10")
 
@@ -79,8 +83,14 @@ def fp16_middle(seed: int = 1) -> onnx.ModelProto:
         "fp16_middle",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [4, 10])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [4, 40])],
-        [_init("fc1.weight", w1), _init("fc1.bias", b1), _init("fc2.weight", w2),
-         _init("fc2.bias", b2), _init("fc3.weight", w3), _init("fc3.bias", b3)],
+        [
+            _init("fc1.weight", w1),
+            _init("fc1.bias", b1),
+            _init("fc2.weight", w2),
+            _init("fc2.bias", b2),
+            _init("fc3.weight", w3),
+            _init("fc3.bias", b3),
+        ],
     )
     return _model(graph, "FP16 middle Linear between casts: 10 -> 10, FP16 10 -> 30, 30 -> 40")
 
@@ -97,13 +107,26 @@ def cnn(seed: int = 2) -> onnx.ModelProto:
     c2w, c2b = conv_w(32, 16, 3), rng.uniform(-0.1, 0.1, 32).astype(np.float32)
     fw, fb = _linear(rng, 32, 10)
     nodes = [
-        helper.make_node("Conv", ["input", "conv1.weight", "conv1.bias"], ["c1"], name="conv1",
-                         pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node(
+            "Conv",
+            ["input", "conv1.weight", "conv1.bias"],
+            ["c1"],
+            name="conv1",
+            pads=[1, 1, 1, 1],
+            kernel_shape=[3, 3],
+        ),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2],
-                         strides=[2, 2]),
-        helper.make_node("Conv", ["p1", "conv2.weight", "conv2.bias"], ["c2"], name="conv2",
-                         pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]
+        ),
+        helper.make_node(
+            "Conv",
+            ["p1", "conv2.weight", "conv2.bias"],
+            ["c2"],
+            name="conv2",
+            pads=[1, 1, 1, 1],
+            kernel_shape=[3, 3],
+        ),
         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
         helper.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
         helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1),
@@ -114,8 +137,14 @@ def cnn(seed: int = 2) -> onnx.ModelProto:
         "cnn",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, 32, 32])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [2, 10])],
-        [_init("conv1.weight", c1w), _init("conv1.bias", c1b), _init("conv2.weight", c2w),
-         _init("conv2.bias", c2b), _init("fc.weight", fw), _init("fc.bias", fb)],
+        [
+            _init("conv1.weight", c1w),
+            _init("conv1.bias", c1b),
+            _init("conv2.weight", c2w),
+            _init("conv2.bias", c2b),
+            _init("fc.weight", fw),
+            _init("fc.bias", fb),
+        ],
     )
     return _model(graph, "small CNN: conv-relu-pool, conv-relu, global pool, linear")
 

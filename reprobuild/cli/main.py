@@ -29,9 +29,9 @@ app = typer.Typer(
 
 
 def _register_all() -> None:
-    from reprobuild.cli import lock_cmds
+    from reprobuild.cli import build_cmds, lock_cmds, log_cmds, trt_cmds
 
-    for module in (lock_cmds,):
+    for module in (build_cmds, lock_cmds, log_cmds, trt_cmds):
         module.register(app)
 
 

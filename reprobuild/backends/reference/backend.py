@@ -1,0 +1,116 @@
+"""``ReferenceBackend``: the CPU implementation of the :class:`~reprobuild.backends.base.Backend`
+contract. Heavy modules (numpy, onnx) are imported inside the methods so that choosing the
+backend stays cheap."""
+
+from __future__ import annotations
+
+import functools
+import platform
+from collections.abc import Mapping
+from typing import Any
+
+from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink, TimingCache
+from reprobuild.backends.reference.timingcache import ReferenceTimingCache, deserialize_cache
+from reprobuild.errors import BuildError, EngineError, UsageError
+
+
+def _cpu_model() -> str:
+    """The CPU model name: BLAS picks its kernels (and so its summation order) per CPU."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name") and ":" in line:
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown cpu"
+
+
+def _numerics_versions() -> str:
+    """numpy, its BLAS and onnx versions: each changes some kernel's or op's last bits."""
+    import numpy as np
+    import onnx
+
+    blas = "unknown blas"
+    try:
+        config = np.show_config(mode="dicts")
+        info = config["Build Dependencies"]["blas"]
+        blas = f"{info.get('name', 'blas')} {info.get('version', '')}".strip()
+    except Exception:  # numpy builds without the config dict: keep the placeholder
+        pass
+    return f"numpy {np.__version__}; {blas}; onnx {onnx.__version__}; {platform.machine()}"
+
+
+@functools.lru_cache(maxsize=1)
+def machine_environment() -> Environment:
+    return Environment(
+        backend="reference",
+        tensorrt_version=None,
+        gpu=_cpu_model(),
+        compute_capability=None,
+        cuda_version=None,
+        driver_version=_numerics_versions(),
+    )
+
+
+class ReferenceBackend:
+    """Builds "engines" on the CPU by really timing numerically different kernels."""
+
+    name = "reference"
+
+    def environment(self) -> Environment:
+        return machine_environment()
+
+    def create_timing_cache(
+        self, data: bytes = b"", *, ignore_mismatch: bool = False
+    ) -> ReferenceTimingCache:
+        """An empty cache, or ``data`` deserialized (``CacheError`` if corrupted or foreign)."""
+        if not data:
+            return ReferenceTimingCache(self.environment())
+        return deserialize_cache(bytes(data), self.environment(), ignore_mismatch=ignore_mismatch)
+
+    def build(
+        self,
+        model_path: str,
+        settings: BuildSettings,
+        cache: TimingCache,
+        log: LogSink,
+    ) -> BuildOutput:
+        from reprobuild.backends.reference.builder import build_engine
+
+        if not isinstance(cache, ReferenceTimingCache):
+            raise BuildError(
+                f"the reference backend cannot build with a {type(cache).__name__}: create the "
+                "cache with this backend's create_timing_cache"
+            )
+        if cache.environment.fingerprint() != self.environment().fingerprint():
+            raise BuildError(
+                "the timing cache belongs to another environment: create it on this machine"
+            )
+        return build_engine(str(model_path), settings, cache, log, self.environment())
+
+    def run(self, engine: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        from reprobuild.backends.reference.engine import check_inputs, load_engine
+        from reprobuild.errors import ReprobuildError
+
+        loaded = load_engine(engine, self.environment())
+        feeds = check_inputs(loaded.prepared, inputs)
+        try:
+            return loaded.prepared.execute(feeds, loaded.plan)
+        except ReprobuildError:
+            raise
+        except Exception as exc:
+            raise UsageError(
+                f"the engine failed on these inputs ({type(exc).__name__}: {exc}); check their "
+                "shapes against the model"
+            ) from exc
+
+    def engine_metadata(self, engine: bytes) -> dict[str, Any]:
+        """The engine's JSON metadata (environment, settings, per-layer tactics)."""
+        from reprobuild.backends.reference.engine import read_engine
+
+        meta, _ = read_engine(engine)
+        return meta
+
+
+__all__ = ["EngineError", "ReferenceBackend", "machine_environment"]

@@ -1,0 +1,572 @@
+"""The reference builder: executes the model once, autotuning every MatMul/Gemm/Conv on the way.
+
+Why execute instead of inspecting: each layer is timed on its real shapes and on real data
+flowing through the network, as TensorRT times kernels on the device. The build feeds
+deterministic pseudo-random inputs (``numpy.random.default_rng(0)``, uniform in [-1, 1)
+for float inputs, zeros otherwise), shaped by ``BuildSettings.input_shapes`` (the ``opt``
+shape) or by the graph's static dimensions.
+
+Per autotuned layer: the key (``"0x"`` + 32 hex) hashes the layer's identity (graph
+position, name, op, attributes, input shapes and dtypes) with the environment and build
+settings fingerprints. If the timing cache holds the key, the cached tactic is used without
+timing (and must be one of the layer's candidates, else ``BuildError``); otherwise every
+candidate runs ``1 + reps`` times (``reps = avg_timing_iterations`` or 3), its cost is the
+minimum of the timed reps in ms, the cheapest wins and is written to the cache.
+
+Settings that shape the candidate list: ``optimization_level`` 0 ignores the timing cache
+and uses each layer's first (BLAS) kernel, as TensorRT's level 0 ignores its cache;
+``workspace`` drops kernels whose scratch memory exceeds it; ``max_num_tactics`` keeps the
+first N. Every setting is part of each key's fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
+from reprobuild.backends.reference import engine as engine_mod
+from reprobuild.backends.reference import kernels
+from reprobuild.backends.reference.timingcache import ReferenceTimingCache
+from reprobuild.errors import BuildError, ReprobuildError, UsageError
+
+TIMING_ENV_VAR = "REPROBUILD_REF_TIMING"
+DEFAULT_TIMING_REPS = 3
+LOG_TAG = "REF"
+FAST_SKIP_FACTOR = 4.0  # a warm-up this many times slower than the best so far is not repeated
+_SEED_STEP = 1000.0  # seed mode: each rank is this many times slower than the previous one
+
+_TRT_TYPE_NAMES = {
+    "float32": ("Float", "FP32"),
+    "float16": ("Half", "FP16"),
+    "bfloat16": ("BFloat16", "BF16"),
+    "float64": ("Double", "FP64"),
+    "int8": ("Int8", "Int8"),
+    "uint8": ("UInt8", "UInt8"),
+    "int32": ("Int32", "Int32"),
+    "int64": ("Int64", "Int64"),
+    "bool": ("Bool", "Bool"),
+}
+_LAYER_TYPES = {"Conv": "RefConvolution", "MatMul": "RefMatrixMultiply", "Gemm": "RefGemm"}
+
+
+# -- the test-only timing knob ----------------------------------------------------------------
+@dataclass(frozen=True)
+class TimingKnob:
+    """How measured costs are perturbed before the fastest is picked (tests only).
+
+    ``mode`` "" leaves timings alone; "reverse" reflects them (the slowest wins);
+    "seed" multiplies each by ``1000 ** rank`` where ``rank`` orders the layer's candidates
+    by sha256(seed, key, kernel): a deterministic choice for each (seed, key);
+    "prefer" divides the cost of kernels whose name contains ``prefer`` by 1e6.
+    """
+
+    mode: str = ""
+    seed: int = 0
+    prefer: str = ""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.mode)
+
+    def describe(self) -> str:
+        return {
+            "reverse": "reverse",
+            "seed": f"seed:{self.seed}",
+            "prefer": f"prefer:{self.prefer}",
+        }.get(self.mode, "")
+
+    def apply(self, key: str, names: Sequence[str], costs: Sequence[float]) -> list[float]:
+        if self.mode == "reverse":
+            hi, lo = max(costs), min(costs)
+            return [hi + lo - c for c in costs]
+        if self.mode == "seed":
+            digests = [
+                hashlib.sha256(f"{self.seed}\0{key}\0{name}".encode()).digest() for name in names
+            ]
+            ranks = {i: r for r, i in enumerate(sorted(range(len(names)), key=digests.__getitem__))}
+            return [c * _SEED_STEP ** ranks[i] for i, c in enumerate(costs)]
+        if self.mode == "prefer":
+            return [c * 1e-6 if self.prefer in n else c for n, c in zip(names, costs, strict=True)]
+        return list(costs)
+
+
+def timing_knob_from_env(value: str | None = None) -> TimingKnob:
+    """Parse ``REPROBUILD_REF_TIMING`` (``reverse``, ``seed:N``, ``prefer:SUBSTRING``)."""
+    raw = os.environ.get(TIMING_ENV_VAR, "") if value is None else value
+    raw = raw.strip()
+    if not raw:
+        return TimingKnob()
+    if raw == "reverse":
+        return TimingKnob("reverse")
+    if raw.startswith("seed:"):
+        try:
+            return TimingKnob("seed", seed=int(raw[5:]))
+        except ValueError:
+            pass
+    if raw.startswith("prefer:") and raw[7:]:
+        return TimingKnob("prefer", prefer=raw[7:])
+    raise UsageError(
+        f"{TIMING_ENV_VAR}={raw!r} is not understood: use 'reverse', 'seed:<int>' or "
+        "'prefer:<kernel-name substring>', or unset it"
+    )
+
+
+# -- log lines --------------------------------------------------------------------------------
+@dataclass
+class BuildLog:
+    """Writes TensorRT-style lines ``[MM/DD/YYYY-HH:MM:SS] [V] [REF] <message>`` to the sink."""
+
+    sink: LogSink
+    lines: int = 0
+
+    def _emit(self, severity: str, message: str) -> None:
+        stamp = datetime.now().strftime("%m/%d/%Y-%H:%M:%S")
+        self.sink(f"[{stamp}] [{severity}] [{LOG_TAG}] {message}")
+        self.lines += 1
+
+    def verbose(self, message: str) -> None:
+        self._emit("V", message)
+
+    def info(self, message: str) -> None:
+        self._emit("I", message)
+
+    def warning(self, message: str) -> None:
+        self._emit("W", message)
+
+
+def trt_type_name(dtype: np.dtype) -> str:
+    return _TRT_TYPE_NAMES.get(str(dtype), (str(dtype), str(dtype)))[0]
+
+
+def tensor_format(value: Any) -> str:
+    """TensorRT's ``Float(150528,50176,224,1)`` notation: type and linear strides."""
+    arr = np.asarray(value)
+    strides = [1] * arr.ndim
+    for i in range(arr.ndim - 2, -1, -1):
+        strides[i] = strides[i + 1] * arr.shape[i + 1]
+    return f"{trt_type_name(arr.dtype)}({','.join(str(s) for s in strides)})"
+
+
+def _tensor_info(name: str, value: Any) -> dict[str, Any]:
+    arr = np.asarray(value) if value is not None else None
+    if arr is None:
+        return {"Name": name, "Location": "Device", "Dimensions": [], "Format/Datatype": "None"}
+    precision = _TRT_TYPE_NAMES.get(str(arr.dtype), (str(arr.dtype), str(arr.dtype)))[1]
+    return {
+        "Name": name,
+        "Location": "Device",
+        "Dimensions": [int(d) for d in arr.shape],
+        "Format/Datatype": f"Row major linear {precision}",
+    }
+
+
+def autotune_lines(
+    layer: str,
+    key: str,
+    rows: Sequence[tuple[int, float, kernels.KernelSpec]],
+) -> list[str]:
+    """The TensorRT 10.8+ editable-cache block for one layer; rows sorted by cost."""
+    fastest = rows[0][1]
+    lines = [
+        f"Autotuning op {layer}(key: {key}): [ONNX Layer: {layer}]",
+        "Sorted table of all evaluated tactics:",
+        "tactic_id, cost(in ms), cost/fastest_cost, prediction_correlation, kernel_name, "
+        "tactic_hash, tunable_parameter",
+    ]
+    for tactic_id, cost, spec in rows:
+        ratio = cost / fastest if fastest > 0 else 1.0
+        lines.append(
+            f"{tactic_id:4d}, {cost:.7f}, {ratio:.5f}, {1.0:.5f}, {spec.name}, "
+            f"0x{spec.tactic_hash:x},"
+        )
+    best = rows[0][2]
+    lines.append(
+        f"The selected tactic is (tactic hash, cost(in ms)):0x{best.tactic_hash:x}, {fastest:.6f}"
+    )
+    lines.append(f"Writing the best tactic (0x{best.tactic_hash:x}) to cache")
+    return lines
+
+
+# -- keys -------------------------------------------------------------------------------------
+def layer_key(
+    layer: engine_mod.Layer, inputs: Sequence[Any], environment_fp: str, settings_fp: str
+) -> str:
+    """One key per layer (editable mode): identity + shapes + environment + settings."""
+    identity = {
+        "key_version": 1,
+        "environment": environment_fp,
+        "settings": settings_fp,
+        "index": layer.index,
+        "name": layer.name,
+        "domain": layer.domain,
+        "op": layer.op,
+        "attributes": {
+            a.name: hashlib.sha256(a.SerializeToString(deterministic=True)).hexdigest()
+            for a in layer.node.attribute
+        },
+        "inputs": [
+            None if v is None else [list(np.shape(v)), str(np.asarray(v).dtype)] for v in inputs
+        ],
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return "0x" + digest[:32]
+
+
+# -- the build --------------------------------------------------------------------------------
+@dataclass
+class LayerChoice:
+    index: int
+    name: str
+    op: str
+    key: str
+    spec: kernels.KernelSpec
+    time_ms: float
+    source: str  # "timed" | "cache" | "default"
+    candidates: list[kernels.KernelSpec] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "op": self.op,
+            "key": self.key,
+            "kernel": self.spec.name,
+            "tactic": f"0x{self.spec.tactic_hash:016x}",
+            "time_ms": self.time_ms,
+            "source": self.source,
+            "candidates": [c.name for c in self.candidates],
+        }
+
+
+def _check_settings(settings: BuildSettings) -> None:
+    if not 0 <= settings.optimization_level <= 5:
+        raise UsageError(
+            f"optimization_level {settings.optimization_level} is outside 0..5: pick 1..5 "
+            "(level 0 ignores the timing cache)"
+        )
+    for name in ("max_num_tactics", "avg_timing_iterations"):
+        value = getattr(settings, name)
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+
+
+def load_model(model_path: str) -> tuple[onnx.ModelProto, bytes, str]:
+    """(model, bytes stored in the engine, sha256 of the file)."""
+    path = Path(model_path)
+    try:
+        raw = path.read_bytes()
+        model = onnx.load_model_from_string(raw)
+    except OSError as exc:
+        raise UsageError(f"cannot read model {model_path}: {exc.strerror or exc}") from exc
+    except Exception as exc:
+        raise UsageError(f"{model_path} is not an ONNX model ({exc}): pass a .onnx file") from exc
+    file_sha = hashlib.sha256(raw).hexdigest()
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    if external:
+        try:
+            onnx.load_external_data_for_model(model, str(path.parent))
+        except Exception as exc:
+            raise UsageError(f"cannot load external data of {model_path}: {exc}") from exc
+        raw = model.SerializeToString()
+    return model, raw, file_sha
+
+
+def synthetic_inputs(prepared: engine_mod.PreparedModel, settings: BuildSettings) -> dict[str, Any]:
+    """Deterministic build-time inputs with the ``opt`` shapes of the profile."""
+    shapes = {name: tuple(opt) for name, _mn, opt, _mx in settings.input_shapes}
+    names = {vi.name for vi in prepared.inputs}
+    unknown = sorted(set(shapes) - names)
+    if unknown:
+        raise UsageError(
+            f"input_shapes names {', '.join(unknown)}, which the model does not take as inputs "
+            f"({', '.join(sorted(names)) or 'none'})"
+        )
+    rng = np.random.default_rng(0)
+    feeds: dict[str, Any] = {}
+    for vi in prepared.inputs:
+        if vi.name in shapes:
+            shape = shapes[vi.name]
+        else:
+            dims = vi.type.tensor_type.shape.dim
+            if not all(d.HasField("dim_value") for d in dims):
+                raise UsageError(
+                    f"input {vi.name!r} has a dynamic shape: give its min/opt/max shapes in the "
+                    "build settings (input_shapes)"
+                )
+            shape = tuple(int(d.dim_value) for d in dims)
+        dtype = engine_mod.input_dtype(vi)
+        if np.issubdtype(dtype, np.floating) or dtype.kind == "V" or "bfloat16" in str(dtype):
+            feeds[vi.name] = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32).astype(dtype)
+        else:
+            feeds[vi.name] = np.zeros(shape, dtype=dtype)
+    return feeds
+
+
+def _measure(run: Callable[[], Any], reps: int, skip_above_ms: float) -> tuple[float, Any]:
+    """(min wall time in ms over ``reps`` timed runs after one warm-up run, last output).
+
+    Like TensorRT's "fast skip" of tactics that exceed the time limit in their pre-run, a
+    kernel whose warm-up already takes longer than ``skip_above_ms`` is not repeated: its
+    warm-up time is its cost. Without this, hopeless kernels would dominate the build time.
+    """
+    start = time.perf_counter()
+    out = run()
+    warm_up = (time.perf_counter() - start) * 1e3
+    if warm_up > skip_above_ms:
+        return warm_up, out
+    best = math.inf
+    for _ in range(reps):
+        start = time.perf_counter()
+        out = run()
+        best = min(best, time.perf_counter() - start)
+    return best * 1e3, out
+
+
+class Builder:
+    """One build: state shared by the per-layer steps."""
+
+    def __init__(
+        self,
+        settings: BuildSettings,
+        cache: ReferenceTimingCache,
+        log: BuildLog,
+        environment: Environment,
+        knob: TimingKnob,
+    ) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.log = log
+        self.environment = environment
+        self.env_fp = environment.fingerprint()
+        self.settings_fp = settings.fingerprint()
+        self.knob = knob
+        self.reps = settings.avg_timing_iterations or DEFAULT_TIMING_REPS
+        self.choices: list[LayerChoice] = []
+        self.layer_info: list[dict[str, Any]] = []
+
+    def filter_candidates(
+        self, layer: engine_mod.Layer, geo: kernels.Geometry
+    ) -> list[kernels.KernelSpec]:
+        specs = kernels.candidates(geo)
+        if self.settings.workspace is not None:
+            fitting = [s for s in specs if geo.scratch_bytes(s) <= self.settings.workspace]
+            for s in specs:
+                if s not in fitting:
+                    self.log.verbose(
+                        f"{layer.name} Tactic: 0x{s.tactic_hash:x} skipped. Scratch requested: "
+                        f"{geo.scratch_bytes(s)}, available: {self.settings.workspace}"
+                    )
+            if not fitting:
+                need = min(geo.scratch_bytes(s) for s in specs)
+                raise BuildError(
+                    f"layer {layer.name!r}: no tactic fits the workspace limit of "
+                    f"{self.settings.workspace} bytes (the smallest needs {need}): raise workspace"
+                )
+            specs = fitting
+        if self.settings.max_num_tactics is not None:
+            specs = specs[: self.settings.max_num_tactics]
+        return specs
+
+    def autotuned(
+        self, layer: engine_mod.Layer, inputs: list[Any], geo: kernels.Geometry
+    ) -> tuple[LayerChoice, Any]:
+        specs = self.filter_candidates(layer, geo)
+        key = layer_key(layer, inputs, self.env_fp, self.settings_fp)
+
+        def runner(spec: kernels.KernelSpec) -> Callable[[], Any]:
+            return lambda: kernels.execute(spec, inputs, layer.attrs)
+
+        if self.settings.optimization_level == 0:
+            spec = specs[0]
+            return LayerChoice(
+                layer.index, layer.name, layer.op, key, spec, 0.0, "default", specs
+            ), runner(spec)()
+        cached = self.cache.query(key)
+        if cached is not None:
+            by_hash = {s.tactic_hash: s for s in specs}
+            spec = by_hash.get(cached.tactic_hash)
+            if spec is None:
+                raise BuildError(
+                    f"layer {layer.name!r} (timing-cache key {key}): the cached tactic "
+                    f"0x{cached.tactic_hash:x} is not one of its candidates "
+                    f"({', '.join(f'{s.name}=0x{s.tactic_hash:x}' for s in specs)}): "
+                    "fix or remove the pinned tactic for this key"
+                )
+            output = runner(spec)()
+            self.log.verbose(
+                f"{layer.name} [{tensor_format(inputs[0])} -> {tensor_format(output)}] got cached "
+                f"result: {spec.name}, tactic 0x{spec.tactic_hash:x}, {cached.time_ms:g} ms"
+            )
+            return LayerChoice(
+                layer.index, layer.name, layer.op, key, spec, cached.time_ms, "cache", specs
+            ), output
+        measured: list[float] = []
+        outputs: list[Any] = []
+        for spec in specs:
+            limit = FAST_SKIP_FACTOR * min(measured, default=math.inf)
+            cost, out = _measure(runner(spec), self.reps, limit)
+            measured.append(cost)
+            outputs.append(out)
+        costs = self.knob.apply(key, [s.name for s in specs], measured)
+        order = sorted(range(len(specs)), key=lambda i: (costs[i], i))
+        rows = [(i, costs[i], specs[i]) for i in order]
+        for line in autotune_lines(layer.name, key, rows):
+            self.log.verbose(line)
+        best = order[0]
+        self.cache.record(key, specs[best].tactic_hash, costs[best])
+        choice = LayerChoice(
+            layer.index, layer.name, layer.op, key, specs[best], costs[best], "timed", specs
+        )
+        return choice, outputs[best]
+
+    def info_entry(
+        self,
+        layer: engine_mod.Layer,
+        inputs: list[Any],
+        outputs: list[Any],
+        tactic: tuple[str, int, str],
+    ) -> dict[str, Any]:
+        kernel, value, layer_type = tactic
+        out_names = [o for o in layer.node.output if o]
+        return {
+            "Name": layer.name,
+            "LayerType": layer_type,
+            "Inputs": [
+                _tensor_info(n, v) for n, v in zip(layer.node.input, inputs, strict=True) if n
+            ],
+            "Outputs": [_tensor_info(n, v) for n, v in zip(out_names, outputs, strict=False)],
+            "ParameterType": layer.op,
+            "TacticName": kernel,
+            "TacticValue": f"0x{value:016x}",
+            "StreamId": 0,
+            "Metadata": f"[ONNX Layer: {layer.name}]",
+        }
+
+    def run(self, prepared: engine_mod.PreparedModel, feeds: dict[str, Any]) -> None:
+        values: dict[str, Any] = dict(prepared.constants)
+        values.update(feeds)
+        for position, layer in enumerate(prepared.layers):
+            inputs = prepared.gather(layer, values)
+            try:
+                geo = kernels.geometry(layer.op, inputs, layer.attrs) if not layer.domain else None
+                if geo is not None:
+                    choice, output = self.autotuned(layer, inputs, geo)
+                    self.choices.append(choice)
+                    outputs = [output]
+                    tactic = (choice.spec.name, choice.spec.tactic_hash, _LAYER_TYPES[layer.op])
+                else:
+                    outputs = prepared.run_layer(layer, inputs, None, values)
+                    path = "ref_numpy" if layer.index in prepared.fast_layers else "onnx_reference"
+                    tactic = (f"{path}_{layer.op.lower()}", 0, f"Ref{layer.op}")
+            except ReprobuildError:
+                raise
+            except Exception as exc:
+                raise BuildError(
+                    f"layer {layer.name!r} ({layer.op}) failed on the build inputs: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            self.layer_info.append(self.info_entry(layer, inputs, outputs, tactic))
+            for name, value in zip((o for o in layer.node.output if o), outputs, strict=False):
+                values[name] = value
+            for name in layer.node.input:
+                if (
+                    name
+                    and prepared.last_use.get(name) == position
+                    and name not in prepared.constants
+                ):
+                    values.pop(name, None)
+
+
+def build_engine(
+    model_path: str,
+    settings: BuildSettings,
+    cache: ReferenceTimingCache,
+    sink: LogSink,
+    environment: Environment,
+) -> BuildOutput:
+    started = time.perf_counter()
+    _check_settings(settings)
+    knob = timing_knob_from_env()
+    log = BuildLog(sink)
+    model, model_bytes, file_sha = load_model(model_path)
+    try:
+        prepared = engine_mod.prepare(model)
+    except ReprobuildError:
+        raise
+    except Exception as exc:
+        raise BuildError(
+            f"cannot fold the constants of {model_path}: {type(exc).__name__}: {exc}"
+        ) from exc
+    feeds = synthetic_inputs(prepared, settings)
+    if settings.optimization_level == 0:
+        log.warning(
+            "Builder optimization level 0: the timing cache is ignored; layers use their default tactic"
+        )
+    else:
+        log.info(
+            "Local timing cache in use. Profiling results in this builder pass will be stored."
+        )
+        if len(cache):
+            log.info(f"Loaded {len(cache)} timing cache entries")
+    if knob.active:
+        log.warning(f"{TIMING_ENV_VAR}={knob.describe()}: measured costs are perturbed (test knob)")
+    log.verbose(f"Folded {prepared.folded} constant nodes; {len(prepared.layers)} layers remain")
+    builder = Builder(settings, cache, log, environment, knob)
+    builder.run(prepared, feeds)
+    timed = sum(1 for c in builder.choices if c.source == "timed")
+    from_cache = sum(1 for c in builder.choices if c.source == "cache")
+    log.info(f"Autotuned {timed} layers, {from_cache} from the timing cache")
+    serialized_cache = cache.serialize()
+    log.info(f"Serialized {len(cache)} timing cache entries")
+    meta = {
+        "environment": environment.to_dict(),
+        "environment_fingerprint": environment.fingerprint(),
+        "settings": settings.to_dict(),
+        "settings_fingerprint": settings.fingerprint(),
+        "model_sha256": file_sha,
+        "inputs": [
+            {"name": name, "dtype": str(v.dtype), "shape": list(v.shape)}
+            for name, v in feeds.items()
+        ],
+        "outputs": list(prepared.output_names),
+        "layers": [
+            {k: v for k, v in c.to_dict().items() if k not in ("source", "candidates")}
+            for c in builder.choices
+        ],
+    }
+    engine_bytes = engine_mod.write_engine(meta, model_bytes)
+    layer_info = json.dumps(
+        {
+            "Layers": builder.layer_info,
+            "Bindings": [vi.name for vi in prepared.inputs] + list(prepared.output_names),
+        },
+        indent=1,
+    )
+    seconds = time.perf_counter() - started
+    log.info(f"Engine built in {seconds:.3f} seconds")
+    return BuildOutput(
+        engine=engine_bytes,
+        layer_info=layer_info,
+        log_lines=log.lines,
+        extra={
+            "timing_cache": serialized_cache,
+            "layers": [c.to_dict() for c in builder.choices],
+            "tactic_map": {c.key: c.spec.tactic_hash for c in builder.choices},
+            "timed_layers": timed,
+            "cached_layers": from_cache,
+            "build_seconds": seconds,
+            "timing_knob": knob.describe(),
+        },
+    )

@@ -1,0 +1,427 @@
+"""The reference engine: its file format, and the runner that executes it.
+
+File format (version 1, integers little-endian; no pickle anywhere)::
+
+    offset    size  field
+    0         8     magic b"RBREFENG"
+    8         4     u32 format version (1)
+    12        4     u32 metadata length J
+    16        8     u64 model length L
+    24        J     metadata: UTF-8 JSON (see below)
+    24+J      L     the ONNX model, serialized (ModelProto bytes)
+    24+J+L    32    SHA-256 of every byte before it
+
+Metadata: ``{"format": "reprobuild-reference-engine", "environment": {...},
+"environment_fingerprint": "...", "settings": {...}, "model_sha256": "...",
+"inputs": [{"name", "dtype", "shape"}], "outputs": [names], "layers": [{"index", "name",
+"op", "key", "kernel", "tactic": "0x<16 hex>", "time_ms"}]}``; ``layers`` holds every
+autotuned layer, ``index`` being the node's position in the ONNX graph.
+
+The engine stores the model rather than its folded weights: the light model-zoo models
+describe 100 MB of weights with a few ``ConstantOfShape`` nodes, and folding is cheap and
+deterministic, so it is redone when an engine is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections import OrderedDict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from reprobuild.backends.base import Environment
+from reprobuild.backends.reference import kernels, ops
+from reprobuild.errors import EngineError, UsageError
+
+ENGINE_MAGIC = b"RBREFENG"
+ENGINE_FORMAT_VERSION = 1
+ENGINE_FORMAT_NAME = "reprobuild-reference-engine"
+_PREFIX = struct.Struct("<8sIIQ")
+_DIGEST_SIZE = 32
+
+# Ops whose outputs are not a function of their inputs: never folded at build time.
+_NONDETERMINISTIC_OPS = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+}
+
+
+# -- file format ------------------------------------------------------------------------------
+def write_engine(metadata: Mapping[str, Any], model_bytes: bytes) -> bytes:
+    meta = json.dumps({"format": ENGINE_FORMAT_NAME, **metadata}, sort_keys=True).encode()
+    body = (
+        _PREFIX.pack(ENGINE_MAGIC, ENGINE_FORMAT_VERSION, len(meta), len(model_bytes))
+        + meta
+        + model_bytes
+    )
+    return body + hashlib.sha256(body).digest()
+
+
+def read_engine(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """Return (metadata, model bytes); raises ``EngineError`` for foreign or corrupted data."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise EngineError(f"engine must be bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) < _PREFIX.size + _DIGEST_SIZE or data[:8] != ENGINE_MAGIC:
+        raise EngineError(
+            "engine was not written by the reference backend (bad magic or too short): "
+            "rebuild it with the reference backend, or run it with the backend that built it"
+        )
+    _, version, meta_len, model_len = _PREFIX.unpack_from(data)
+    if version != ENGINE_FORMAT_VERSION:
+        raise EngineError(
+            f"engine has format version {version}, this reprobuild reads version "
+            f"{ENGINE_FORMAT_VERSION}: rebuild the engine"
+        )
+    body, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
+    if len(body) != _PREFIX.size + meta_len + model_len:
+        raise EngineError("engine file is truncated or has trailing bytes: rebuild the engine")
+    if hashlib.sha256(body).digest() != digest:
+        raise EngineError("engine file is corrupted (checksum mismatch): rebuild the engine")
+    try:
+        meta = json.loads(body[_PREFIX.size : _PREFIX.size + meta_len].decode())
+    except ValueError as exc:
+        raise EngineError(f"engine metadata is unreadable ({exc}): rebuild the engine") from exc
+    if not isinstance(meta, dict) or meta.get("format") != ENGINE_FORMAT_NAME:
+        raise EngineError("engine metadata has an unknown format: rebuild the engine")
+    return meta, body[_PREFIX.size + meta_len :]
+
+
+def engine_environment(meta: Mapping[str, Any]) -> Environment:
+    try:
+        return Environment(**meta["environment"])
+    except (KeyError, TypeError) as exc:
+        raise EngineError("engine metadata lacks its environment: rebuild the engine") from exc
+
+
+# -- the prepared model -----------------------------------------------------------------------
+def attributes(node: onnx.NodeProto) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for attr in node.attribute:
+        value = helper.get_attribute_value(attr)
+        values[attr.name] = value.decode() if isinstance(value, bytes) else value
+    return values
+
+
+def layer_name(node: onnx.NodeProto, index: int) -> str:
+    """The ONNX node name, or a stable ``<OpType>_<index>`` for unnamed nodes."""
+    return node.name or f"{node.op_type}_{index}"
+
+
+@dataclass
+class Layer:
+    """One node of the graph, in execution order."""
+
+    index: int  # position in graph.node: part of the layer's identity
+    name: str
+    node: onnx.NodeProto
+    attrs: dict[str, Any]
+
+    @property
+    def op(self) -> str:
+        return self.node.op_type
+
+    @property
+    def domain(self) -> str:
+        return "" if self.node.domain in ("", "ai.onnx") else self.node.domain
+
+    @property
+    def has_subgraph(self) -> bool:
+        return any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+            for a in self.node.attribute
+        )
+
+
+@dataclass
+class PreparedModel:
+    """A model with its constant subgraphs folded, ready to execute layer by layer."""
+
+    model: onnx.ModelProto
+    opsets: dict[str, int]
+    constants: dict[str, Any]
+    layers: list[Layer]  # runtime layers (not folded), topologically ordered
+    inputs: list[onnx.ValueInfoProto]
+    output_names: list[str]
+    folded: int = 0
+    fast_layers: set[int] = field(default_factory=set)  # layers a numpy fast path ran
+    _evaluators: dict[int, Any] = field(default_factory=dict)
+    last_use: dict[str, int] = field(default_factory=dict)
+
+    # -- node execution --------------------------------------------------------------------
+    def run_generic(
+        self, layer: Layer, inputs: Sequence[Any], outer: Mapping[str, Any] | None = None
+    ) -> list[Any]:
+        """Run a non-autotuned layer: a vectorized fast path or ``onnx.reference``.
+
+        ``outer`` holds the outer-scope values a subgraph (If/Loop/Scan body) reads; they are
+        fed as extra graph inputs so onnx.reference passes them to the body as context.
+        """
+        n_out = sum(1 for o in layer.node.output if o)
+        fast = ops.run_fast(
+            layer.op, layer.domain, inputs, layer.attrs, n_out, self.opsets.get(layer.domain, 1)
+        )
+        if fast is not None:
+            self.fast_layers.add(layer.index)
+            return fast
+        evaluator = self._evaluators.get(layer.index)
+        if evaluator is None:
+            evaluator = self._make_evaluator(layer)
+            self._evaluators[layer.index] = evaluator
+        feeds = dict(outer or {})
+        feeds.update(
+            (name, value) for name, value in zip(layer.node.input, inputs, strict=True) if name
+        )
+        return list(evaluator.run(None, feeds))
+
+    def _make_evaluator(self, layer: Layer) -> Any:
+        from onnx.reference import ReferenceEvaluator
+
+        in_names = list(dict.fromkeys(n for n in _consumed_names(layer.node) if n))
+        graph = helper.make_graph(
+            [layer.node],
+            f"reprobuild_ref_{layer.index}",
+            [helper.make_empty_tensor_value_info(n) for n in in_names],
+            [helper.make_empty_tensor_value_info(n) for n in layer.node.output if n],
+        )
+        return ReferenceEvaluator(graph, opsets=self.opsets, functions=list(self.model.functions))
+
+    def run_layer(
+        self,
+        layer: Layer,
+        inputs: Sequence[Any],
+        spec: kernels.KernelSpec | None,
+        values: Mapping[str, Any] | None = None,
+    ) -> list[Any]:
+        if spec is not None:
+            return [kernels.execute(spec, inputs, layer.attrs)]
+        outer = None
+        if layer.has_subgraph and values is not None:
+            own = set(layer.node.input)
+            outer = {n: values[n] for n in _consumed_names(layer.node) if n and n not in own}
+        return self.run_generic(layer, inputs, outer)
+
+    def gather(self, layer: Layer, values: Mapping[str, Any]) -> list[Any]:
+        return [values[n] if n else None for n in layer.node.input]
+
+    # -- whole-model execution -------------------------------------------------------------
+    def execute(
+        self,
+        feeds: Mapping[str, Any],
+        plan: Mapping[int, kernels.KernelSpec],
+    ) -> dict[str, Any]:
+        """Run every layer with the kernel ``plan`` names (by graph index); free dead values."""
+        values: dict[str, Any] = dict(self.constants)
+        values.update(feeds)
+        for position, layer in enumerate(self.layers):
+            inputs = self.gather(layer, values)
+            outputs = self.run_layer(layer, inputs, plan.get(layer.index), values)
+            for name, value in zip((o for o in layer.node.output if o), outputs, strict=False):
+                values[name] = value
+            for name in layer.node.input:
+                if name and self.last_use.get(name) == position and name not in self.constants:
+                    values.pop(name, None)
+        return {name: values[name] for name in self.output_names}
+
+
+def _toposort(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[int]:
+    """Node indices in a valid execution order, keeping the file order when it is valid."""
+    producers: dict[str, int] = {}
+    for i, node in enumerate(nodes):
+        for out in node.output:
+            if out:
+                producers[out] = i
+    deps: list[set[int]] = []
+    for node in nodes:
+        needed = set()
+        for name in _consumed_names(node):
+            if name and name not in available and name in producers:
+                needed.add(producers[name])
+        deps.append(needed)
+    users: dict[int, list[int]] = {i: [] for i in range(len(nodes))}
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    remaining = [len(d) for d in deps]
+    ready = deque(i for i, r in enumerate(remaining) if r == 0)
+    order: list[int] = []
+    while ready:
+        i = ready.popleft()
+        order.append(i)
+        for u in sorted(users[i]):
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                ready.append(u)
+    if len(order) != len(nodes):
+        raise UsageError("the ONNX graph has a cycle: it cannot be executed")
+    return sorted(order) if _is_valid_order(nodes, available, sorted(order)) else order
+
+
+def _consumed_names(node: onnx.NodeProto) -> list[str]:
+    """Inputs plus outer-scope names read by subgraphs (If/Loop/Scan bodies)."""
+    names = list(node.input)
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for g in graphs:
+            inner = {i.name for i in g.input} | {t.name for t in g.initializer}
+            for sub in g.node:
+                inner.update(o for o in sub.output if o)
+            for sub in g.node:
+                names.extend(n for n in _consumed_names(sub) if n and n not in inner)
+    return names
+
+
+def _is_valid_order(nodes: Sequence[onnx.NodeProto], available: set[str], order: list[int]) -> bool:
+    seen = set(available)
+    producible = {o for n in nodes for o in n.output if o}
+    for i in order:
+        if any(n and n in producible and n not in seen for n in _consumed_names(nodes[i])):
+            return False
+        seen.update(o for o in nodes[i].output if o)
+    return True
+
+
+def prepare(model: onnx.ModelProto) -> PreparedModel:
+    """Fold every constant subgraph once (as TensorRT does) and order the rest for execution."""
+    graph = model.graph
+    opsets = {("" if d.domain == "ai.onnx" else d.domain): d.version for d in model.opset_import}
+    opsets.setdefault("", onnx.defs.onnx_opset_version())
+    constants: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    inputs = [vi for vi in graph.input if vi.name not in constants]
+    input_names = {vi.name for vi in inputs}
+    order = _toposort(list(graph.node), set(constants) | input_names)
+    prepared = PreparedModel(
+        model=model,
+        opsets=opsets,
+        constants=constants,
+        layers=[],
+        inputs=inputs,
+        output_names=[o.name for o in graph.output],
+    )
+    for i in order:
+        node = graph.node[i]
+        layer = Layer(index=i, name=layer_name(node, i), node=node, attrs=attributes(node))
+        consumed = [n for n in _consumed_names(node) if n]
+        foldable = (
+            node.op_type not in _NONDETERMINISTIC_OPS
+            and not layer.has_subgraph
+            and all(n in constants for n in consumed)
+        )
+        if foldable:
+            args = prepared.gather(layer, constants)
+            geo = kernels.geometry(layer.op, args, layer.attrs) if not layer.domain else None
+            spec = kernels.candidates(geo)[0] if geo is not None else None
+            outs = prepared.run_layer(layer, args, spec)
+            for name, value in zip((o for o in node.output if o), outs, strict=False):
+                constants[name] = value
+            prepared.folded += 1
+        else:
+            prepared.layers.append(layer)
+    needed = {n for layer in prepared.layers for n in _consumed_names(layer.node)}
+    needed.update(prepared.output_names)
+    prepared.constants = {k: v for k, v in constants.items() if k in needed}
+    for position, layer in enumerate(prepared.layers):
+        for name in _consumed_names(layer.node):
+            if name:
+                prepared.last_use[name] = position
+    for name in prepared.output_names:
+        prepared.last_use[name] = len(prepared.layers)
+    return prepared
+
+
+# -- inputs -----------------------------------------------------------------------------------
+def input_dtype(vi: onnx.ValueInfoProto) -> np.dtype:
+    elem = vi.type.tensor_type.elem_type
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+
+
+def check_inputs(prepared: PreparedModel, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate user inputs against the graph (names, dtypes, ranks): strongly typed."""
+    feeds: dict[str, Any] = {}
+    expected = {vi.name for vi in prepared.inputs}
+    unknown = sorted(set(inputs) - expected)
+    if unknown:
+        raise UsageError(
+            f"unknown engine input(s) {', '.join(unknown)}; the engine takes "
+            f"{', '.join(sorted(expected)) or 'no inputs'}"
+        )
+    for vi in prepared.inputs:
+        if vi.name not in inputs:
+            raise UsageError(f"missing engine input {vi.name!r}: pass a value for every input")
+        value = np.asarray(inputs[vi.name])
+        dtype = input_dtype(vi)
+        if value.dtype != dtype:
+            raise UsageError(
+                f"engine input {vi.name!r} has dtype {value.dtype}, the model expects {dtype}: "
+                "cast it before running"
+            )
+        dims = vi.type.tensor_type.shape.dim
+        if vi.type.tensor_type.HasField("shape") and len(dims) != value.ndim:
+            raise UsageError(
+                f"engine input {vi.name!r} has rank {value.ndim}, the model expects {len(dims)}"
+            )
+        feeds[vi.name] = value
+    return feeds
+
+
+# -- loading engines --------------------------------------------------------------------------
+@dataclass
+class LoadedEngine:
+    meta: dict[str, Any]
+    prepared: PreparedModel
+    plan: dict[int, kernels.KernelSpec]
+
+
+_LOADED: OrderedDict[str, LoadedEngine] = OrderedDict()
+_LOADED_MAX = 2
+
+
+def load_engine(data: bytes, environment: Environment) -> LoadedEngine:
+    """Parse, check and prepare an engine; the last two loaded engines stay in memory."""
+    digest = hashlib.sha256(bytes(data)).hexdigest()
+    cached = _LOADED.get(digest)
+    if cached is not None:
+        _LOADED.move_to_end(digest)
+        return cached
+    meta, model_bytes = read_engine(data)
+    recorded = engine_environment(meta)
+    if recorded.fingerprint() != environment.fingerprint():
+        raise EngineError(
+            f"engine was built in another environment (cpu {recorded.gpu!r}, "
+            f"{recorded.driver_version}; this machine: cpu {environment.gpu!r}, "
+            f"{environment.driver_version}): rebuild it here"
+        )
+    try:
+        model = onnx.load_model_from_string(model_bytes)
+    except Exception as exc:  # protobuf raises its own DecodeError
+        raise EngineError(f"engine holds an unreadable model ({exc}): rebuild it") from exc
+    prepared = prepare(model)
+    plan: dict[int, kernels.KernelSpec] = {}
+    by_index = {layer.index: layer for layer in prepared.layers}
+    for entry in meta.get("layers", []):
+        spec = kernels.KERNELS.get(entry.get("kernel"))
+        layer = by_index.get(entry.get("index"))
+        if spec is None or layer is None or layer.op != spec.op:
+            raise EngineError(
+                f"engine layer {entry.get('name')!r} names kernel {entry.get('kernel')!r} that "
+                "this reprobuild does not have for it: rebuild the engine"
+            )
+        if int(entry["tactic"], 16) != spec.tactic_hash:
+            raise EngineError(f"engine layer {entry.get('name')!r} has an inconsistent tactic")
+        plan[layer.index] = spec
+    loaded = LoadedEngine(meta, prepared, plan)
+    _LOADED[digest] = loaded
+    while len(_LOADED) > _LOADED_MAX:
+        _LOADED.popitem(last=False)
+    return loaded

@@ -1,0 +1,427 @@
+"""The reference backend's tactics: GEMM and convolution kernels that sum in different orders.
+
+Every kernel computes the same mathematical result; they differ only in the order (and, for
+FP16/BF16 layers, the precision) of the accumulation, so their outputs differ in the last
+bits, exactly like two TensorRT kernels for the same layer. Families (``S`` = split count):
+
+- ``blas``: one call to the BLAS library, which blocks K internally.
+- ``splitkS``: K cut into S contiguous chunks, one BLAS call each, partials added in order.
+  The chunk length is rounded up to an odd number: OpenBLAS splits K at even, unroll-aligned
+  points, and a split that coincides with its own would be bit-identical to ``blas``.
+- ``tree8``: K cut into 8 chunks whose partial products are added as a balanced tree.
+- ``k16`` (FP16/BF16 only): K in chunks of 16 with the running sum rounded to the layer's
+  precision after every chunk, like a tensor-core MMA accumulating in FP16.
+- ``direct`` (Conv only): one GEMM per kernel tap over the channels, taps added in order,
+  instead of one GEMM over the im2col matrix.
+
+``*_f32acc`` kernels of FP16/BF16 layers upcast exactly, accumulate in FP32 and round once;
+``*_f16acc``/``*_bf16acc`` kernels round every partial sum to the layer's precision.
+
+Determinism: every BLAS call goes through :func:`_mm`, which never hands BLAS a vector
+operand. OpenBLAS's threaded GEMV splits the reduction across threads, so its bits depend on
+the thread count; its GEMM only partitions the output, so its bits do not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+AUTOTUNED_OPS = ("MatMul", "Gemm", "Conv")
+
+_PRECISION_DTYPES: dict[str, Any] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+}
+
+
+def tactic_hash(name: str) -> int:
+    """A stable 64-bit hash of a kernel name (never TensorRT's 'no tactic' 2**64-1)."""
+    digest = hashlib.sha256(b"reprobuild-reference-tactic\0" + name.encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One tactic: how a layer's reduction is ordered and in which precision it accumulates."""
+
+    name: str
+    op: str
+    precision: str  # "f32" | "f16" | "bf16": the layer's input type
+    scheme: str  # "blas" | "splitk" | "tree" | "chunk" | "direct"
+    parts: int = 1  # splits for splitk/tree, chunk length for chunk
+    low_acc: bool = False  # accumulate in the layer's precision instead of FP32
+
+    @property
+    def tactic_hash(self) -> int:
+        return tactic_hash(self.name)
+
+    def min_k(self) -> int:
+        """Smallest reduction length for which the scheme is a real, distinct kernel."""
+        return 1 if self.scheme in ("blas", "direct") else 2 * self.parts
+
+
+def _family(op: str, precision: str) -> list[KernelSpec]:
+    prefix = {"MatMul": "ref_matmul", "Gemm": "ref_gemm", "Conv": "ref_conv_im2col"}[op]
+    if precision == "f32":
+        specs = [
+            KernelSpec(f"{prefix}_blas_f32", op, precision, "blas"),
+            KernelSpec(f"{prefix}_splitk2_f32", op, precision, "splitk", 2),
+            KernelSpec(f"{prefix}_splitk4_f32", op, precision, "splitk", 4),
+            KernelSpec(f"{prefix}_tree8_f32", op, precision, "tree", 8),
+        ]
+        if op == "Conv":
+            specs.append(KernelSpec("ref_conv_direct_f32", op, precision, "direct"))
+        return specs
+    p = precision
+    specs = [
+        KernelSpec(f"{prefix}_blas_{p}_f32acc", op, p, "blas"),
+        KernelSpec(f"{prefix}_splitk2_{p}_f32acc", op, p, "splitk", 2),
+        KernelSpec(f"{prefix}_splitk4_{p}_{p}acc", op, p, "splitk", 4, low_acc=True),
+        KernelSpec(f"{prefix}_k16_{p}_{p}acc", op, p, "chunk", 16, low_acc=True),
+    ]
+    if op == "Conv":
+        specs.append(KernelSpec(f"ref_conv_direct_{p}_f32acc", op, p, "direct"))
+    return specs
+
+
+KERNELS: dict[str, KernelSpec] = {
+    spec.name: spec
+    for op in AUTOTUNED_OPS
+    for prec in _PRECISION_DTYPES
+    for spec in _family(op, prec)
+}
+
+
+def kernels_for(op: str, precision: str) -> list[KernelSpec]:
+    """All kernels of an op family in declaration order (the order of ``tactic_id``)."""
+    return [s for s in KERNELS.values() if s.op == op and s.precision == precision]
+
+
+# -- primitives -------------------------------------------------------------------------------
+def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` through BLAS GEMM only (see the module docstring on thread determinism)."""
+    m, n = a.shape[-2], b.shape[-1]
+    if m == 1:
+        a = np.concatenate([a, np.zeros_like(a)], axis=-2)
+    if n == 1:
+        b = np.concatenate([b, np.zeros_like(b)], axis=-1)
+    out = np.matmul(a, b)
+    if m == 1 or n == 1:
+        out = np.ascontiguousarray(out[..., :m, :n])
+    return out
+
+
+def _chunks(k: int, parts: int) -> list[tuple[int, int]]:
+    size = max(1, math.ceil(k / parts))
+    if size % 2 == 0:
+        size += 1
+    return [(start, min(start + size, k)) for start in range(0, k, size)]
+
+
+def _rounder(low: np.dtype | None):
+    if low is None:
+        return lambda x: x
+    return lambda x: x.astype(low).astype(np.float32)
+
+
+def reduce_gemm(a: np.ndarray, b: np.ndarray, spec: KernelSpec) -> np.ndarray:
+    """``a @ b`` (float32 operands, broadcasting leading dims) in the order ``spec`` says.
+
+    Returns float32; for low-precision accumulation the values are already rounded.
+    """
+    low = _PRECISION_DTYPES[spec.precision] if spec.low_acc else None
+    rnd = _rounder(low)
+    k = a.shape[-1]
+    if spec.scheme == "blas" or k == 0:
+        return rnd(_mm(a, b))
+    if spec.scheme == "chunk":
+        ranges = [(s, min(s + spec.parts, k)) for s in range(0, k, spec.parts)]
+    else:
+        ranges = _chunks(k, spec.parts)
+    partials = (rnd(_mm(a[..., s:e], b[..., s:e, :])) for s, e in ranges)
+    if spec.scheme == "tree":
+        level = list(partials)
+        while len(level) > 1:
+            nxt = [rnd(level[i] + level[i + 1]) for i in range(0, len(level) - 1, 2)]
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        return level[0]
+    acc = next(partials)
+    for p in partials:
+        acc += p
+        if low is not None:
+            acc = rnd(acc)
+    return acc
+
+
+# -- layer analysis ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Geometry:
+    """What candidate filtering needs to know about a layer on its real shapes."""
+
+    op: str
+    precision: str
+    k: int  # reduction length of one GEMM
+    taps: int  # Conv kernel points (1 for MatMul/Gemm)
+    out_bytes: int  # FP32 bytes of one full-size partial result
+    im2col_bytes: int  # Conv column matrix (0 when no copy is needed)
+    direct_bytes: int  # Conv: one shifted input slice
+
+    def scratch_bytes(self, spec: KernelSpec) -> int:
+        """Temporary memory the kernel needs: compared against ``BuildSettings.workspace``."""
+        if spec.scheme == "direct":
+            return self.direct_bytes + self.out_bytes
+        per_scheme = {"blas": 0, "splitk": self.out_bytes, "chunk": self.out_bytes}
+        extra = per_scheme.get(spec.scheme, spec.parts * self.out_bytes)
+        return self.im2col_bytes + extra
+
+
+def precision_of(arrays: Sequence[np.ndarray]) -> str | None:
+    """The layer's precision when all float inputs share one supported type (strong typing)."""
+    dtypes = {np.asarray(a).dtype for a in arrays}
+    if len(dtypes) != 1:
+        return None
+    (dtype,) = dtypes
+    for name, candidate in _PRECISION_DTYPES.items():
+        if dtype == candidate:
+            return name
+    return None
+
+
+def _conv_params(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    nd = x.ndim - 2
+    if nd < 1 or w.ndim != x.ndim:
+        return None
+    group = int(attrs.get("group", 1))
+    kernel = tuple(int(v) for v in w.shape[2:])
+    if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != kernel:
+        return None
+    if group < 1 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        return None
+    strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
+    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
+    spatial = x.shape[2:]
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else large)
+            ends.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = tuple(begins) + tuple(ends)
+    elif auto_pad == "VALID":
+        pads = (0,) * (2 * nd)
+    elif auto_pad in ("NOTSET", ""):
+        pads = tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))
+    else:
+        return None
+    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
+        return None
+    out = []
+    for i in range(nd):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        o = (spatial[i] + pads[i] + pads[nd + i] - span) // strides[i] + 1
+        if o < 1:
+            return None
+        out.append(o)
+    return {
+        "nd": nd,
+        "group": group,
+        "kernel": kernel,
+        "strides": strides,
+        "dilations": dilations,
+        "pads": pads,
+        "out": tuple(out),
+    }
+
+
+def geometry(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Geometry | None:
+    """The layer's GEMM shape, or None when the layer is not autotuned (onnx.reference runs it)."""
+    arrays = [a for a in inputs if a is not None]
+    if op not in AUTOTUNED_OPS or not all(isinstance(a, np.ndarray) for a in arrays):
+        return None
+    if op == "MatMul":
+        if len(arrays) != 2 or arrays[0].ndim == 0 or arrays[1].ndim == 0:
+            return None
+        prec = precision_of(arrays)
+        a, b = arrays
+        k = a.shape[-1]
+        if prec is None or (b.shape[-2] if b.ndim > 1 else b.shape[0]) != k:
+            return None
+        try:
+            out_shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            return None
+        m = a.shape[-2] if a.ndim > 1 else 1
+        n = b.shape[-1] if b.ndim > 1 else 1
+        out_bytes = 4 * m * n * math.prod(out_shape)
+        return Geometry(op, prec, k, 1, out_bytes, 0, 0)
+    if op == "Gemm":
+        if len(arrays) < 2 or arrays[0].ndim != 2 or arrays[1].ndim != 2:
+            return None
+        prec = precision_of(arrays)
+        a, b = arrays[0], arrays[1]
+        ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+        m, k = (a.shape[1], a.shape[0]) if ta else a.shape
+        k2, n = (b.shape[1], b.shape[0]) if tb else b.shape
+        if prec is None or k != k2:
+            return None
+        return Geometry(op, prec, k, 1, 4 * m * n, 0, 0)
+    # Conv
+    if len(arrays) < 2:
+        return None
+    x, w = arrays[0], arrays[1]
+    prec = precision_of(arrays)
+    params = _conv_params(x, w, attrs) if prec is not None else None
+    if params is None:
+        return None
+    n_batch, channels = x.shape[0], x.shape[1]
+    taps = math.prod(params["kernel"])
+    positions = math.prod(params["out"])
+    k = (channels // params["group"]) * taps
+    out_bytes = 4 * n_batch * w.shape[0] * positions
+    im2col = 0 if _is_pointwise(params) else 4 * n_batch * channels * taps * positions
+    return Geometry(op, prec, k, taps, out_bytes, im2col, 4 * n_batch * channels * positions)
+
+
+def candidates(geo: Geometry) -> list[KernelSpec]:
+    """The layer's candidate kernels in declaration order (before workspace/max filtering)."""
+    return [
+        spec
+        for spec in kernels_for(geo.op, geo.precision)
+        if geo.k >= spec.min_k() and (spec.scheme != "direct" or geo.taps > 1)
+    ]
+
+
+# -- execution --------------------------------------------------------------------------------
+def execute(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
+    """Run the layer with kernel ``spec``; the result has the layer's (input) dtype."""
+    if spec.op == "MatMul":
+        return _matmul(spec, inputs[0], inputs[1])
+    if spec.op == "Gemm":
+        return _gemm(spec, inputs, attrs)
+    return _conv(spec, inputs, attrs)
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32, copy=False)
+
+
+def _matmul(spec: KernelSpec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out_dtype = a.dtype
+    af, bf = _f32(a), _f32(b)
+    a_vec, b_vec = af.ndim == 1, bf.ndim == 1
+    if a_vec:
+        af = af[None, :]
+    if b_vec:
+        bf = bf[:, None]
+    if bf.ndim == 2 and af.ndim > 2:
+        lead = af.shape[:-1]
+        r = reduce_gemm(af.reshape(-1, af.shape[-1]), bf, spec).reshape(*lead, bf.shape[-1])
+    else:
+        r = reduce_gemm(af, bf, spec)
+    if b_vec:
+        r = r[..., 0]
+    if a_vec:
+        r = r[..., 0] if b_vec else r[..., 0, :]
+    return np.asarray(r).astype(out_dtype)
+
+
+def _gemm(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
+    a, b = inputs[0], inputs[1]
+    c = inputs[2] if len(inputs) > 2 else None
+    out_dtype = a.dtype
+    af = _f32(a).T if int(attrs.get("transA", 0)) else _f32(a)
+    bf = _f32(b).T if int(attrs.get("transB", 0)) else _f32(b)
+    r = reduce_gemm(af, bf, spec)
+    alpha = float(attrs.get("alpha", 1.0))
+    beta = float(attrs.get("beta", 1.0))
+    if alpha != 1.0:
+        r = r * np.float32(alpha)
+    if c is not None and beta != 0.0:
+        cf = _f32(c)
+        r = r + (cf if beta == 1.0 else cf * np.float32(beta))
+    return r.astype(out_dtype)
+
+
+def _is_pointwise(params: Mapping[str, Any]) -> bool:
+    return (
+        all(k == 1 for k in params["kernel"])
+        and all(s == 1 for s in params["strides"])
+        and not any(params["pads"])
+    )
+
+
+def _conv(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    params = _conv_params(x, w, attrs)
+    if params is None:
+        raise ValueError("unsupported Conv configuration")
+    nd, group, kernel = params["nd"], params["group"], params["kernel"]
+    strides, dilations, pads, out = (
+        params["strides"],
+        params["dilations"],
+        params["pads"],
+        params["out"],
+    )
+    out_dtype = x.dtype
+    xf, wf = _f32(x), _f32(w)
+    n_batch, channels = xf.shape[0], xf.shape[1]
+    m_out = wf.shape[0]
+    cg, mg = channels // group, m_out // group
+    positions = math.prod(out)
+    if any(pads):
+        width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+        xf = np.pad(xf, width)
+    if spec.scheme == "direct":
+        acc: np.ndarray | None = None
+        for taps in itertools.product(*(range(k) for k in kernel)):
+            window = tuple(
+                slice(t * d, t * d + (o - 1) * s + 1, s)
+                for t, d, o, s in zip(taps, dilations, out, strides, strict=True)
+            )
+            xs = np.ascontiguousarray(xf[(slice(None), slice(None), *window)])
+            w_tap = np.ascontiguousarray(wf[(slice(None), slice(None), *taps)])
+            part = _mm(w_tap.reshape(group, mg, cg), xs.reshape(n_batch, group, cg, positions))
+            acc = part if acc is None else acc + part
+        assert acc is not None
+        result = acc
+    else:
+        if _is_pointwise(params):
+            cols = xf.reshape(n_batch, group, cg, positions)
+        else:
+            st = xf.strides
+            view = np.lib.stride_tricks.as_strided(
+                xf,
+                shape=(n_batch, channels, *kernel, *out),
+                strides=(
+                    st[0],
+                    st[1],
+                    *(st[2 + i] * dilations[i] for i in range(nd)),
+                    *(st[2 + i] * strides[i] for i in range(nd)),
+                ),
+                writeable=False,
+            )
+            cols = np.ascontiguousarray(view).reshape(
+                n_batch, group, cg * math.prod(kernel), positions
+            )
+        result = reduce_gemm(wf.reshape(group, mg, -1), cols, spec)
+    result = result.reshape(n_batch, m_out, *out)
+    if bias is not None:
+        result = result + _f32(bias).reshape((1, m_out) + (1,) * nd)
+    return result.astype(out_dtype)

@@ -1,0 +1,243 @@
+"""Numpy paths for the few non-autotuned ops that ``onnx.reference`` runs too slowly or wrongly.
+
+Too slowly: ``onnx.reference`` loops over output pixels in Python for pooling, which costs
+seconds per layer on ImageNet shapes; these paths compute the same results with one
+vectorized step per kernel tap.
+
+Wrongly (onnx 1.23), for opsets the model zoo still uses: BatchNormalization before opset 14
+takes the schema's default ``momentum`` as a request for training mode and normalizes with
+the batch's own statistics; Softmax/LogSoftmax/Hardmax before opset 13 reduce over one axis
+instead of coercing the input to 2-D at ``axis``; Dropout 7-9 returns a bool mask where the
+schema types it like the input; LRN sums squares for channel 0 only (its loop runs over the
+batch dimension). These paths implement the opset's own semantics.
+
+Each function returns None for a configuration it does not cover, and the caller then falls
+back to ``onnx.reference``; tests compare the paths with ONNX Runtime and onnx.reference.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def _pool_geometry(
+    x: np.ndarray, attrs: Mapping[str, Any]
+) -> (
+    tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+    | None
+):
+    nd = x.ndim - 2
+    kernel = tuple(int(v) for v in attrs.get("kernel_shape", ()))
+    if nd < 1 or len(kernel) != nd or int(attrs.get("ceil_mode", 0)):
+        return None
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad == "VALID":
+        pads = (0,) * (2 * nd)
+    elif auto_pad in ("NOTSET", ""):
+        pads = tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))
+    else:
+        return None
+    strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
+    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
+    if len(pads) != 2 * nd or len(strides) != nd or len(dilations) != nd:
+        return None
+    out = []
+    for i in range(nd):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        o = (x.shape[2 + i] + pads[i] + pads[nd + i] - span) // strides[i] + 1
+        if o < 1:
+            return None
+        out.append(o)
+    return kernel, strides, dilations, pads, tuple(out)
+
+
+def _windows(
+    xp: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out: Sequence[int],
+):
+    """Yield, for each kernel tap, the strided view of every window's element at that tap."""
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        window = tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s)
+            for t, d, o, s in zip(taps, dilations, out, strides, strict=True)
+        )
+        yield xp[(slice(None), slice(None), *window)]
+
+
+def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """MaxPool (single output): the maximum is exact, so any evaluation order agrees."""
+    if not np.issubdtype(x.dtype, np.floating):
+        return None
+    geo = _pool_geometry(x, attrs)
+    if geo is None:
+        return None
+    kernel, strides, dilations, pads, out = geo
+    nd = len(kernel)
+    xp = x
+    if any(pads):
+        width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+        xp = np.pad(x, width, constant_values=-np.inf)
+    result: np.ndarray | None = None
+    for view in _windows(xp, kernel, strides, dilations, out):
+        result = view.copy() if result is None else np.maximum(result, view, out=result)
+    return result
+
+
+def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """AveragePool with ONNX's ``count_include_pad`` rule, summed tap by tap in float32."""
+    if x.dtype not in (np.float32, np.float16) or int(attrs.get("ceil_mode", 0)):
+        return None
+    geo = _pool_geometry(x, attrs)
+    if geo is None:
+        return None
+    kernel, strides, dilations, pads, out = geo
+    nd = len(kernel)
+    xf = x.astype(np.float32, copy=False)
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+    xp = np.pad(xf, width) if any(pads) else xf
+    total: np.ndarray | None = None
+    for view in _windows(xp, kernel, strides, dilations, out):
+        total = view.copy() if total is None else np.add(total, view, out=total)
+    assert total is not None
+    if int(attrs.get("count_include_pad", 0)) or not any(pads):
+        result = total / np.float32(math.prod(kernel))
+    else:
+        ones = np.pad(np.ones((1, 1, *x.shape[2:]), np.float32), width)
+        count: np.ndarray | None = None
+        for view in _windows(ones, kernel, strides, dilations, out):
+            count = view.copy() if count is None else np.add(count, view, out=count)
+        result = total / count
+    return result.astype(x.dtype)
+
+
+def batch_norm(
+    inputs: Sequence[Any], attrs: Mapping[str, Any], opset: int, n_outputs: int
+) -> list[np.ndarray] | None:
+    """Inference-mode BatchNormalization as a per-channel scale and shift, in float32."""
+    if n_outputs != 1 or len(inputs) != 5 or any(not isinstance(a, np.ndarray) for a in inputs):
+        return None
+    if opset >= 14 and int(attrs.get("training_mode", 0)):
+        return None
+    if opset < 9 and int(attrs.get("spatial", 1)) != 1:
+        return None
+    x, scale, bias, mean, var = inputs
+    if x.dtype not in (np.float32, np.float16) or x.ndim < 2:
+        return None
+    if any(a.shape != (x.shape[1],) for a in (scale, bias, mean, var)):
+        return None
+    eps = np.float32(attrs.get("epsilon", 1e-5))
+    f32 = np.float32
+    inv = scale.astype(f32) / np.sqrt(var.astype(f32) + eps)
+    shift = bias.astype(f32) - mean.astype(f32) * inv
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    y = x.astype(f32, copy=False) * inv.reshape(shape) + shift.reshape(shape)
+    return [y.astype(x.dtype)]
+
+
+def _coerced_softmax(op: str, x: np.ndarray, axis: int) -> np.ndarray:
+    """Softmax family before opset 13: flatten to 2-D at ``axis``, reduce over dimension 1."""
+    axis = axis + x.ndim if axis < 0 else axis
+    rows = math.prod(x.shape[:axis])
+    flat = x.reshape(rows, -1)
+    if op == "Hardmax":
+        out = np.zeros_like(flat)
+        if flat.shape[1]:
+            out[np.arange(rows), np.argmax(flat, axis=1)] = 1
+        return out.reshape(x.shape)
+    shifted = flat - flat.max(axis=1, keepdims=True)
+    exp = np.exp(shifted)
+    total = exp.sum(axis=1, keepdims=True)
+    out = shifted - np.log(total) if op == "LogSoftmax" else exp / total
+    return out.astype(x.dtype).reshape(x.shape)
+
+
+def softmax_legacy(
+    op: str, inputs: Sequence[Any], attrs: Mapping[str, Any], opset: int, n_outputs: int
+) -> list[np.ndarray] | None:
+    if opset >= 13 or n_outputs != 1 or len(inputs) != 1:
+        return None
+    x = inputs[0]
+    if not isinstance(x, np.ndarray) or x.ndim == 0 or not np.issubdtype(x.dtype, np.floating):
+        return None
+    if x.size == 0:
+        return [x.copy()]
+    return [_coerced_softmax(op, x, int(attrs.get("axis", 1)))]
+
+
+def dropout_inference(
+    inputs: Sequence[Any], attrs: Mapping[str, Any], opset: int, n_outputs: int
+) -> list[np.ndarray] | None:
+    """Inference Dropout: identity, and an all-kept mask typed as the opset's schema says."""
+    x = inputs[0] if inputs else None
+    if not isinstance(x, np.ndarray):
+        return None
+    if opset >= 12 and len(inputs) > 2 and inputs[2] is not None and bool(np.asarray(inputs[2])):
+        return None  # training_mode = true: let onnx.reference apply the random mask
+    if opset < 7 and int(attrs.get("is_test", 0)) == 0:
+        return None
+    outputs = [x.copy()]
+    if n_outputs > 1:
+        outputs.append(np.ones(x.shape, dtype=x.dtype if opset < 10 else np.bool_))
+    return outputs
+
+
+def lrn(inputs: Sequence[Any], attrs: Mapping[str, Any], n_outputs: int) -> list[np.ndarray] | None:
+    """LRN across channels: ``x / (bias + alpha / size * sum of squares) ** beta``."""
+    x = inputs[0] if len(inputs) == 1 else None
+    if n_outputs != 1 or not isinstance(x, np.ndarray) or x.ndim < 3:
+        return None
+    if x.dtype not in (np.float32, np.float16):
+        return None
+    size = int(attrs["size"])
+    alpha = float(attrs.get("alpha", 1e-4))
+    beta = float(attrs.get("beta", 0.75))
+    bias = float(attrs.get("bias", 1.0))
+    below, above = (size - 1) // 2, -(-(size - 1) // 2)
+    xf = x.astype(np.float32, copy=False)
+    squares = xf * xf
+    channels = x.shape[1]
+    padded = np.pad(squares, [(0, 0), (below, above)] + [(0, 0)] * (x.ndim - 2))
+    total = np.zeros_like(squares)
+    for offset in range(below + above + 1):
+        total += padded[:, offset : offset + channels]
+    y = xf / (np.float32(bias) + np.float32(alpha / size) * total) ** np.float32(beta)
+    return [y.astype(x.dtype)]
+
+
+def run_fast(
+    op: str,
+    domain: str,
+    inputs: Sequence[Any],
+    attrs: Mapping[str, Any],
+    n_outputs: int,
+    opset: int,
+) -> list[np.ndarray] | None:
+    """The numpy path's outputs, or None when onnx.reference must run the node."""
+    if domain not in ("", "ai.onnx"):
+        return None
+    if op == "BatchNormalization":
+        return batch_norm(inputs, attrs, opset, n_outputs)
+    if op in ("Softmax", "LogSoftmax", "Hardmax"):
+        return softmax_legacy(op, inputs, attrs, opset, n_outputs)
+    if op == "Dropout":
+        return dropout_inference(inputs, attrs, opset, n_outputs)
+    if op == "LRN":
+        return lrn(inputs, attrs, n_outputs)
+    pool = {"MaxPool": max_pool, "AveragePool": average_pool}.get(op)
+    if pool is None or n_outputs != 1 or len(inputs) != 1:
+        return None
+    x = inputs[0]
+    if not isinstance(x, np.ndarray) or x.ndim < 3:
+        return None
+    result = pool(x, attrs)
+    return None if result is None else [result]

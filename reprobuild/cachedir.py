@@ -1,0 +1,69 @@
+"""Where recording-build timing caches live, shared by the workflow and ``export-cache``.
+
+A recording build is the expensive step of applying a lock (it times every candidate), and
+its timing cache is only valid for one backend, environment, settings and model. Keying the
+file name by all four lets later builds skip the recording step safely: a changed GPU,
+TensorRT version, setting or model simply maps to a different (missing) file.
+
+Layout: ``<cache-dir>/<backend>-<env fingerprint>-<settings fingerprint>-<sha256[:16]>.cache``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from reprobuild.backends.base import BuildSettings, Environment
+from reprobuild.errors import CacheError, UsageError
+
+DEFAULT_CACHE_DIR = "caches"
+_SHA_RE = re.compile(r"[0-9a-f]{16,64}")
+_BACKEND_RE = re.compile(r"[a-z0-9_]+")
+
+
+def cache_path(
+    cache_dir: str | os.PathLike[str],
+    env: Environment,
+    settings: BuildSettings,
+    model_sha: str,
+) -> Path:
+    """The recording cache file for this backend/environment/settings/model combination."""
+    sha = model_sha.lower()
+    if not _SHA_RE.fullmatch(sha):
+        raise UsageError(
+            f"model sha256 {model_sha!r} is not a hex digest; "
+            "take it from the lock's model.sha256 field"
+        )
+    if not _BACKEND_RE.fullmatch(env.backend):
+        raise UsageError(f"backend name {env.backend!r} cannot be used in a cache file name")
+    name = f"{env.backend}-{env.fingerprint()}-{settings.fingerprint()}-{sha[:16]}.cache"
+    return Path(cache_dir) / name
+
+
+def load_cache_bytes(path: str | os.PathLike[str]) -> bytes | None:
+    """The cache file's bytes, or None when there is none yet (a recording build is due)."""
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise CacheError(f"{p}: is a directory, not a timing cache; remove or rename it") from None
+    except OSError as err:
+        raise CacheError(
+            f"{p}: cannot read the timing cache ({err.strerror}); fix its permissions or delete it"
+        ) from None
+
+
+def save_cache_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write atomically, so a concurrent build never loads half a cache."""
+    from reprobuild.fileio import atomic_write_bytes
+
+    try:
+        atomic_write_bytes(path, bytes(data))
+    except OSError as err:
+        raise CacheError(
+            f"{path}: cannot write the timing cache ({err.strerror}); "
+            "check that the cache directory is writable"
+        ) from None

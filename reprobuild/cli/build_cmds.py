@@ -1,0 +1,430 @@
+"""build / verify / bisect: the reproducible-build workflow on the command line.
+
+Option names follow trtexec where one exists (``--shapes``, ``--minShapes`` style becomes
+``--min-shapes``; ``--builder-optimization-level``, ``--tactic-sources``) so users can move
+flags across.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from reprobuild.errors import UsageError
+from reprobuild.lockfile import DEFAULT_LOCK
+
+BACKEND_HELP = (
+    "auto (TensorRT if importable and a GPU is visible, else reference), tensorrt, reference."
+)
+
+
+class Progress:
+    """Step lines on stderr; per-layer updates rewrite one line on a terminal only."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+        self.partial = False
+
+    def __call__(self, message: str) -> None:
+        if self.quiet:
+            return
+        stamp = f"[{time.perf_counter() - self.t0:6.1f}s]"
+        if ": " in message and message.split(": ", 1)[1].endswith(" layers"):
+            if self.tty:
+                sys.stderr.write(f"\r{stamp} {message}\x1b[K")
+                sys.stderr.flush()
+                self.partial = True
+            return
+        if self.partial:
+            sys.stderr.write("\n")
+            self.partial = False
+        sys.stderr.write(f"{stamp} {message}\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.partial:
+            sys.stderr.write("\n")
+            self.partial = False
+
+
+def _size(text: str) -> int:
+    """trtexec-style sizes: plain numbers are MiB; K/M/G suffixes allowed."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = units.get(t[-1:], None)
+    num = t[:-1] if mult else t
+    try:
+        value = float(num)
+    except ValueError:
+        raise UsageError(
+            f"--workspace {text!r}: expected a size like 1024 (MiB), 512M or 2G"
+        ) from None
+    if value < 0:
+        raise UsageError(f"--workspace {text!r}: must not be negative")
+    return int(value * (mult or (1 << 20)))
+
+
+def _shapes(option: str, specs: list[str]) -> dict[str, tuple[int, ...]]:
+    """``name:1x3x224x224`` (several separated by commas or repeated), as trtexec takes them."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        for part in filter(None, spec.split(",")):
+            name, sep, dims = part.rpartition(":")
+            try:
+                shape = tuple(int(d) for d in dims.lower().split("x"))
+            except ValueError:
+                shape = ()
+            if not sep or not name or not shape or min(shape) < 0:
+                raise UsageError(f"{option} {part!r}: expected NAME:DxDxD, e.g. input:1x3x224x224")
+            out[name.strip("'\"")] = shape
+    return out
+
+
+def _settings(
+    opt_level,
+    workspace,
+    shapes,
+    min_shapes,
+    opt_shapes,
+    max_shapes,
+    tactic_sources,
+    no_tf32,
+    max_tactics,
+    avg_timing,
+):
+    from reprobuild.backends.base import BuildSettings
+
+    given = [opt_level, workspace, tactic_sources, max_tactics, avg_timing]
+    if all(v is None for v in given) and not (
+        shapes or min_shapes or opt_shapes or max_shapes or no_tf32
+    ):
+        return None  # use the lock's settings (or the defaults when recording)
+    if opt_level is not None and not 0 <= opt_level <= 5:
+        raise UsageError(f"--opt-level {opt_level}: must be 0 to 5 (TensorRT's range; default 3)")
+    static = _shapes("--shapes", shapes)
+    mins, opts, maxs = (
+        _shapes(o, v)
+        for o, v in (
+            ("--min-shapes", min_shapes),
+            ("--opt-shapes", opt_shapes),
+            ("--max-shapes", max_shapes),
+        )
+    )
+    names = set(static) | set(mins) | set(opts) | set(maxs)
+    profiles = []
+    for name in sorted(names):
+        if name in static:
+            profiles.append((name, static[name], static[name], static[name]))
+            continue
+        if not (name in mins and name in opts and name in maxs):
+            raise UsageError(
+                f"input {name!r}: give all of --min-shapes, --opt-shapes and --max-shapes"
+            )
+        profiles.append((name, mins[name], opts[name], maxs[name]))
+    sources = None
+    if tactic_sources is not None:
+        sources = tuple(sorted(s.strip().upper() for s in tactic_sources.split(",") if s.strip()))
+    return BuildSettings(
+        optimization_level=3 if opt_level is None else opt_level,
+        workspace=None if workspace is None else _size(workspace),
+        tactic_sources=sources,
+        tf32=not no_tf32,
+        max_num_tactics=max_tactics,
+        avg_timing_iterations=avg_timing,
+        input_shapes=tuple(profiles),
+    )
+
+
+def _print(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2))
+
+
+def build(
+    model: Path = typer.Argument(..., help="ONNX model to build."),
+    lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to record or apply."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Engine file [default: MODEL.engine]."
+    ),
+    backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
+    frozen: bool = typer.Option(
+        False, "--frozen", help="CI mode: never write the lock; fail if it would change."
+    ),
+    cache_dir: Path = typer.Option(
+        Path("caches"), "--cache-dir", help="Recording timing caches, per environment."
+    ),
+    allow_env_change: bool = typer.Option(
+        False, "--allow-env-change", help="Re-record a lock made on another GPU/TensorRT."
+    ),
+    report: Path | None = typer.Option(
+        None, "--report", help="Build report JSON [default: ENGINE.report.json]."
+    ),
+    opt_level: int | None = typer.Option(
+        None,
+        "--opt-level",
+        "--builder-optimization-level",
+        help="1-5 (0 ignores the timing cache).",
+    ),
+    workspace: str | None = typer.Option(
+        None, "--workspace", help="Workspace pool limit: MiB, or 512M / 2G."
+    ),
+    shapes: list[str] = typer.Option([], "--shapes", help="Static input shapes: name:1x3x224x224."),
+    min_shapes: list[str] = typer.Option([], "--min-shapes", help="Profile minimum shapes."),
+    opt_shapes: list[str] = typer.Option([], "--opt-shapes", help="Profile optimum shapes."),
+    max_shapes: list[str] = typer.Option([], "--max-shapes", help="Profile maximum shapes."),
+    tactic_sources: str | None = typer.Option(
+        None, "--tactic-sources", help="TensorRT TacticSource names, comma-separated."
+    ),
+    no_tf32: bool = typer.Option(False, "--no-tf32", help="Disable TF32 (TensorRT)."),
+    max_tactics: int | None = typer.Option(
+        None, "--max-tactics", help="Max tactics timed per layer."
+    ),
+    avg_timing: int | None = typer.Option(
+        None, "--avg-timing", help="Timing iterations per tactic."
+    ),
+    precision: str | None = typer.Option(
+        None, "--precision", help="Convert to mixed precision: fp16 or bf16."
+    ),
+    keep_fp32: list[str] = typer.Option(
+        [], "--keep-fp32", help="Regex of node names kept in FP32 (repeatable)."
+    ),
+    keep_fp32_op: list[str] = typer.Option(
+        [], "--keep-fp32-op", help="Op type kept in FP32 (repeatable)."
+    ),
+    max_output: float = typer.Option(
+        512.0, "--max-output", help="Keep nodes whose outputs exceed this in FP32."
+    ),
+    max_reduction_depth: int | None = typer.Option(
+        None, "--max-reduction-depth", help="Keep reductions deeper than this in FP32."
+    ),
+    fp32_accumulate: bool = typer.Option(
+        False, "--fp32-accumulate", help="FP32 accumulation for MatMul/Gemm/Conv."
+    ),
+    calibration: Path | None = typer.Option(
+        None, "--calibration", help="Inputs (.npz or Polygraphy JSON) for the magnitude rule."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Build an engine; record the lock, or apply it and check that nothing drifted.
+
+    Without a lock this is a recording build: every tactic is timed and the choices are
+    written to the lock. With a lock, every recorded tactic is applied through the timing
+    cache and the build fails (exit 1) if any layer drifted. A lock for another model or
+    settings is exit 2; for another GPU/TensorRT version exit 3.
+
+    \b
+    Example:
+      reprobuild build model.onnx --lock tactics.lock --backend reference
+      reprobuild build model.onnx --lock tactics.lock --frozen          # in CI
+    """
+    from reprobuild.workflow import PrecisionRequest
+    from reprobuild.workflow import build as run
+
+    settings = _settings(
+        opt_level,
+        workspace,
+        shapes,
+        min_shapes,
+        opt_shapes,
+        max_shapes,
+        tactic_sources,
+        no_tf32,
+        max_tactics,
+        avg_timing,
+    )
+    request = None
+    if precision is not None:
+        from reprobuild.precision import validate_options
+
+        request = PrecisionRequest(
+            precision,
+            validate_options(
+                precision, keep_fp32, keep_fp32_op, max_output, max_reduction_depth, fp32_accumulate
+            ),
+            None if calibration is None else str(calibration),
+        )
+    elif keep_fp32 or keep_fp32_op or fp32_accumulate or calibration or max_reduction_depth:
+        raise UsageError("precision options need --precision fp16 or --precision bf16")
+    prog = Progress(quiet or as_json)
+    result = run(
+        model,
+        lock=lock,
+        out=out,
+        backend=backend,
+        settings=settings,
+        frozen=frozen,
+        cache_dir=cache_dir,
+        allow_env_change=allow_env_change,
+        report=report,
+        precision=request,
+        progress=prog,
+    )
+    prog.done()
+    if as_json:
+        _print(result.to_json())
+        return
+    for w in result.warnings:
+        if not w.startswith("log line"):
+            typer.echo(f"warning: {w}", err=True)
+    kind = "recording build" if result.recorded else "locked build"
+    typer.echo(
+        f"{kind} with backend {result.backend}: {result.layers} layers, "
+        f"{result.pinned} pinned, {result.cache_hits} cache hits, {result.timed} timed, "
+        f"{result.duration_s:.1f}s"
+    )
+    lock_note = (
+        "written"
+        if result.lock_written
+        else "unchanged"
+        if not result.lock_changes
+        else "not written (--frozen)"
+    )
+    typer.echo(
+        f"engine: {result.engine_path}\nlock: {result.lock_path} ({lock_note}"
+        + (
+            f": {'; '.join(result.lock_changes)}"
+            if result.lock_changes and result.lock_written
+            else ""
+        )
+        + f")\nreport: {result.report_path}"
+    )
+
+
+def verify(
+    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
+    lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to verify."),
+    rebuilds: int = typer.Option(3, "--rebuilds", "-n", help="How many times to rebuild."),
+    inputs: Path | None = typer.Option(
+        None, "--inputs", help=".npz or Polygraphy saved-inputs JSON [default: seeded random]."
+    ),
+    report: Path | None = typer.Option(None, "--report", help="Write a JSON report here."),
+    backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
+    cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Rebuild from the lock N times and prove the outputs bit-identical (exit 1 if not).
+
+    Also compares one engine with ONNX Runtime in float32 and reports the largest error:
+    accuracy is reported, reproducibility decides the exit code.
+
+    \b
+    Example:
+      reprobuild verify --lock tactics.lock --rebuilds 3 --report verify.json
+    """
+    from reprobuild.lockedit import format_table
+    from reprobuild.verification import verify as run
+
+    prog = Progress(quiet or as_json)
+    result = run(
+        model,
+        lock=lock,
+        rebuilds=rebuilds,
+        inputs=inputs,
+        report=report,
+        backend=backend,
+        cache_dir=cache_dir,
+        seed=seed,
+        progress=prog,
+    )
+    prog.done()
+    if as_json:
+        _print(result.to_json())
+    else:
+        for b in result.builds:
+            hashes = ", ".join(f"{n}={h[:16]}" for n, h in b.output_sha256.items())
+            typer.echo(f"build {b.index + 1}: {hashes}  ({b.duration_s:.1f}s)")
+        rows = [
+            [d["layer"], d["key"], str(d["locked"]), str(d["built"]), str(b.index + 1)]
+            for b in result.builds
+            for d in b.drift
+        ]
+        if rows:
+            typer.echo(format_table(["layer", "key", "locked", "built", "build"], rows))
+        for b in result.builds:
+            for p in b.problems:
+                typer.echo(f"build {b.index + 1}: {p}")
+        acc = result.accuracy
+        if "max_abs" in acc:
+            typer.echo(
+                f"accuracy vs onnxruntime (float32): max abs {acc['max_abs']:.3g}, "
+                f"max rel {acc['max_rel']:.3g}"
+            )
+        else:
+            typer.echo(f"accuracy vs onnxruntime: not measured ({acc.get('error')})")
+        verdict = "REPRODUCIBLE" if result.reproducible else "NOT REPRODUCIBLE"
+        diff = (
+            f"; differing outputs: {', '.join(result.differing_outputs)}"
+            if result.differing_outputs
+            else ""
+        )
+        typer.echo(
+            f"{verdict}: {result.rebuilds} rebuilds of {result.layers} layers, "
+            f"inputs {result.inputs}{diff}"
+        )
+    if not result.reproducible:
+        raise typer.Exit(1)
+
+
+def bisect(
+    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
+    lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lock A (the baseline)."),
+    against: Path = typer.Option(..., "--against", help="Lock B, whose outputs differ."),
+    backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
+    cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
+    inputs: Path | None = typer.Option(None, "--inputs", help=".npz or Polygraphy JSON inputs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Find the smallest set of layers whose tactics make two locks' outputs differ.
+
+    Exit 1 when culprits are found (the locks' outputs differ), 0 when they agree.
+
+    \b
+    Example:
+      reprobuild bisect --lock good.lock --against bad.lock
+    """
+    from reprobuild.lockedit import format_table
+    from reprobuild.verification import bisect as run
+
+    prog = Progress(quiet or as_json)
+    result = run(
+        model,
+        lock=lock,
+        against=against,
+        backend=backend,
+        cache_dir=cache_dir,
+        inputs=inputs,
+        progress=prog,
+    )
+    prog.done()
+    if as_json:
+        _print(result.to_json())
+    else:
+        for s in result.steps:
+            typer.echo(s)
+        if result.culprits:
+            typer.echo(
+                format_table(
+                    ["layer", "key", "tactic A", "tactic B"],
+                    [[c["layer"], c["key"], c["tactic_a"], c["tactic_b"]] for c in result.culprits],
+                )
+            )
+        typer.echo(
+            f"{result.message} ({result.differing_layers} layers differ, {result.builds} builds)"
+        )
+    if result.outputs_differ:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (build, verify, bisect):
+        app.command(fn.__name__)(fn)

@@ -1,0 +1,211 @@
+"""``reprobuild log FILE`` and ``reprobuild log diff A B``: read builder logs, no build needed.
+
+Both work without TensorRT: they only parse text. Output is streamed, so a multi-GB log is
+printed without being held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from reprobuild.errors import LogParseError
+
+JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+class _LogGroup(TyperGroup):
+    """Routes ``log FILE ...`` to the ``show`` subcommand, so both spellings work:
+    ``reprobuild log FILE`` and ``reprobuild log diff A B``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["show", *args]
+        return super().parse_args(ctx, args)
+
+
+log_app = typer.Typer(
+    cls=_LogGroup,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    help=(
+        "Read TensorRT (or reference backend) verbose builder logs: per-layer tactic "
+        "records, timing-cache warnings, and differences between two builds.\n\n"
+        "\b\n"
+        "Examples:\n"
+        "  reprobuild log build.log\n"
+        "  reprobuild log build.log --json\n"
+        "  reprobuild log diff before.log after.log"
+    ),
+)
+
+
+def _check_readable(path: Path) -> None:
+    """Fail before printing anything, so a bad path never leaves half a JSON document."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        raise LogParseError(
+            f"{path}: cannot read the log ({err.strerror or err}); "
+            "pass the path of a verbose builder log (trtexec --verbose or a VERBOSE logger)"
+        ) from None
+
+
+def _short(text: str | None, width: int) -> str:
+    if not text:
+        return "-"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _json_dump(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+@log_app.command("show")
+def show(
+    file: Path = typer.Argument(..., metavar="FILE", help="Verbose builder log to read."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Print one row per autotuned layer: layer, key, candidates, chosen tactic, kernel.
+
+    Records come from every TensorRT log format (7.x to 11.x, trtexec, Python logger, other
+    apps) and from the reference backend. Timing-cache warnings follow the table on stderr
+    (in the JSON object with --json).
+
+    \b
+    Example:
+      reprobuild log build.log
+      reprobuild log build.log --json > records.json
+    """
+    from reprobuild.logparse import LogParser, iter_file
+
+    _check_readable(file)
+    parser = LogParser(source=str(file))
+    out = sys.stdout
+    if as_json:
+        out.write('{"file": ' + _json_dump(str(file)) + ', "records": [')
+        first = True
+        for rec in iter_file(file, parser):
+            out.write(("\n  " if first else ",\n  ") + _json_dump(rec.to_json()))
+            first = False
+        out.write("\n], ")
+        out.write('"warnings": ' + _json_dump([w.to_json() for w in parser.warnings]) + ", ")
+        out.write('"warnings_dropped": ' + str(parser.warnings_dropped) + ", ")
+        layers = [
+            {
+                "name": e.name,
+                "layer_type": e.layer_type,
+                "tactic_name": e.tactic_name,
+                "tactic_value": None if e.tactic_value is None else f"0x{e.tactic_value:x}",
+                "metadata": list(e.metadata),
+            }
+            for e in parser.engine_layers
+        ]
+        out.write('"engine_layers": ' + _json_dump(layers) + "}\n")
+        return
+    header = (
+        f"{'LINE':>7}  {'LAYER':<40}  {'KEY':<34}  {'CANDS':>5}  {'CHOSEN':<18}  CACHED  KERNEL"
+    )
+    out.write(header + "\n")
+    n = cached = 0
+    for rec in iter_file(file, parser):
+        n += 1
+        cached += rec.from_cache
+        out.write(
+            f"{rec.line:>7}  {_short(rec.layer, 40):<40}  {rec.key or '-':<34}  "
+            f"{len(rec.candidates):>5}  {rec.chosen_hex or '-':<18}  "
+            f"{'yes' if rec.from_cache else 'no':<6}  {rec.chosen_kernel or '-'}\n"
+        )
+    out.write(
+        f"{n} record(s), {cached} from the timing cache, "
+        f"{len(parser.engine_layers)} engine layer(s), "
+        f"{len(parser.warnings) + parser.warnings_dropped} warning(s)\n"
+    )
+    out.flush()
+    for w in parser.warnings:
+        typer.echo(f"warning: {file}:{w.line}: {w.kind}: {w.message}", err=True)
+    if parser.warnings_dropped:
+        typer.echo(f"warning: {parser.warnings_dropped} more warning(s) not shown", err=True)
+
+
+def _side(rec: Any) -> str:
+    if rec.chosen is None:
+        return "- (not printed)"
+    kernel = f" {rec.chosen_kernel}" if rec.chosen_kernel else ""
+    cached = " [cached]" if rec.from_cache else ""
+    return f"0x{rec.chosen:x}{kernel}{cached}"
+
+
+@log_app.command("diff")
+def diff(
+    a: Path = typer.Argument(..., metavar="A", help="First builder log."),
+    b: Path = typer.Argument(..., metavar="B", help="Second builder log (same model)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show the layers whose chosen tactic differs between two logs of the same model.
+
+    Records are matched by timing-cache key when both logs print keys (editable timing
+    cache), otherwise by layer name and occurrence index, so logs of any TensorRT version
+    can be compared. Tactics are compared as integers. Exit code 1 when they differ, 0
+    when every matched layer chose the same tactic.
+
+    \b
+    Example:
+      reprobuild log diff build-monday.log build-tuesday.log
+      reprobuild log diff a.log b.log --json
+    """
+    from reprobuild.logparse import diff_records, iter_file
+
+    _check_readable(a)
+    _check_readable(b)
+    result = diff_records(iter_file(a), iter_file(b))
+    if as_json:
+        data = {
+            "a": str(a),
+            "b": str(b),
+            "matched_by": result.matched_by,
+            "compared": result.compared,
+            "same": result.same,
+            "changed": [
+                {
+                    "layer": ra.layer,
+                    "key": ra.key,
+                    "a": ra.to_json(),
+                    "b": rb.to_json(),
+                }
+                for ra, rb in result.changed
+            ],
+            "only_a": [r.to_json() for r in result.only_a],
+            "only_b": [r.to_json() for r in result.only_b],
+        }
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        if result.changed:
+            typer.echo(f"{'LAYER':<40}  {'KEY':<34}  A -> B")
+            for ra, rb in result.changed:
+                typer.echo(
+                    f"{_short(ra.layer, 40):<40}  {ra.key or '-':<34}  {_side(ra)}  ->  {_side(rb)}"
+                )
+        for r in result.only_a:
+            typer.echo(f"only in {a}: {r.layer} {r.key or ''} (line {r.line})".rstrip())
+        for r in result.only_b:
+            typer.echo(f"only in {b}: {r.layer} {r.key or ''} (line {r.line})".rstrip())
+        verdict = "same" if result.same else "different"
+        typer.echo(
+            f"{verdict}: {result.compared} record(s) matched by {result.matched_by}, "
+            f"{len(result.changed)} changed, {len(result.only_a)} only in A, "
+            f"{len(result.only_b)} only in B"
+        )
+    if not result.same:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(log_app, name="log")

@@ -1,0 +1,174 @@
+"""export-cache / doctor: TensorRT-specific commands.
+
+Only light modules are imported at startup; TensorRT is imported inside the commands, and
+``doctor`` works without it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from reprobuild.cachedir import DEFAULT_CACHE_DIR
+from reprobuild.lockfile import DEFAULT_LOCK
+
+JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+def _echo_json(data: object) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def export_cache(
+    output: Path = typer.Option(..., "--output", "-o", help="Timing-cache file to write."),
+    lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile with the tactics."),
+    cache_dir: Path = typer.Option(
+        Path(DEFAULT_CACHE_DIR), "--cache-dir", help="Where recording timing caches are kept."
+    ),
+    model: Path | None = typer.Option(
+        None, "--model", help="ONNX model, if no recording cache exists yet (default: the lock's)."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write a standard TensorRT timing cache holding the lock's tactics.
+
+    trtexec (--timingCacheFile) and Torch-TensorRT (timing_cache_path) then build with the
+    locked kernels without reprobuild. Needs TensorRT and the GPU the lock was recorded on
+    (exit 3 otherwise).
+
+    \b
+    Example:
+      reprobuild export-cache --lock tactics.lock -o pinned.cache
+      trtexec --onnx=model.onnx --timingCacheFile=pinned.cache --builderOptimizationLevel=3
+    """
+    from reprobuild.backends.trt.export import export_pinned_cache
+
+    result = export_pinned_cache(lock, output, cache_dir, model=model)
+    if as_json:
+        _echo_json(result.to_dict())
+        return
+    how = "recorded now" if result.recorded_now else "reused"
+    typer.echo(
+        f"wrote {result.output}: {result.entries} entries, {result.locked} locked "
+        f"({result.changed} changed from the recording), recording cache {how}: "
+        f"{result.recording_cache}"
+    )
+
+
+def _reference_environment() -> tuple[Any, str | None]:
+    try:
+        from reprobuild.backends.reference import ReferenceBackend
+    except ImportError as err:
+        return None, f"not installed ({err})"
+    try:
+        return ReferenceBackend().environment(), None
+    except Exception as err:  # doctor reports, it does not crash
+        return None, f"{type(err).__name__}: {err}"
+
+
+def doctor(
+    lock: Path | None = typer.Option(
+        None, "--lock", "-l", help="Check whether this lock's environment matches this machine."
+    ),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Show what is installed (TensorRT, GPUs, CUDA) and whether a lock matches this machine.
+
+    Works without TensorRT or a GPU. With --lock, exits 3 when the lock was recorded for
+    another environment.
+
+    \b
+    Example:
+      reprobuild doctor --lock tactics.lock
+    """
+    from reprobuild.backends import tensorrt_backend
+    from reprobuild.backends.trt import cuda_probe
+    from reprobuild.backends.trt.export import environment_differences
+    from reprobuild.errors import EnvironmentMismatch
+
+    cuda = cuda_probe.probe_cuda()
+    tensorrt_info = tensorrt_backend.probe_tensorrt()
+    tensorrt_reason = tensorrt_info.problem or cuda.no_gpu_reason
+    ref_env, ref_reason = _reference_environment()
+    report: dict[str, Any] = {
+        "tensorrt": tensorrt_info.to_dict(),
+        "cuda": cuda.to_dict(),
+        "backends": {
+            "reference": {"available": ref_reason is None, "problem": ref_reason},
+            "tensorrt": {"available": tensorrt_reason is None, "problem": tensorrt_reason},
+        },
+    }
+    diffs: list[str] = []
+    if lock is not None:
+        from reprobuild.lockfile import load_lock
+
+        recorded = load_lock(lock).environment
+        here = (
+            tensorrt_backend.machine_environment(cuda)
+            if recorded.backend == "tensorrt"
+            else ref_env
+            if recorded.backend == "reference"
+            else None
+        )
+        diffs = environment_differences(recorded, here)
+        report["lock"] = {
+            "path": str(lock),
+            "backend": recorded.backend,
+            "matches": not diffs,
+            "differences": diffs,
+            "recorded": recorded.to_dict(),
+            "here": here.to_dict() if here is not None else None,
+        }
+    if as_json:
+        _echo_json(report)
+    else:
+        _print_doctor(report)
+    if diffs:
+        raise EnvironmentMismatch(
+            f"{lock}: recorded for another environment ({'; '.join(diffs)}); build on the "
+            "recorded machine, or re-record the lock here"
+        )
+
+
+def _print_doctor(report: dict[str, Any]) -> None:
+    installed = report["tensorrt"]
+    if installed["version"]:
+        editable = "yes" if installed["editable_timing_cache"] else "no (needs >= 10.8)"
+        typer.echo(f"TensorRT: {installed['version']} (editable timing cache: {editable})")
+    else:
+        broken = f"installed but unusable: {installed['problem']}"
+        typer.echo(f"TensorRT: {broken if installed['installed'] else 'not installed'}")
+    cuda = report["cuda"]
+    if cuda["gpus"]:
+        for gpu in cuda["gpus"]:
+            typer.echo(
+                f"GPU {gpu['index']}: {gpu['name']} (compute capability "
+                f"{gpu['compute_capability']})"
+            )
+    else:
+        typer.echo(
+            "GPUs: none visible" + (f" ({'; '.join(cuda['problems'])})" if cuda["problems"] else "")
+        )
+    typer.echo(
+        f"CUDA: driver {cuda['driver_version'] or 'unknown'}, "
+        f"runtime {cuda['cuda_runtime_version'] or 'unknown'}"
+    )
+    for name, info in report["backends"].items():
+        state = "available" if info["available"] else f"unavailable: {info['problem']}"
+        typer.echo(f"backend {name}: {state}")
+    lock = report.get("lock")
+    if lock:
+        if lock["matches"]:
+            typer.echo(f"lock {lock['path']} ({lock['backend']}): matches this machine")
+        else:
+            typer.echo(f"lock {lock['path']} ({lock['backend']}): DIFFERENT environment")
+            for line in lock["differences"]:
+                typer.echo(f"  {line}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export-cache")(export_cache)
+    app.command("doctor")(doctor)

@@ -1,0 +1,891 @@
+"""Implementation of the stand-in ``tensorrt`` module (see ``__init__.py``).
+
+Public (non-underscore) names here are TensorRT's own; ``test_trt_conformance.py`` checks
+each of them against the real 10.13 / 11.4 bindings. Helpers and state are private.
+
+What is emulated, at the level the backend's control flow needs:
+- ONNX parsing with errors reported through ``num_errors``/``get_error(i)`` (``desc()``,
+  ``node()``, ``node_name()``, ``node_operator()``).
+- Builds that autotune MatMul/Gemm/Conv nodes: every candidate is timed with run-to-run
+  noise (so two recording builds can pick different tactics, as on a GPU), the verbose log
+  prints the documented editable-timing-cache table through the ``ILogger``, and winners are
+  written to the attached ``ITimingCache``. With ``EDITABLE_TIMING_CACHE`` every layer gets
+  its own key; without it identical layers share one. Keys depend on the network, shapes,
+  profiles, flags, settings, version and device. Optimization level 0 ignores the cache.
+- A cached tactic that the layer cannot use fails the *next build* (not ``update``).
+- ``ITimingCache``: ``queryKeys()``, ``query()`` (missing -> ``tacticHash == 2**64 - 1``),
+  ``update()`` (only existing keys; NaN deletes; an invalid value returns False),
+  ``combine()`` (never overrides), ``reset()``, ``serialize()``; loading bytes from another
+  version or corrupted bytes logs an error and yields an empty cache; a cache from another
+  device is refused by ``set_timing_cache(..., ignore_mismatch=False)``.
+- Engines: serialized bytes differ on every build (like real engines, which embed compiler
+  names); the inspector returns 10.x-style JSON (11.x: ``I/O Tensors``), Myelin-style layer
+  names ``<op>_myl0_<n>`` without ``TacticValue``, fused Cask names ``conv + relu``.
+
+The error-message wording for failures is invented (real wording differs); the log table
+format is the documented one (sampleEditableTimingCache, TensorRT 10.8 to 11.1).
+"""
+
+import enum as _enum
+import hashlib as _hashlib
+import json as _json
+import math as _math
+import random as _random
+import re as _re
+
+_CACHE_MAGIC = b"STANDIN-TRT-TIMING-CACHE\x00"
+_ENGINE_MAGIC = b"STANDIN-TRT-ENGINE\x00"
+_INVALID = 2**64 - 1
+_KEY_RE = _re.compile(r"0x[0-9a-fA-F]{32}")
+_AUTOTUNED = ("MatMul", "Gemm", "Conv")
+_SUPPORTED = frozenset(
+    {
+        "Add",
+        "Cast",
+        "Conv",
+        "Flatten",
+        "Gemm",
+        "GlobalAveragePool",
+        "MatMul",
+        "MaxPool",
+        "Mul",
+        "Relu",
+        "Reshape",
+        "Softmax",
+        "Sub",
+    }
+)
+
+
+class _State:
+    """Per-module state: identity (version, device) and test knobs."""
+
+    def __init__(self, version, device, compute_capability):
+        self.version = version
+        self.major_minor = tuple(int(x) for x in version.split(".")[:2])
+        self.device = device
+        self.sm = f"{compute_capability[0]}{compute_capability[1]}"
+        self.builds = 0
+        # Test knob: op names whose key changes on every build (a cache miss that
+        # ERROR_ON_TIMING_CACHE_MISS would not stop), to exercise the drift check.
+        self.rekey_ops = set()
+        self.module = None
+
+
+class _Strict:
+    """Rejects unknown public attributes, like pybind11 objects do."""
+
+    def __setattr__(self, name, value):
+        if not name.startswith("_") and not hasattr(type(self), name):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        object.__setattr__(self, name, value)
+
+
+class _EnumProp:
+    """A property that only accepts members of one of the module's enums (pybind11 does)."""
+
+    def __init__(self, enum_name, default):
+        self._enum_name = enum_name
+        self._default = default
+
+    def __set_name__(self, owner, name):
+        self._slot = "_prop_" + name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        enum_cls = getattr(obj._state.module, self._enum_name)
+        return obj.__dict__.get(self._slot, enum_cls[self._default])
+
+    def __set__(self, obj, value):
+        enum_cls = getattr(obj._state.module, self._enum_name)
+        if not isinstance(value, enum_cls):
+            raise TypeError(f"incompatible type: expected tensorrt.{self._enum_name}")
+        obj.__dict__[self._slot] = value
+
+
+class _IntProp:
+    def __init__(self, default, minimum):
+        self._default = default
+        self._minimum = minimum
+
+    def __set_name__(self, owner, name):
+        self._slot = "_prop_" + name
+        self._name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return obj.__dict__.get(self._slot, self._default)
+
+    def __set__(self, obj, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{self._name}: incompatible type {type(value).__name__}")
+        if value < self._minimum:
+            raise ValueError(f"{self._name} must be >= {self._minimum}")
+        obj.__dict__[self._slot] = value
+
+
+def _hex_digest(*parts, n=32):
+    text = "\x1f".join(str(p) for p in parts)
+    return _hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+# --------------------------------------------------------------------------- logging
+
+
+class ILogger:
+    """Base class of application loggers; subclasses must call ``ILogger.__init__``."""
+
+    Severity = _enum.IntEnum(
+        "Severity", {"INTERNAL_ERROR": 0, "ERROR": 1, "WARNING": 2, "INFO": 3, "VERBOSE": 4}
+    )
+
+    def __init__(self):
+        self._standin_initialized = True
+
+    def log(self, severity, msg):
+        raise NotImplementedError("ILogger.log must be overridden")
+
+
+def _check_logger(logger):
+    if not isinstance(logger, ILogger):
+        raise TypeError("incompatible function arguments: logger must be a tensorrt.ILogger")
+    if not getattr(logger, "_standin_initialized", False):
+        raise TypeError("ILogger.__init__() was not called by the subclass")
+
+
+def _say(logger, level, msg):
+    logger.log(getattr(ILogger.Severity, level), msg)
+
+
+# --------------------------------------------------------------------------- network
+
+
+class ITensor(_Strict):
+    def __init__(self, name, shape):
+        self._name = name
+        self._shape = tuple(shape)
+
+    @property
+    def name(self):
+        return self._name
+
+    @property
+    def shape(self):
+        return self._shape
+
+
+class INetworkDefinition(_Strict):
+    def __init__(self, state, flags):
+        self._state = state
+        self._flags = flags
+        self._inputs = []
+        self._outputs = []
+        self._nodes = []
+
+    @property
+    def num_inputs(self):
+        return len(self._inputs)
+
+    @property
+    def num_layers(self):
+        return len(self._nodes)
+
+    def get_input(self, index):
+        return self._inputs[index] if 0 <= index < len(self._inputs) else None
+
+
+class ParserError(_Strict):
+    def __init__(self, desc, node=-1, node_name="", node_operator=""):
+        self._desc = desc
+        self._node = node
+        self._node_name = node_name
+        self._node_operator = node_operator
+
+    def desc(self):
+        return self._desc
+
+    def node(self):
+        return self._node
+
+    def node_name(self):
+        return self._node_name
+
+    def node_operator(self):
+        return self._node_operator
+
+
+class OnnxParser(_Strict):
+    def __init__(self, network, logger):
+        if not isinstance(network, INetworkDefinition):
+            raise TypeError("incompatible function arguments: expected INetworkDefinition")
+        _check_logger(logger)
+        self._network = network
+        self._logger = logger
+        self._errors = []
+
+    @property
+    def num_errors(self):
+        return len(self._errors)
+
+    def get_error(self, index):
+        return self._errors[index] if 0 <= index < len(self._errors) else None
+
+    def clear_errors(self):
+        self._errors = []
+
+    def parse_from_file(self, model):
+        import onnx
+
+        try:
+            proto = onnx.load(model)
+        except Exception as err:  # the real parser reports, it does not raise
+            self._errors.append(ParserError(f"Failed to parse ONNX model from file {model}: {err}"))
+            return False
+        graph = proto.graph
+        initializers = {t.name for t in graph.initializer}
+        for value in graph.input:
+            if value.name in initializers:
+                continue
+            dims = [
+                d.dim_value if d.dim_value > 0 else -1 for d in value.type.tensor_type.shape.dim
+            ]
+            self._network._inputs.append(ITensor(value.name, dims))
+        for index, node in enumerate(graph.node):
+            name = node.name or f"{node.op_type}_{index}"
+            if node.op_type not in _SUPPORTED:
+                self._errors.append(
+                    ParserError(
+                        f"No importer registered for op: {node.op_type}", index, name, node.op_type
+                    )
+                )
+                continue
+            self._network._nodes.append(
+                {
+                    "name": name,
+                    "op": node.op_type,
+                    "inputs": list(node.input),
+                    "outputs": list(node.output),
+                }
+            )
+        self._network._outputs = [v.name for v in graph.output]
+        return not self._errors
+
+
+# --------------------------------------------------------------------------- builder config
+
+
+class IOptimizationProfile(_Strict):
+    def __init__(self):
+        self._shapes = {}
+
+    def set_shape(self, input, min, opt, max):
+        shapes = tuple(tuple(int(d) for d in s) for s in (min, opt, max))
+        self._shapes[str(input)] = shapes
+
+    def get_shape(self, input):
+        return list(self._shapes.get(str(input), ()))
+
+
+class IBuilderConfig(_Strict):
+    profiling_verbosity = _EnumProp("ProfilingVerbosity", "LAYER_NAMES_ONLY")
+    builder_optimization_level = _IntProp(3, 0)
+    max_num_tactics = _IntProp(-1, -1)
+    avg_timing_iterations = _IntProp(1, 1)
+    tiling_optimization_level = _EnumProp("TilingOptimizationLevel", "NONE")
+    max_aux_streams = _IntProp(-1, -1)
+    hardware_compatibility_level = _EnumProp("HardwareCompatibilityLevel", "NONE")
+
+    def __init__(self, state, logger):
+        self._state = state
+        self._logger = logger
+        self._flags = {int(state.module.BuilderFlag.TF32)}
+        self._pools = {}
+        self._sources = sum(1 << int(m) for m in state.module.TacticSource)
+        self._profiles = []
+        self._cache = None
+
+    def _check_flag(self, flag):
+        if not isinstance(flag, self._state.module.BuilderFlag):
+            raise TypeError("incompatible function arguments: expected tensorrt.BuilderFlag")
+
+    def set_flag(self, flag):
+        self._check_flag(flag)
+        self._flags.add(int(flag))
+
+    def clear_flag(self, flag):
+        self._check_flag(flag)
+        self._flags.discard(int(flag))
+
+    def get_flag(self, flag):
+        self._check_flag(flag)
+        return int(flag) in self._flags
+
+    def set_memory_pool_limit(self, pool, pool_size):
+        if not isinstance(pool, self._state.module.MemoryPoolType):
+            raise TypeError("incompatible function arguments: expected tensorrt.MemoryPoolType")
+        self._pools[int(pool)] = int(pool_size)
+
+    def get_memory_pool_limit(self, pool):
+        return self._pools.get(int(pool), 1 << 40)
+
+    def set_tactic_sources(self, tactic_sources):
+        valid = sum(1 << int(m) for m in self._state.module.TacticSource)
+        if tactic_sources & ~valid:
+            return False
+        self._sources = int(tactic_sources)
+        return True
+
+    def get_tactic_sources(self):
+        return self._sources
+
+    def add_optimization_profile(self, profile):
+        for mn, opt, mx in profile._shapes.values():
+            ok = len(mn) == len(opt) == len(mx) and all(
+                0 <= a <= b <= c for a, b, c in zip(mn, opt, mx, strict=True)
+            )
+            if not ok:
+                _say(self._logger, "ERROR", "IOptimizationProfile: invalid min/opt/max shapes")
+                return -1
+        self._profiles.append(profile)
+        return len(self._profiles) - 1
+
+    def create_timing_cache(self, serialized_timing_cache):
+        data = bytes(serialized_timing_cache)
+        cache = ITimingCache(self._state, self._state.device)
+        if not data:
+            return cache
+        if not data.startswith(_CACHE_MAGIC):
+            _say(
+                self._logger,
+                "ERROR",
+                "Error Code 1: Serialization (Serialization assertion magicTagRead == kMAGIC_TAG "
+                "failed.Magic tag does not match)",
+            )
+            return cache
+        header = _json.loads(data[len(_CACHE_MAGIC) :].decode())
+        if header["version"] != self._state.version:
+            _say(
+                self._logger,
+                "ERROR",
+                f"Timing cache was created by TensorRT {header['version']}, not "
+                f"{self._state.version}; the timing cache will not be used",
+            )
+            return cache
+        cache._device = header["device"]
+        cache._entries = {k: (int(h), float(ms)) for k, (h, ms) in header["entries"].items()}
+        return cache
+
+    def set_timing_cache(self, cache, ignore_mismatch):
+        if not isinstance(cache, ITimingCache):
+            raise TypeError("incompatible function arguments: expected tensorrt.ITimingCache")
+        if cache._device != self._state.device and not ignore_mismatch:
+            _say(
+                self._logger,
+                "ERROR",
+                f"Timing cache was recorded on {cache._device}, not {self._state.device}",
+            )
+            return False
+        self._cache = cache
+        return True
+
+    def get_timing_cache(self):
+        return self._cache
+
+
+# --------------------------------------------------------------------------- timing cache
+
+
+class TimingCacheKey:
+    """No equality or hash of its own (identity only), like the real binding."""
+
+    def __init__(self, text):
+        self._text = text.lower()
+
+    @staticmethod
+    def parse(text):
+        if not isinstance(text, str) or not _KEY_RE.fullmatch(text):
+            raise ValueError(f"invalid timing cache key text: {text!r}")
+        return TimingCacheKey(text)
+
+    def __str__(self):
+        return self._text
+
+    __repr__ = __str__
+
+
+class TimingCacheValue(_Strict):
+    tacticHash = 0
+    timingMSec = 0.0
+
+    def __init__(self, tacticHash, timingMSec, /):
+        if isinstance(tacticHash, bool) or not isinstance(tacticHash, int):
+            raise TypeError("TimingCacheValue(): tacticHash must be an int")
+        if not 0 <= tacticHash < 2**64:
+            raise TypeError("TimingCacheValue(): tacticHash does not fit uint64")
+        self.tacticHash = tacticHash
+        self.timingMSec = float(timingMSec)
+
+
+class IHostMemory(_Strict):
+    def __init__(self, data):
+        self._data = bytes(data)
+
+    @property
+    def nbytes(self):
+        return len(self._data)
+
+    def __bytes__(self):
+        return self._data
+
+
+class ITimingCache(_Strict):
+    def __init__(self, state, device):
+        self._state = state
+        self._device = device
+        self._entries = {}
+
+    def _key(self, key):
+        if not isinstance(key, TimingCacheKey):
+            raise TypeError("incompatible function arguments: expected tensorrt.TimingCacheKey")
+        return str(key)
+
+    def queryKeys(self):
+        return [TimingCacheKey(k) for k in self._entries]
+
+    def query(self, key):
+        entry = self._entries.get(self._key(key))
+        if entry is None:
+            return TimingCacheValue(_INVALID, -1.0)
+        return TimingCacheValue(entry[0], entry[1])
+
+    def update(self, key, value):
+        k = self._key(key)
+        if not isinstance(value, TimingCacheValue):
+            raise TypeError("incompatible function arguments: expected TimingCacheValue")
+        if k not in self._entries:
+            return False
+        if _math.isnan(value.timingMSec):
+            del self._entries[k]
+            return True
+        if value.tacticHash == _INVALID or value.timingMSec < 0 or _math.isinf(value.timingMSec):
+            return False
+        self._entries[k] = (value.tacticHash, value.timingMSec)
+        return True
+
+    def combine(self, input_cache, ignore_mismatch):
+        if input_cache._state.version != self._state.version:
+            return False
+        if input_cache._device != self._device and not ignore_mismatch:
+            return False
+        for k, v in input_cache._entries.items():
+            self._entries.setdefault(k, v)
+        return True
+
+    def reset(self):
+        self._entries = {}
+        return True
+
+    def serialize(self):
+        header = {
+            "version": self._state.version,
+            "device": self._device,
+            "entries": {k: [h, ms] for k, (h, ms) in sorted(self._entries.items())},
+        }
+        return IHostMemory(_CACHE_MAGIC + _json.dumps(header).encode())
+
+
+# --------------------------------------------------------------------------- builder
+
+
+class _Candidate:
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.tactic_hash = int(_hex_digest("tactic", kernel, n=13), 16)
+
+
+def _candidates(state, op, config):
+    """Every tactic the layer could use (before max_num_tactics limits the timed ones)."""
+    m = state.module
+    tf32 = config.get_flag(m.BuilderFlag.TF32)
+    sm = state.sm
+    if op in ("MatMul", "Gemm"):
+        math_ = "tf32f32_f32_nn_n" if tf32 else "f32f32_f32_nn_n"
+        inst = "tensor16x8x8" if tf32 else "ffma"
+        tiles = ["32x32x64_stage3", "64x32x64_stage4", "64x32x64_stage5", "64x64x64_stage4"]
+        kernels = [
+            f"sm{sm}_xmma_gemm_f32f32_{math_}_tilesize{t}_warpsize2x1x2_{inst}" for t in tiles
+        ]
+    else:
+        kernels = [
+            f"sm{sm}_xmma_fprop_implicit_gemm_f32f32_{'tf32' if tf32 else 'f32'}f32_f32_nchwkcrs"
+            f"_nchw_tilesize{t}"
+            for t in ("64x32x32_stage5", "128x64x32_stage3")
+        ]
+        if config.get_tactic_sources() & (1 << int(m.TacticSource.EDGE_MASK_CONVOLUTIONS)):
+            kernels.append(f"sm{sm}_xmma_fprop_implicit_gemm_edge_mask_tilesize64x64x32")
+        if config.get_tactic_sources() & (1 << int(m.TacticSource.JIT_CONVOLUTIONS)):
+            kernels.append(f"sm{sm}_jit_convolution_tilesize32x32")
+    level = config.builder_optimization_level
+    if level == 1:
+        kernels = kernels[: max(1, len(kernels) // 2)]
+    return [_Candidate(k) for k in kernels]
+
+
+class Builder(_Strict):
+    _state = None  # set on the per-module subclass
+
+    def __init__(self, logger):
+        _check_logger(logger)
+        self._logger = logger
+
+    def create_network(self, flags=0):
+        m = self._state.module
+        if self._state.major_minor >= (11, 0) and flags & (
+            1 << int(m.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+        ):
+            _say(
+                self._logger,
+                "WARNING",
+                "NetworkDefinitionCreationFlag::kSTRONGLY_TYPED is deprecated and ignored: "
+                "networks are always strongly typed",
+            )
+        return INetworkDefinition(self._state, int(flags))
+
+    def create_builder_config(self):
+        return self._state.module.IBuilderConfig(self._state, self._logger)
+
+    def create_optimization_profile(self):
+        return IOptimizationProfile()
+
+    def _salt(self, network, config):
+        m = self._state.module
+        flags = sorted(name for name, f in m.BuilderFlag.__members__.items() if config.get_flag(f))
+        shapes = [(t.name, t.shape) for t in network._inputs]
+        profiles = [sorted(p._shapes.items()) for p in config._profiles]
+        return _hex_digest(
+            self._state.version,
+            self._state.device,
+            network._flags,
+            flags,
+            config.builder_optimization_level,
+            config.get_tactic_sources(),
+            config.max_num_tactics,
+            config.avg_timing_iterations,
+            int(config.tiling_optimization_level),
+            config.max_aux_streams,
+            int(config.hardware_compatibility_level),
+            sorted(config._pools.items()),
+            shapes,
+            profiles,
+        )
+
+    def build_serialized_network(self, network, config):
+        st = self._state
+        m = st.module
+        st.builds += 1
+        build_no = st.builds
+        log = self._logger
+
+        def say(msg):
+            _say(log, "VERBOSE", msg)
+
+        dynamic = [t.name for t in network._inputs if any(d < 0 for d in t.shape)]
+        covered = set().union(*(p._shapes for p in config._profiles)) if config._profiles else set()
+        missing = [n for n in dynamic if n not in covered]
+        if missing:
+            _say(
+                log,
+                "ERROR",
+                f"Network has dynamic or shape inputs, but no optimization profile has been "
+                f"defined for {', '.join(missing)}.",
+            )
+            return None
+        editable = hasattr(m.BuilderFlag, "EDITABLE_TIMING_CACHE") and config.get_flag(
+            m.BuilderFlag.EDITABLE_TIMING_CACHE
+        )
+        miss_is_error = config.get_flag(m.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
+        level = config.builder_optimization_level
+        cache = config._cache
+        if cache is None:
+            _say(
+                log,
+                "INFO",
+                "Local timing cache in use. Profiling results in this builder pass "
+                "will not be stored.",
+            )
+            cache = ITimingCache(st, st.device)
+        else:
+            _say(
+                log,
+                "INFO",
+                "Global timing cache in use. Profiling results in this builder pass "
+                "will be stored.",
+            )
+        salt = self._salt(network, config)
+        layers = []
+        myelin = 0
+        nodes = network._nodes
+        skip = set()
+        for index, node in enumerate(nodes):
+            if index in skip:
+                continue
+            op = node["op"]
+            name = node["name"]
+            if op not in _AUTOTUNED:
+                layers.append(
+                    {
+                        "Name": f"__myl_{op}_myl0_{myelin}",
+                        "LayerType": "kgen",
+                        "TacticName": f"__myl_{op}_0x{_hex_digest(name, op)}",
+                        "Metadata": f"[ONNX Layer: {name}]",
+                    }
+                )
+                myelin += 1
+                continue
+            nonce = build_no if name in st.rekey_ops else 0
+            # Editable: one key per layer. Otherwise identical layers share a key (the
+            # stand-in does not track per-node shapes, so "identical" means "same op type").
+            per_layer = (index, node["inputs"]) if editable else "shared"
+            key = "0x" + _hex_digest(salt, op, per_layer, nonce)
+            allowed = _candidates(st, op, config)
+            limit = config.max_num_tactics
+            timed = allowed[:limit] if limit > 0 else allowed
+            marker = " (foreignNode) " if op != "Conv" else ""
+            if level == 0:
+                chosen = timed[0]
+            elif key in cache._entries:
+                cached = cache._entries[key][0]
+                match = [c for c in allowed if c.tactic_hash == cached]
+                if not match:
+                    _say(
+                        log,
+                        "ERROR",
+                        f"Error Code 2: Internal Error (node {name}: tactic 0x{cached:x} from the "
+                        f"timing cache (key: {key}) is not a valid tactic for this layer)",
+                    )
+                    return None
+                chosen = match[0]
+            else:
+                if miss_is_error:
+                    _say(log, "ERROR", f"Timing cache miss for node {name} (key: {key})")
+                    return None
+                rnd = _random.Random(f"{build_no}:{key}")
+                costs = []
+                for tactic_id, cand in enumerate(timed):
+                    base = 0.010 + 0.0004 * (cand.tactic_hash % 7)
+                    costs.append((base * (1.0 + 0.25 * rnd.random()), tactic_id, cand))
+                costs.sort(key=lambda t: t[0])
+                fastest = costs[0][0]
+                say(f"{marker}Autotuning op {name}(key: {key}): [ONNX Layer: {name}]")
+                say(f"{marker}Sorted table of all evaluated tactics:")
+                say(
+                    f"{marker}tactic_id, cost(in ms), cost/fastest_cost, prediction_correlation, "
+                    "kernel_name, tactic_hash, tunable_parameter"
+                )
+                for cost, tactic_id, cand in costs:
+                    say(
+                        f"{marker}{tactic_id:4d}, {cost:.7f}, {cost / fastest:.5f}, "
+                        f"{rnd.random():.5f}, {cand.kernel}, 0x{cand.tactic_hash:x},"
+                    )
+                chosen = costs[0][2]
+                say(
+                    f"{marker}The selected tactic is (tactic hash, cost(in ms)):"
+                    f"0x{chosen.tactic_hash:x},  {fastest:.6f}"
+                )
+                say(f"{marker}Writing the best tactic (0x{chosen.tactic_hash:x}) to cache")
+                cache._entries[key] = (chosen.tactic_hash, round(fastest, 7))
+            if op == "Conv":
+                layer_name = name
+                nxt = nodes[index + 1] if index + 1 < len(nodes) else None
+                if nxt and nxt["op"] == "Relu" and nxt["inputs"][:1] == node["outputs"][:1]:
+                    layer_name = f"{name} + {nxt['name']}"
+                    skip.add(index + 1)
+                layers.append(
+                    {
+                        "Name": layer_name,
+                        "LayerType": "CaskConvolution",
+                        "TacticName": chosen.kernel,
+                        "TacticValue": f"0x{chosen.tactic_hash:016x}",
+                        "Metadata": f"[ONNX Layer: {name}]",
+                    }
+                )
+            else:
+                layers.append(
+                    {
+                        "Name": f"{name}_myl0_{myelin}",
+                        "LayerType": "gemm",
+                        "TacticName": chosen.kernel,
+                        "Metadata": f"[ONNX Layer: {name}]",
+                    }
+                )
+                myelin += 1
+        engine = {
+            "version": st.version,
+            "device": st.device,
+            "build": build_no,  # engines are not byte-reproducible
+            "detailed": int(config.profiling_verbosity) == int(m.ProfilingVerbosity.DETAILED),
+            "layers": layers,
+            "inputs": [t.name for t in network._inputs],
+            "outputs": list(network._outputs),
+        }
+        return IHostMemory(_ENGINE_MAGIC + _json.dumps(engine).encode())
+
+
+# --------------------------------------------------------------------------- runtime
+
+
+class EngineInspector(_Strict):
+    def __init__(self, engine):
+        self._engine = engine
+
+    def get_engine_information(self, format):
+        st = self._engine._state
+        if not isinstance(format, st.module.LayerInformationFormat):
+            raise TypeError("expected tensorrt.LayerInformationFormat")
+        data = self._engine._data
+        io_key = "I/O Tensors" if st.major_minor >= (11, 0) else "Bindings"
+        io = data["inputs"] + data["outputs"]
+        if not data["detailed"]:
+            return _json.dumps({"Layers": [x["Name"] for x in data["layers"]], io_key: io})
+        if int(format) == int(st.module.LayerInformationFormat.ONELINE):
+            return "\n".join(
+                ", ".join(f"{k}: {v}" for k, v in layer.items()) for layer in data["layers"]
+            )
+        layers = []
+        for layer in data["layers"]:
+            record = {
+                "Name": layer["Name"],
+                "LayerType": layer["LayerType"],
+                "Inputs": [],
+                "Outputs": [],
+                "TacticName": layer["TacticName"],
+            }
+            if "TacticValue" in layer:
+                record["TacticValue"] = layer["TacticValue"]
+            record["StreamId"] = 0
+            record["Metadata"] = layer["Metadata"]
+            layers.append(record)
+        return _json.dumps({"Layers": layers, io_key: io})
+
+
+class ICudaEngine(_Strict):
+    def __init__(self, state, data):
+        self._state = state
+        self._data = data
+
+    @property
+    def num_layers(self):
+        return len(self._data["layers"])
+
+    def create_engine_inspector(self):
+        return EngineInspector(self)
+
+
+class Runtime(_Strict):
+    _state = None  # set on the per-module subclass
+
+    def __init__(self, logger):
+        _check_logger(logger)
+        self._logger = logger
+
+    def deserialize_cuda_engine(self, serialized_engine):
+        data = bytes(serialized_engine)
+        if not data.startswith(_ENGINE_MAGIC):
+            _say(
+                self._logger,
+                "ERROR",
+                "Error Code 1: Serialization (Serialization assertion "
+                "plan->header.magicTag == rt::kPLAN_MAGIC_TAG failed.)",
+            )
+            return None
+        info = _json.loads(data[len(_ENGINE_MAGIC) :].decode())
+        if info["version"] != self._state.version or info["device"] != self._state.device:
+            _say(
+                self._logger,
+                "ERROR",
+                f"The engine was built with TensorRT {info['version']} on {info['device']}; "
+                "it cannot run here.",
+            )
+            return None
+        return ICudaEngine(self._state, info)
+
+
+# --------------------------------------------------------------------------- module variants
+
+
+def _enums(major_minor):
+    ten = major_minor < (11, 0)
+    builder_flags = (
+        {
+            "FP16": 0,
+            "DEBUG": 2,
+            "DISABLE_TIMING_CACHE": 5,
+            "TF32": 6,
+            "ERROR_ON_TIMING_CACHE_MISS": 16,
+            "BF16": 17,
+        }
+        if ten
+        else {"DEBUG": 0, "DISABLE_TIMING_CACHE": 2, "TF32": 3, "ERROR_ON_TIMING_CACHE_MISS": 10}
+    )
+    if major_minor >= (10, 8):
+        # The two values TENSORRT_NOTES.md documents: 27 on 10.x, 26 on 11.x.
+        builder_flags["EDITABLE_TIMING_CACHE"] = 27 if ten else 26
+    network_flags = {"EXPLICIT_BATCH": 0, "STRONGLY_TYPED": 1} if ten else {"STRONGLY_TYPED": 0}
+    sources = (
+        {
+            "CUBLAS": 0,
+            "CUBLAS_LT": 1,
+            "CUDNN": 2,
+            "EDGE_MASK_CONVOLUTIONS": 3,
+            "JIT_CONVOLUTIONS": 4,
+        }
+        if ten
+        else {"EDGE_MASK_CONVOLUTIONS": 0, "JIT_CONVOLUTIONS": 1}
+    )
+    enums = {
+        "BuilderFlag": builder_flags,
+        "NetworkDefinitionCreationFlag": network_flags,
+        "ProfilingVerbosity": {"LAYER_NAMES_ONLY": 0, "NONE": 1, "DETAILED": 2},
+        "LayerInformationFormat": {"ONELINE": 0, "JSON": 1},
+        "MemoryPoolType": {"WORKSPACE": 0, "TACTIC_SHARED_MEMORY": 5},
+        "TacticSource": sources,
+        "HardwareCompatibilityLevel": {"NONE": 0, "AMPERE_PLUS": 1, "SAME_COMPUTE_CAPABILITY": 2},
+    }
+    if major_minor >= (10, 8):
+        enums["TilingOptimizationLevel"] = {"NONE": 0, "FAST": 1, "MODERATE": 2, "FULL": 3}
+    return {name: _enum.IntEnum(name, members) for name, members in enums.items()}
+
+
+class _BuildRouteConfig(IBuilderConfig):
+    build_route = ""
+
+
+def _build_module(module, version, device, compute_capability):
+    state = _State(version, device, compute_capability)
+    state.module = module
+    module.__version__ = version
+    for name, enum_cls in _enums(state.major_minor).items():
+        setattr(module, name, enum_cls)
+    module.ILogger = ILogger
+    module.Builder = type("Builder", (Builder,), {"_state": state})
+    module.Runtime = type("Runtime", (Runtime,), {"_state": state})
+    config_base = _BuildRouteConfig if state.major_minor >= (11, 1) else IBuilderConfig
+    module.IBuilderConfig = type("IBuilderConfig", (config_base,), {})
+    for cls in (
+        INetworkDefinition,
+        ITensor,
+        OnnxParser,
+        ParserError,
+        IOptimizationProfile,
+        ITimingCache,
+        TimingCacheKey,
+        TimingCacheValue,
+        IHostMemory,
+        ICudaEngine,
+        EngineInspector,
+    ):
+        setattr(module, cls.__name__, cls)
+    module._standin = state
+    return module
