@@ -49,6 +49,7 @@ __all__ = [
     "LogParser",
     "LogWarning",
     "ParseResult",
+    "RecordSummary",
     "TacticRecord",
     "iter_file",
     "parse_file",
@@ -389,17 +390,29 @@ class LogParser:
         i = line.find("Tactic: ")
         if i >= 0:
             j = line.find(" Time: ", i)
-            if j > 0 and line[i - 8 : i] != "Fastest ":
+            if j > 0 and not line.startswith("Fastest ", i - 8):
                 tok = line[i + 8 : j]
-                tac = _tac(tok) if " " not in tok else None
-                if tac is not None:
-                    k = line.find("Tactic Name: ", 0, i)
-                    kernel = line[k + 13 : i - 1].strip() or None if k >= 0 else None
-                    time_text = line[j + 7 :].strip()
-                    sp = time_text.find(" ")
-                    if sp >= 0:
-                        time_text = time_text[:sp]
-                    self._candidate(tac, tok, kernel, _float(time_text))
+                try:
+                    tac = int(tok, 16) if tok.startswith("0x") else int(tok)
+                except ValueError:
+                    tac = -1
+                if 0 <= tac < _U64:
+                    k = line.rfind("Tactic Name: ", 0, i)
+                    kernel = (line[k + 13 : i].strip() or None) if k >= 0 else None
+                    tail = line[j + 7 :]
+                    try:
+                        cost: float | None = float(tail)
+                    except ValueError:  # trailing text after the time
+                        words = tail.split(None, 1)
+                        cost = _float(words[0]) if words else None
+                    blk = self._blk
+                    if blk is not None and self._op is None and self._pending is None:
+                        if tok[1:2] != "x":
+                            self._legacy = True
+                        if len(blk.cands) < _MAX_CANDIDATES:
+                            blk.cands.append(Candidate(None, tac, kernel, cost, blk.runner))
+                    else:
+                        self._candidate(tac, tok, kernel, cost)
                     return True
         if "Fastest Tactic" in line:
             return self._fastest(line)
@@ -650,18 +663,21 @@ class LogParser:
         e = line.find(",", h + 2)
         if e < 0:
             return False
-        tac = _tac(line[h + 2 : e].strip())
         parts = line[:h].rsplit(",", 4)
-        if tac is None or len(parts) != 5:
+        if len(parts) != 5:
             return False
-        head = parts[0].split()
-        ident = head[-1] if head else ""
-        cost = _float(parts[1].strip())
-        if not (ident.isascii() and ident.isdigit()) or cost is None:
+        head = parts[0]
+        try:
+            tac = int(line[h + 2 : e], 16)
+            ident = int(head[head.rfind(" ") + 1 :])
+            cost = float(parts[1])
+        except ValueError:
+            return False
+        if not (0 <= tac < _U64 and ident >= 0):
             return False
         op = self._op
         if op is not None and len(op.cands) < _MAX_CANDIDATES:
-            op.cands.append(Candidate(int(ident), tac, parts[4].strip() or None, cost, None))
+            op.cands.append(Candidate(ident, tac, parts[4].strip() or None, cost, None))
         return True
 
     def _selected(self, line: str) -> None:

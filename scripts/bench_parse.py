@@ -133,7 +133,10 @@ def main() -> None:
         size, reps, nfiles = build_log(path, args.size_mb)
         warm(path)
         grep_s, grep_count = time_grep(path)
-        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        }
         proc = subprocess.run(
             [sys.executable, __file__, "--child", str(path)],
             capture_output=True,
@@ -160,7 +163,7 @@ def main() -> None:
         f"{res['chosen']} with a chosen tactic, {res['warnings']} warnings)"
     )
     print(
-        f'grep -c Tactic: {grep_best:.2f} s  {grep_rate:.1f} MB/s  (count {grep_count}; '
+        f"grep -c Tactic: {grep_best:.2f} s  {grep_rate:.1f} MB/s  (count {grep_count}; "
         f"median of 3 before the parse {grep_s:.2f} s, after {grep_s2:.2f} s; faster used)"
     )
     print(f"ratio        : {ratio:.3f} of grep's throughput (goal >= 0.333)")

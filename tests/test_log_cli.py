@@ -87,7 +87,10 @@ def test_log_diff_same_and_different(cli, tmp_path: Path) -> None:
     )
     r = cli("log", "diff", str(REF), str(changed))
     assert r.code == 1, r
-    assert "matMul1" in r.out and "0x393e4ef8ad243 ref_gemm_tiled  ->  0x665ded9abbf88 ref_gemm_blas" in r.out
+    assert (
+        "matMul1" in r.out
+        and "0x393e4ef8ad243 ref_gemm_tiled  ->  0x665ded9abbf88 ref_gemm_blas" in r.out
+    )
     assert r.out.splitlines()[-1].startswith("different: 7 record(s) matched by key, 1 changed")
     r = cli("log", "diff", str(REF), str(changed), "--json")
     assert r.code == 1

@@ -162,7 +162,8 @@ def test_trtexec_1016_warnings_and_engine_layers() -> None:
         ("{ForeignNode[node_conv2d...node_relu]}", "Myelin", 0),
         ("node_max_pool2d", "CaskPooling", 0xDD39499496C9CC38),
         (
-            "Reformatting CopyNode for Input Tensor 0 to {ForeignNode[node_conv2d_1...node_relu_1]}",
+            "Reformatting CopyNode for Input Tensor 0 to "
+            "{ForeignNode[node_conv2d_1...node_relu_1]}",
             "Reformat",
             0,
         ),
@@ -217,7 +218,10 @@ def test_python_logger_1016() -> None:
         "CaskConvolution",
         0xCF8EA142095F02D2,
     )
-    assert res.engine_layers[-1].name == "{ForeignNode[gemm1.weight...ONNXTRT_castHelper_9]} [profile 1]"
+    assert (
+        res.engine_layers[-1].name
+        == "{ForeignNode[gemm1.weight...ONNXTRT_castHelper_9]} [profile 1]"
+    )
 
 
 # --- engine inspector kONELINE -----------------------------------------------------------------
@@ -243,7 +247,10 @@ def test_engine_inspector_oneline() -> None:
     )
     assert layers["node_linear_myl5_2"].metadata == ("node_linear", "node_relu_2")
     assert layers["__mye260_0_myl5_0"].tactic_name is None
-    assert layers["node_max_pool2d [profile 1]"].tactic_name == "sm50_xmma_pooling_fw_4d_FP32FP32NCHW_Max"
+    assert (
+        layers["node_max_pool2d [profile 1]"].tactic_name
+        == "sm50_xmma_pooling_fw_4d_FP32FP32NCHW_Max"
+    )
 
 
 # --- 10.4 trtexec doc, 10.8 editable-cache README ----------------------------------------------
@@ -283,7 +290,11 @@ def test_editable_cache_readme() -> None:
         "editable",
     )
     assert [c.tactic_id for c in r.candidates] == [3, 5, 6]
-    assert [c.tactic_hash for c in r.candidates] == [0x665DED9ABBF88, 0x393E4EF8AD243, 0x2AD3A182FB05C]
+    assert [c.tactic_hash for c in r.candidates] == [
+        0x665DED9ABBF88,
+        0x393E4EF8AD243,
+        0x2AD3A182FB05C,
+    ]
     assert r.chosen == 0x665DED9ABBF88 and r.chosen_cost_ms == pytest.approx(0.011264)
     assert r.chosen_kernel == (
         "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize32x32x64_stage3_warpsize2x1x2_tensor16x8x8"
@@ -299,7 +310,11 @@ def test_jetson_862_chunks_do_not_merge() -> None:
     (r,) = recs("trt862_jetson_inference_issue1855_excerpt.log")
     assert r.layer == "node_of_229 + node_of_230 + PWN(node_of_231)"
     # chunk 1's five candidates belong to another block and must not leak into this one
-    assert [c.tactic_hash for c in r.candidates] == [0x9D9FDB5FD9945F64, 0x1673E3594CE11CEA, 0xBB8C3889C7EACD30]
+    assert [c.tactic_hash for c in r.candidates] == [
+        0x9D9FDB5FD9945F64,
+        0x1673E3594CE11CEA,
+        0xBB8C3889C7EACD30,
+    ]
     assert (r.chosen, r.runner, r.format) == (0x9D9FDB5FD9945F64, "CaskConvolution", "runner")
     assert r.chosen_cost_ms == pytest.approx(0.139889)
 
@@ -338,7 +353,11 @@ def test_legacy_7x_80_decimal_tactics() -> None:
     conv = records[0]
     assert [(c.tactic_hash, c.kernel, c.cost_ms) for c in conv.candidates] == [
         (1825138533642645384, "volta_scudnn_128x128_relu_medium_nn_v1", 0.198944),
-        (2775507031594384867, "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", 0.14992),
+        (
+            2775507031594384867,
+            "volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1",
+            0.14992,
+        ),
         (2842488832350522458, "volta_scudnn_128x64_relu_xregs_large_nn_v1", 0.116928),
     ]
     assert records[1].runner == "CaskConvolution" and records[1].candidates == []
@@ -427,7 +446,8 @@ def test_no_table_log() -> None:
 BLOCK = [
     "Autotuning op my op (a)(key: 0xb222b0832016f1115ff61116c094875a): [ONNX Layer: a]",
     "Sorted table of all evaluated tactics:",
-    "tactic_id, cost(in ms), cost/fastest_cost, prediction_correlation, kernel_name, tactic_hash, tunable_parameter",
+    "tactic_id, cost(in ms), cost/fastest_cost, prediction_correlation, kernel_name, "
+    "tactic_hash, tunable_parameter",
     "   4, 0.0200000, 1.00000, 0.50000, k_fast, 0x2ad3a182fb05c,",
     "   9, 0.0300000, 1.50000, 0.50000, k_slow, 0x393e4ef8ad243,",
     "The selected tactic is (tactic hash, cost(in ms)):0x2ad3a182fb05c,  0.020000",
@@ -519,16 +539,15 @@ def test_unreadable_files_raise_log_parse_error(tmp_path: Path) -> None:
 
 def test_memory_stays_flat_on_a_long_stream() -> None:
     """A long log is parsed without being held: the traced peak does not grow with it."""
+    v = "[07/07/2026-02:11:00] [V] [TRT] "
     block = [
-        "[07/07/2026-02:11:00] [V] [TRT] =============== Computing costs for conv",
-        "[07/07/2026-02:11:00] [V] [TRT] *************** Autotuning format combination: Float(1) -> Float(1) ***",
-        "[07/07/2026-02:11:00] [V] [TRT] --------------- Timing Runner: conv (CaskConvolution[0x80000009])",
-        *[
-            f"[07/07/2026-02:11:00] [V] [TRT] Tactic Name: sm80_kernel_{i} Tactic: 0x{i:016x} Time: 0.01"
-            for i in range(40)
-        ],
-        "[07/07/2026-02:11:00] [V] [TRT] >>>>>>>>>>>>>>> Chose Runner Type: CaskConvolution Tactic: 0x0000000000000003",
-        "[07/07/2026-02:11:00] [W] [TRT] Cache result detected as invalid for node: conv, LayerImpl: X, tactic: 0x1",
+        v + "=============== Computing costs for conv",
+        v + "*************** Autotuning format combination: Float(1) -> Float(1) ***",
+        v + "--------------- Timing Runner: conv (CaskConvolution[0x80000009])",
+        *[v + f"Tactic Name: sm80_kernel_{i} Tactic: 0x{i:016x} Time: 0.01" for i in range(40)],
+        v + ">>>>>>>>>>>>>>> Chose Runner Type: CaskConvolution Tactic: 0x0000000000000003",
+        "[07/07/2026-02:11:00] [W] [TRT] Cache result detected as invalid for node: conv, "
+        "LayerImpl: X, tactic: 0x1",
     ]
 
     def peak(repeats: int) -> tuple[int, int]:
@@ -613,7 +632,10 @@ def _cut(line: str, where: float) -> str:
 def test_garbage_truncation_and_interleaving_never_raise(
     real: list[str], garbage: list[str], cuts: list[float], order
 ) -> None:
-    lines = [(_cut(line, c) if c < 0.5 else line) for line, c in zip(real, cuts + [1.0] * 60)]
+    lines = [
+        (_cut(line, c) if c < 0.5 else line)
+        for line, c in zip(real, cuts + [1.0] * 60, strict=False)
+    ]
     mixed = lines + garbage
     order.shuffle(mixed)
     for stream in (lines, mixed):
@@ -648,7 +670,8 @@ _FRAGMENTS = [
     "] got cached result: ", ", tactic ", " ms", "(tactic hash, cost(in ms)):",
     "Writing the best tactic (", "Layer(", "): ", ", Tactic: ", "Name: ", ", LayerType: ",
     ", TacticName: ", ", TacticValue: ", ", Metadata: ", "ForeignNode ", " metadata: ", "Layers:",
-    "# ", "timing cache will not be used", "Error Code 1", "   3", " 0.5", "\r", "\x00", "[V] [TRT] ",
+    "# ", "timing cache will not be used", "Error Code 1", "   3", " 0.5", "\r", "\x00",
+    "[V] [TRT] ",
 ]  # fmt: skip
 
 

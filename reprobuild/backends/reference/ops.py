@@ -38,14 +38,22 @@ def _pool_geometry(
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if isinstance(auto_pad, bytes):
         auto_pad = auto_pad.decode()
+    strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
+    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
     if auto_pad == "VALID":
         pads = (0,) * (2 * nd)
     elif auto_pad in ("NOTSET", ""):
         pads = tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER") and len(strides) == nd == len(dilations):
+        begins, ends = [], []
+        for size, k, s, d in zip(x.shape[2:], kernel, strides, dilations, strict=True):
+            total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else large)
+            ends.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = (*begins, *ends)
     else:
         return None
-    strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
-    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
     if len(pads) != 2 * nd or len(strides) != nd or len(dilations) != nd:
         return None
     out = []

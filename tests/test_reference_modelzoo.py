@@ -1,0 +1,117 @@
+"""The onnx package's light model-zoo models build and run on the reference backend.
+
+Inputs follow onnx's own test runner (``np.arange(n).reshape(shape) / n`` for each
+non-initializer input); outputs are compared with the expected outputs shipped beside the
+models and with ONNX Runtime. The light models' weights are constants, so their softmax
+outputs are flat; every intermediate tensor is therefore compared with ONNX Runtime too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from reprobuild.backends.base import BuildSettings
+from reprobuild.backends.reference import ReferenceBackend
+
+LIGHT = Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data" / "light"
+# (rtol, atol) used by onnx's own backend tests for these models
+TOLERANCE = {"resnet50": (1e-3, 1e-7), "squeezenet": (1e-3, 1e-7), "shufflenet": (1e-3, 1e-7)}
+
+
+def runner_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
+        n = int(np.prod(shape))
+        feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
+    return feeds
+
+
+def expected_output(name: str) -> np.ndarray:
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString((LIGHT / f"light_{name}_output_0.pb").read_bytes())
+    return numpy_helper.to_array(tensor)
+
+
+def with_all_outputs(model: onnx.ModelProto, path: Path) -> list[str]:
+    """Expose every node output as a graph output (Dropout masks aside) and save."""
+    names = [o.name for o in model.graph.output]
+    for node in model.graph.node:
+        if node.op_type in ("ConstantOfShape", "Constant"):
+            continue
+        outs = node.output[:1] if node.op_type == "Dropout" else node.output
+        for out in outs:
+            if out and out not in names:
+                names.append(out)
+                model.graph.output.append(onnx.ValueInfoProto(name=out))
+    onnx.save(model, path)
+    return names
+
+
+def check_model(name: str, tmp_path: Path) -> None:
+    backend = ReferenceBackend()
+    src = LIGHT / f"light_{name}.onnx"
+    model = onnx.load(src)
+    feeds = runner_inputs(model)
+    rtol, atol = TOLERANCE[name]
+
+    # the model as shipped: expected outputs and ONNX Runtime
+    cache = backend.create_timing_cache()
+    lines: list[str] = []
+    out = backend.build(str(src), BuildSettings(), cache, lines.append)
+    ours = backend.run(out.engine, feeds)
+    (output_name,) = [o.name for o in model.graph.output]
+    np.testing.assert_allclose(ours[output_name], expected_output(name), rtol=rtol, atol=atol)
+    sess = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(ours[output_name], sess.run(None, feeds)[0], rtol=rtol, atol=atol)
+    n_conv = sum(1 for node in model.graph.node if node.op_type in ("Conv", "Gemm", "MatMul"))
+    assert out.extra["timed_layers"] == n_conv == len(cache)
+    assert sum(1 for ln in lines if "] Autotuning op " in ln) == n_conv
+
+    # every intermediate tensor against ONNX Runtime
+    probe = tmp_path / f"{name}_all.onnx"
+    names = with_all_outputs(onnx.load(src), probe)
+    probe_out = backend.build(str(probe), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    ours_all = backend.run(probe_out.engine, feeds)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    theirs = ort.InferenceSession(str(probe), so, providers=["CPUExecutionProvider"]).run(names, feeds)
+    for tensor, ref in zip(names, theirs, strict=True):
+        got = ours_all[tensor]
+        scale = float(np.abs(ref).max()) or 1.0
+        assert got.shape == ref.shape, tensor
+        np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-4 * scale, err_msg=tensor)
+
+    # a build from the full timing cache times nothing and keeps every choice
+    lines2: list[str] = []
+    cache2 = backend.create_timing_cache(cache.serialize())
+    again = backend.build(str(src), BuildSettings(), cache2, lines2.append)
+    assert not any("] Autotuning op " in ln for ln in lines2)
+    assert sum(1 for ln in lines2 if re.search(r"got cached result: ref_", ln)) == n_conv
+    assert again.extra["tactic_map"] == out.extra["tactic_map"] == cache.tactic_map()
+    again_out = backend.run(again.engine, feeds)
+    assert np.array_equal(again_out[output_name], ours[output_name])
+
+
+@pytest.mark.slow
+def test_resnet50(tmp_path: Path) -> None:
+    check_model("resnet50", tmp_path)
+
+
+def test_squeezenet(tmp_path: Path) -> None:
+    check_model("squeezenet", tmp_path)
+
+
+def test_shufflenet_grouped_convolutions(tmp_path: Path) -> None:
+    check_model("shufflenet", tmp_path)

@@ -1,0 +1,284 @@
+"""End-to-end: build --lock, verify and bisect on the reference backend.
+
+The reference backend really times its kernels; REPROBUILD_REF_TIMING forces different
+choices deterministically, standing in for the machine noise of a real GPU build.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reprobuild.backends.reference import ReferenceBackend
+from reprobuild.errors import DriftError, EnvironmentMismatch, UsageError
+from reprobuild.lockfile import load_lock, save_lock
+from reprobuild.verification import bisect, verify
+from reprobuild.workflow import build
+
+from .conftest import EXAMPLES
+
+KNOB = "REPROBUILD_REF_TIMING"
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh project folder holding copies of the bundled examples, as cwd."""
+    for name in ("mlp.onnx", "cnn.onnx"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(KNOB, raising=False)
+    return tmp_path
+
+
+def _engine_layers(path: Path) -> dict[str, str]:
+    meta = ReferenceBackend().engine_metadata(path.read_bytes())
+    return {layer["name"]: layer["kernel"] for layer in meta["layers"]}
+
+
+def _outputs(engine: Path, seed: int = 0) -> np.ndarray:
+    (inp,) = ReferenceBackend().engine_metadata(engine.read_bytes())["inputs"]
+    shape = tuple(inp["shape"])
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return ReferenceBackend().run(engine.read_bytes(), {"input": x})["output"]
+
+
+def _build(model: str, lock: str, out: str, **kw):
+    return build(model, lock=lock, out=out, backend="reference", cache_dir="caches", **kw)
+
+
+def test_record_writes_lock_report_and_cache(work: Path) -> None:
+    r = _build("cnn.onnx", "t.lock", "cnn.engine")
+    assert r.recorded and r.lock_written and r.layers == 3 and r.timed == 3
+    lock = load_lock("t.lock")
+    assert sorted(e.layer for e in lock.layers) == ["conv1", "conv2", "fc"]
+    assert all(len(e.candidates) >= 4 and e.candidate(e.tactic) for e in lock.layers)
+    assert lock.model.path == "cnn.onnx" and lock.environment.backend == "reference"
+    report = json.loads(Path(r.report_path).read_text())
+    assert {rec["layer"] for rec in report["records"]} == {"conv1", "conv2", "fc"}
+    assert all(rec["num_candidates"] >= 4 for rec in report["records"])
+    assert len(list(Path("caches").glob("reference-*.cache"))) == 1
+    assert _engine_layers(Path("cnn.engine")) == {e.layer: e.kernel for e in lock.layers}
+
+
+def test_lock_reproduces_under_different_timings(work: Path, monkeypatch) -> None:
+    monkeypatch.setenv(KNOB, "seed:1")
+    _build("mlp.onnx", "t.lock", "a.engine")
+    lock_bytes = Path("t.lock").read_bytes()
+    monkeypatch.setenv(KNOB, "reverse")
+    shutil.rmtree("caches")  # no warm cache: the recording step runs under other timings
+    r = _build("mlp.onnx", "t.lock", "b.engine")
+    assert not r.recorded and r.timed == 0 and r.cache_hits == 2
+    assert Path("t.lock").read_bytes() == lock_bytes
+    assert _engine_layers(Path("a.engine")) == _engine_layers(Path("b.engine"))
+    assert _outputs(Path("a.engine")).tobytes() == _outputs(Path("b.engine")).tobytes()
+
+
+def test_without_a_lock_timings_change_the_bits(work: Path, monkeypatch) -> None:
+    """The problem reprobuild solves: noise picks other kernels, other bits come out."""
+    monkeypatch.setenv(KNOB, "seed:1")
+    _build("mlp.onnx", "a.lock", "a.engine")
+    monkeypatch.setenv(KNOB, "seed:2")
+    _build("mlp.onnx", "b.lock", "b.engine")
+    assert _engine_layers(Path("a.engine")) != _engine_layers(Path("b.engine"))
+    a, b = _outputs(Path("a.engine")), _outputs(Path("b.engine"))
+    assert a.tobytes() != b.tobytes()
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # same maths, other rounding
+
+
+def test_pin_then_build_uses_the_pinned_kernel(work: Path, cli) -> None:
+    _build("mlp.onnx", "t.lock", "a.engine")
+    fc1 = next(e for e in load_lock("t.lock").layers if e.layer == "fc1")
+    other = next(c for c in fc1.candidates if c.tactic != fc1.tactic)
+    r = cli("pin", "layer=fc1", f"tactic={other.kernel}", "--lock", "t.lock")
+    assert r.code == 0, r
+    r = cli("build", "mlp.onnx", "--lock", "t.lock", "-o", "b.engine", "--backend",
+            "reference", "-q")
+    assert r.code == 0, r
+    assert "1 pinned" in r.out
+    assert _engine_layers(Path("b.engine"))["fc1"] == other.kernel
+    assert _outputs(Path("a.engine")).tobytes() != _outputs(Path("b.engine")).tobytes()
+
+
+def test_frozen_with_stale_lock_fails_and_writes_nothing(work: Path, cli) -> None:
+    _build("cnn.onnx", "t.lock", "cnn.engine")
+    lock = load_lock("t.lock")
+    lock.layers = [e for e in lock.layers if e.layer != "conv2"]
+    save_lock(lock, "t.lock")
+    before = Path("t.lock").read_bytes()
+    engine_before = Path("cnn.engine").read_bytes()
+    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "--frozen", "-q",
+            "-o", "cnn.engine")
+    assert r.code == 1, r
+    assert "stale: 1 layers missing from the lock" in r.err and "--frozen" in r.err
+    assert Path("t.lock").read_bytes() == before
+    assert Path("cnn.engine").read_bytes() == engine_before
+    # Without --frozen the lock is brought up to date, like `cargo build` does.
+    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
+    assert r.code == 0, r
+    assert sorted(e.layer for e in load_lock("t.lock").layers) == ["conv1", "conv2", "fc"]
+
+
+def test_frozen_without_lock_is_usage_error(work: Path, cli) -> None:
+    r = cli("build", "cnn.onnx", "--lock", "none.lock", "--backend", "reference", "--frozen")
+    assert r.code == 2 and "--frozen never creates one" in r.err
+    assert not Path("none.lock").exists()
+
+
+def test_lock_for_another_model_is_exit_2(work: Path, cli) -> None:
+    _build("cnn.onnx", "t.lock", "cnn.engine")
+    before = Path("t.lock").read_bytes()
+    r = cli("build", "mlp.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
+    assert r.code == 2
+    assert "recorded for model cnn.onnx" in r.err and "delete the lock to re-record" in r.err
+    assert Path("t.lock").read_bytes() == before
+
+
+def test_changed_setting_is_exit_2(work: Path, cli) -> None:
+    _build("cnn.onnx", "t.lock", "cnn.engine")
+    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "--opt-level", "4")
+    assert r.code == 2 and "optimization_level: 3 -> 4" in r.err
+
+
+def test_lock_from_another_environment_is_exit_3(work: Path, cli) -> None:
+    _build("cnn.onnx", "t.lock", "cnn.engine")
+    lock = load_lock("t.lock")
+    lock.environment = type(lock.environment)(**{**lock.environment.to_dict(),
+                                                 "gpu": "NVIDIA H100 80GB HBM3"})
+    save_lock(lock, "t.lock")
+    before = Path("t.lock").read_bytes()
+    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
+    assert r.code == 3
+    assert "recorded on another environment (gpu: 'NVIDIA H100 80GB HBM3'" in r.err
+    assert "--allow-env-change" in r.err
+    assert Path("t.lock").read_bytes() == before
+    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q",
+            "--allow-env-change")
+    assert r.code == 0, r
+    assert load_lock("t.lock").environment == ReferenceBackend().environment()
+
+
+def test_lock_from_another_backend_is_exit_3(work: Path) -> None:
+    _build("cnn.onnx", "t.lock", "cnn.engine")
+    lock = load_lock("t.lock")
+    lock.environment = type(lock.environment)(backend="tensorrt", tensorrt_version="10.13.3")
+    save_lock(lock, "t.lock")
+    with pytest.raises(EnvironmentMismatch, match="pass --backend tensorrt"):
+        _build("cnn.onnx", "t.lock", "cnn.engine")
+
+
+def test_corrupted_cache_is_rerecorded_not_trusted(work: Path, monkeypatch) -> None:
+    _build("cnn.onnx", "t.lock", "a.engine")
+    (cache_file,) = Path("caches").glob("*.cache")
+    data = bytearray(cache_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    cache_file.write_bytes(bytes(data))
+    monkeypatch.setenv(KNOB, "reverse")
+    r = _build("cnn.onnx", "t.lock", "b.engine")
+    assert any("ignored timing cache" in w and "re-recording" in w for w in r.warnings), r.warnings
+    assert _engine_layers(Path("a.engine")) == _engine_layers(Path("b.engine"))
+    # The re-recorded cache replaced the corrupted one and loads again.
+    ReferenceBackend().create_timing_cache(cache_file.read_bytes())
+
+
+def test_verify_passes_on_a_good_lock(work: Path, cli) -> None:
+    _build("cnn.onnx", "t.lock", "cnn.engine")
+    r = cli("verify", "--lock", "t.lock", "--backend", "reference", "--rebuilds", "2",
+            "--report", "v.json", "-q")
+    assert r.code == 0, r
+    assert "REPRODUCIBLE: 2 rebuilds of 3 layers" in r.out
+    report = json.loads(Path("v.json").read_text())
+    assert report["reproducible"] is True
+    hashes = {b["output_sha256"]["output"] for b in report["builds"]}
+    assert len(hashes) == 1
+    assert report["accuracy"]["max_abs"] < 1e-5
+
+
+def test_verify_with_npz_inputs(work: Path) -> None:
+    _build("cnn.onnx", "t.lock", "cnn.engine")
+    x = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    np.savez("inputs.npz", input=x)
+    r = verify(lock="t.lock", backend="reference", rebuilds=1, inputs="inputs.npz")
+    assert r.reproducible and r.inputs.startswith("sha256:")
+    want = ReferenceBackend().run(Path("cnn.engine").read_bytes(), {"input": x})["output"]
+    assert r.builds[0].output_sha256["output"] == _hash(want)
+
+
+def _hash(arr: np.ndarray) -> str:
+    from reprobuild.verification import _output_hashes
+
+    return _output_hashes({"o": arr})["o"]
+
+
+class _SneakyBackend(ReferenceBackend):
+    """Changes one layer's tactic in the cache right before a pinned build."""
+
+    def __init__(self, layer_key: str, tactic: int) -> None:
+        self.layer_key, self.tactic = layer_key, tactic
+
+    def build(self, model_path, settings, cache, log):
+        if self.layer_key in cache.tactic_map():
+            cache.update(self.layer_key, self.tactic, 0.001)
+        return super().build(model_path, settings, cache, log)
+
+
+def test_verify_fails_naming_the_layer_changed_behind_its_back(work: Path) -> None:
+    _build("mlp.onnx", "t.lock", "mlp.engine")
+    fc1 = next(e for e in load_lock("t.lock").layers if e.layer == "fc1")
+    other = next(c.tactic for c in fc1.candidates if c.tactic != fc1.tactic)
+    r = verify(lock="t.lock", backend=_SneakyBackend(fc1.key, other), rebuilds=2)
+    assert not r.reproducible
+    drift = r.builds[0].drift
+    assert drift == [{"layer": "fc1", "key": fc1.key, "locked": f"0x{fc1.tactic:x}",
+                      "built": f"0x{other:x}"}]
+    with pytest.raises(DriftError, match=r"fc1"):
+        build("mlp.onnx", lock="t.lock", out="x.engine", cache_dir="caches",
+              backend=_SneakyBackend(fc1.key, other))
+    assert not Path("x.engine").exists()
+
+
+def test_bisect_finds_a_planted_layer(work: Path, cli) -> None:
+    _build("cnn.onnx", "a.lock", "cnn.engine")
+    shutil.copy("a.lock", "b.lock")
+    conv2 = next(e for e in load_lock("a.lock").layers if e.layer == "conv2")
+    other = next(c for c in conv2.candidates if c.tactic != conv2.tactic)
+    assert cli("pin", "layer=conv2", f"tactic=0x{other.tactic:x}", "--lock", "b.lock").code == 0
+    r = bisect(lock="a.lock", against="b.lock", backend="reference")
+    assert r.outputs_differ
+    assert [c["layer"] for c in r.culprits] == ["conv2"]
+    assert r.culprits[0]["tactic_b"] == f"0x{other.tactic:x}"
+    out = cli("bisect", "--lock", "a.lock", "--against", "b.lock", "--backend", "reference",
+              "--json", "-q")
+    assert out.code == 1 and json.loads(out.out)["culprits"][0]["layer"] == "conv2"
+
+
+def test_bisect_of_identical_locks(work: Path) -> None:
+    _build("cnn.onnx", "a.lock", "cnn.engine")
+    r = bisect(lock="a.lock", against="a.lock", backend="reference")
+    assert not r.outputs_differ and r.culprits == [] and r.builds == 0
+
+
+def test_bad_inputs_give_clear_errors(work: Path, cli) -> None:
+    r = cli("build", "missing.onnx", "--backend", "reference")
+    assert r.code == 2 and "missing.onnx: no such model file" in r.err
+    Path("junk.onnx").write_bytes(b"not a model")
+    r = cli("build", "junk.onnx", "--backend", "reference", "--lock", "j.lock")
+    assert r.code == 2 and "junk.onnx: not a readable ONNX model" in r.err
+    assert not Path("j.lock").exists()
+    r = cli("build", "cnn.onnx", "--backend", "nope")
+    assert r.code == 2 and "unknown backend 'nope'" in r.err
+    r = cli("build", "cnn.onnx", "--backend", "tensorrt")
+    assert r.code == 3 and "backend 'tensorrt' cannot run here" in r.err
+    r = cli("build", "cnn.onnx", "--shapes", "input:2xfoo")
+    assert r.code == 2 and "expected NAME:DxDxD" in r.err
+    with pytest.raises(UsageError, match="--rebuilds must be at least 1"):
+        verify(lock="t.lock", rebuilds=0, backend="reference")
+
+
+def test_auto_backend_says_which(work: Path, cli) -> None:
+    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--json")
+    assert r.code == 0, r
+    assert json.loads(r.out)["backend"] == "reference"
