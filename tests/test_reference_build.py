@@ -21,13 +21,20 @@ from onnx import TensorProto, helper, numpy_helper
 from reprobuild.backends import get_backend
 from reprobuild.backends.base import Backend, BuildOutput, BuildSettings
 from reprobuild.backends.reference import ReferenceBackend, kernels
+from reprobuild.backends.reference.builder import timing_knob_from_env
 from reprobuild.backends.reference.engine import read_engine, write_engine
 from reprobuild.errors import BuildError, EngineError, UsageError
 
 PREFIX = r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[V\] \[REF\] "
-AUTOTUNE_RE = re.compile(PREFIX + r"Autotuning op (.+)\(key: (0x[0-9a-f]{32})\): \[ONNX Layer: (.+)\]$")
-ROW_RE = re.compile(PREFIX + r"\s*(\d+), (\d+\.\d{7}), (\d+\.\d{5}), (\d+\.\d{5}), (\S+), 0x([0-9a-f]+),$")
-SELECTED_RE = re.compile(PREFIX + r"The selected tactic is \(tactic hash, cost\(in ms\)\):0x([0-9a-f]+), (\S+)$")
+AUTOTUNE_RE = re.compile(
+    PREFIX + r"Autotuning op (.+)\(key: (0x[0-9a-f]{32})\): \[ONNX Layer: (.+)\]$"
+)
+ROW_RE = re.compile(
+    PREFIX + r"\s*(\d+), (\d+\.\d{7}), (\d+\.\d{5}), (\d+\.\d{5}), (\S+), 0x([0-9a-f]+),$"
+)
+SELECTED_RE = re.compile(
+    PREFIX + r"The selected tactic is \(tactic hash, cost\(in ms\)\):0x([0-9a-f]+), (\S+)$"
+)
 WRITING_RE = re.compile(PREFIX + r"Writing the best tactic \(0x([0-9a-f]+)\) to cache$")
 CACHED_RE = re.compile(
     PREFIX + r"(.+) \[(\w+)\(([\d,]*)\) -> (\w+)\(([\d,]*)\)\] got cached result: (\S+), "
@@ -92,7 +99,9 @@ def cnn_model(tmp_path: Path) -> str:
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]
+        ),
         helper.make_node("Conv", ["p1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1], group=2),
         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
         helper.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
@@ -120,7 +129,13 @@ def lowp_model(tmp_path: Path, elem: int = TensorProto.FLOAT16) -> str:
     g = np.random.default_rng(14)
     w = g.standard_normal((256, 48), dtype=np.float32) / 16
     w_tensor = helper.make_tensor(
-        "w", elem, w.shape, w.astype(np.float16 if elem == TensorProto.FLOAT16 else kernels._PRECISION_DTYPES["bf16"]).tobytes(), raw=True
+        "w",
+        elem,
+        w.shape,
+        w.astype(
+            np.float16 if elem == TensorProto.FLOAT16 else kernels._PRECISION_DTYPES["bf16"]
+        ).tobytes(),
+        raw=True,
     )
     nodes = [
         helper.make_node("Cast", ["x"], ["xl"], name="to_low", to=elem),
@@ -188,7 +203,15 @@ def parse_blocks(lines: list[str]) -> dict[str, dict]:
             blocks[m.group(2)] = current
         elif m := ROW_RE.match(line):
             assert current is not None
-            current["rows"].append((int(m.group(1)), float(m.group(2)), float(m.group(3)), m.group(5), int(m.group(6), 16)))
+            current["rows"].append(
+                (
+                    int(m.group(1)),
+                    float(m.group(2)),
+                    float(m.group(3)),
+                    m.group(5),
+                    int(m.group(6), 16),
+                )
+            )
         elif m := SELECTED_RE.match(line):
             current["selected"] = (int(m.group(1), 16), float(m.group(2)))
         elif m := WRITING_RE.match(line):
@@ -319,7 +342,9 @@ def test_two_tactics_of_one_layer_give_different_bits(backend, tmp_path, monkeyp
         out, _, cache = build(backend, path)
         runs[prefer] = (tactic_names(out), backend.run(out.engine, feeds)["y"], cache.tactic_map())
     (t1, y1, m1), (t2, y2, m2) = runs.values()
-    assert t1["conv1"] == "ref_conv_im2col_blas_f32" and t2["conv1"] == "ref_conv_im2col_splitk4_f32"
+    assert (
+        t1["conv1"] == "ref_conv_im2col_blas_f32" and t2["conv1"] == "ref_conv_im2col_splitk4_f32"
+    )
     assert m1.keys() == m2.keys() and m1 != m2
     assert not np.array_equal(y1, y2)  # different summation order, different last bits
     np.testing.assert_allclose(y1, y2, rtol=1e-5, atol=1e-5)
@@ -338,9 +363,35 @@ def test_forced_timings_change_engines_deterministically(backend, tmp_path, monk
     assert len({tuple(sorted(m.items())) for m in maps.values()}) == 3
     assert len({tuple(sorted(m)) for m in maps.values()}) == 1  # the keys never change
     monkeypatch.setenv("REPROBUILD_REF_TIMING", "reverse")
-    _, lines, cache = build(backend, path)
+    _, lines, _ = build(backend, path)
     for block in parse_blocks(lines).values():
         assert block["selected"][0] == block["rows"][0][4]
+
+
+def test_timing_knob_semantics() -> None:
+    names = ["k_blas", "k_split2", "k_tree"]
+    measured = [1.0, 2.0, 5.0]
+    assert timing_knob_from_env("").apply("0xk", names, measured) == measured
+    assert timing_knob_from_env("reverse").apply("0xk", names, measured) == [5.0, 4.0, 1.0]
+    preferred = timing_knob_from_env("prefer:tree").apply("0xk", names, measured)
+    assert preferred[2] == pytest.approx(5e-6) and preferred[:2] == measured[:2]
+    seeded = timing_knob_from_env("seed:4").apply("0xk", names, measured)
+    factors = sorted(round(p / m) for p, m in zip(seeded, measured, strict=True))
+    assert factors == [1, 1000, 1000**2]
+    # a seed's choice holds for any realistic measurement noise, and seeds disagree somewhere
+    choices = set()
+    for seed in range(8):
+        knob = timing_knob_from_env(f"seed:{seed}")
+        picks = {
+            min(range(3), key=knob.apply("0xk", names, noisy).__getitem__)
+            for noisy in ([1.0, 2.0, 5.0], [9.0, 1.0, 1.0], [1.0, 1.0, 30.0])
+        }
+        assert len(picks) == 1
+        choices |= picks
+    assert len(choices) > 1
+    for bad in ("seed:x", "prefer:", "fastest"):
+        with pytest.raises(UsageError, match="REPROBUILD_REF_TIMING"):
+            timing_knob_from_env(bad)
 
 
 def test_cached_build_times_nothing_and_reproduces(backend, tmp_path, monkeypatch) -> None:
@@ -385,7 +436,7 @@ def test_pinned_tactic_is_used_and_a_bad_pin_fails(backend, tmp_path) -> None:
     assert cache.update("0x" + "0" * 32, 1, 1.0) is False  # TensorRT: only existing keys
     pinned, lines, _ = build(backend, path, cache=cache)
     assert tactic_names(pinned)["conv1"] == other
-    assert any(f"conv1 [" in ln and f"got cached result: {other}," in ln for ln in lines)
+    assert any("conv1 [" in ln and f"got cached result: {other}," in ln for ln in lines)
     # a tactic the layer cannot use: a MatMul kernel on a Conv layer
     bad = kernels.KERNELS["ref_matmul_blas_f32"].tactic_hash
     assert cache.update(conv1["key"], bad, 1.0) is True  # update accepts it ...
@@ -459,7 +510,8 @@ def test_run_is_bit_deterministic_across_processes_and_threads(backend, tmp_path
     script = (
         "import sys, hashlib, numpy as np\n"
         "from reprobuild.backends.reference import ReferenceBackend\n"
-        "out = ReferenceBackend().run(open(sys.argv[1], 'rb').read(), {'x': np.load(sys.argv[2])})\n"
+        "engine = open(sys.argv[1], 'rb').read()\n"
+        "out = ReferenceBackend().run(engine, {'x': np.load(sys.argv[2])})\n"
         "h = hashlib.sha256()\n"
         "[h.update(k.encode() + np.ascontiguousarray(out[k]).tobytes()) for k in sorted(out)]\n"
         "print(h.hexdigest())\n"

@@ -24,7 +24,9 @@ def backend() -> ReferenceBackend:
     return ReferenceBackend()
 
 
-def filled(backend: ReferenceBackend, entries: dict[str, tuple[int, float]]) -> ReferenceTimingCache:
+def filled(
+    backend: ReferenceBackend, entries: dict[str, tuple[int, float]]
+) -> ReferenceTimingCache:
     cache = backend.create_timing_cache()
     for key, (tactic, ms) in entries.items():
         cache.record(key, tactic, ms)

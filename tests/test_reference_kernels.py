@@ -42,7 +42,10 @@ def ort_single_node(
     graph = helper.make_graph(
         [node],
         "g",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape)) for n, v in inputs.items()],
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, list(v.shape))
+            for n, v in inputs.items()
+        ],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outs],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -53,7 +56,11 @@ def ort_single_node(
 
 CONV_CASES = [
     ((1, 8, 10, 10), (6, 8, 3, 3), {}),
-    ((2, 8, 11, 9), (8, 2, 3, 2), {"group": 4, "strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
+    (
+        (2, 8, 11, 9),
+        (8, 2, 3, 2),
+        {"group": 4, "strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]},
+    ),
     ((1, 16, 7, 7), (16, 1, 3, 3), {"group": 16, "auto_pad": "SAME_UPPER"}),
     ((1, 5, 8, 7), (4, 5, 2, 2), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
     ((1, 32, 5, 5), (7, 32, 1, 1), {}),
@@ -69,7 +76,9 @@ def test_every_conv_tactic_matches_onnx_reference(x_shape, w_shape, attrs) -> No
     w = g.standard_normal(w_shape, dtype=np.float32)
     b = g.standard_normal(w_shape[0], dtype=np.float32)
     expected = single_node_eval(
-        "Conv", {"x": x.astype(np.float64), "w": w.astype(np.float64), "b": b.astype(np.float64)}, **attrs
+        "Conv",
+        {"x": x.astype(np.float64), "w": w.astype(np.float64), "b": b.astype(np.float64)},
+        **attrs,
     )
     geo = kernels.geometry("Conv", [x, w, b], attrs)
     assert geo is not None
@@ -98,7 +107,14 @@ def test_conv_has_five_distinct_tactics_on_a_3x3_layer() -> None:
 
 @pytest.mark.parametrize(
     ("a_shape", "b_shape"),
-    [((3, 4, 64), (64, 5)), ((64,), (64, 7)), ((2, 1, 5, 33), (3, 33, 4)), ((40,), (40,)), ((1, 100), (100, 1)), ((6, 40), (40,))],
+    [
+        ((3, 4, 64), (64, 5)),
+        ((64,), (64, 7)),
+        ((2, 1, 5, 33), (3, 33, 4)),
+        ((40,), (40,)),
+        ((1, 100), (100, 1)),
+        ((6, 40), (40,)),
+    ],
 )
 def test_every_matmul_tactic_matches_numpy(a_shape, b_shape) -> None:
     g = rng(3)
@@ -145,7 +161,9 @@ def test_gemm_tactics_honour_transposes_alpha_beta(trans) -> None:
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4, err_msg=spec.name)
 
 
-@pytest.mark.parametrize(("precision", "dtype", "tol"), [("f16", np.float16, 0.05), ("bf16", BF16, 0.5)])
+@pytest.mark.parametrize(
+    ("precision", "dtype", "tol"), [("f16", np.float16, 0.05), ("bf16", BF16, 0.5)]
+)
 def test_low_precision_layers_accumulate_in_two_precisions(precision, dtype, tol) -> None:
     g = rng(5)
     a = g.standard_normal((32, 256), dtype=np.float32).astype(dtype)
@@ -161,7 +179,9 @@ def test_low_precision_layers_accumulate_in_two_precisions(precision, dtype, tol
     for spec in specs:
         out = kernels.execute(spec, [a, b], {})
         assert out.dtype == np.dtype(dtype), spec.name
-        np.testing.assert_allclose(out.astype(np.float64), expected, rtol=tol, atol=tol * 4, err_msg=spec.name)
+        np.testing.assert_allclose(
+            out.astype(np.float64), expected, rtol=tol, atol=tol * 4, err_msg=spec.name
+        )
         outs[spec.name] = out.astype(np.float32)
     f32acc = outs[f"ref_matmul_blas_{precision}_f32acc"]
     lowacc = outs[f"ref_matmul_k16_{precision}_{precision}acc"]
@@ -190,7 +210,10 @@ def test_families_have_at_least_four_kernels() -> None:
 def test_integer_matmul_is_not_autotuned() -> None:
     a = np.ones((2, 3), np.int64)
     assert kernels.geometry("MatMul", [a, a.T.copy()], {}) is None
-    assert kernels.geometry("MatMul", [np.ones((2, 3), np.float32), np.ones((3, 2), np.float16)], {}) is None
+    assert (
+        kernels.geometry("MatMul", [np.ones((2, 3), np.float32), np.ones((3, 2), np.float16)], {})
+        is None
+    )
 
 
 # -- numpy op paths ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ what ``--max-output 1.0`` below cuts at.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 
 from reprobuild import precision as P
 from reprobuild.backends.reference import ReferenceBackend
-from reprobuild.lockfile import load_lock
+from reprobuild.lockfile import load_lock, save_lock
 from reprobuild.verification import load_inputs
 
 from .conftest import EXAMPLES
@@ -50,21 +51,21 @@ RULE_PLAN = [
 ]
 
 
-def _build(cli, tmp: Path, name: str, model: Path, *extra: str, cache: str = "caches"):
-    """``reprobuild build`` with every output file under ``tmp`` and named after ``name``."""
+def _build(cli, tmp: Path, model: Path, *extra: str, lock: str, out: str, cache: str = "caches"):
+    """``reprobuild build`` with the lock ``tmp/<lock>.lock`` and outputs ``tmp/<out>.*``."""
     return cli(
         "build",
         str(model),
         "--backend",
         "reference",
         "--lock",
-        str(tmp / f"{name}.lock"),
+        str(tmp / f"{lock}.lock"),
         "--out",
-        str(tmp / f"{name}.engine"),
+        str(tmp / f"{out}.engine"),
         "--cache-dir",
         str(tmp / cache),
         "--report",
-        str(tmp / f"{name}.report.json"),
+        str(tmp / f"{out}.report.json"),
         "--quiet",
         *extra,
     )
@@ -99,7 +100,7 @@ def tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_build_records_per_node_rules_and_show_prints_them(cli, tmp: Path) -> None:
-    r = _build(cli, tmp, "a", CNN, *RULE_OPTS)
+    r = _build(cli, tmp, CNN, *RULE_OPTS, lock="a", out="a")
     assert r.code == 0, r
     lock = load_lock(tmp / "a.lock")
     plan = lock.precision
@@ -145,21 +146,21 @@ def test_build_records_per_node_rules_and_show_prints_them(cli, tmp: Path) -> No
 
 
 def test_report_has_precision_summary(cli, tmp: Path) -> None:
-    r = _build(cli, tmp, "a", CNN, *RULE_OPTS, "--json")
+    r = _build(cli, tmp, CNN, *RULE_OPTS, "--json", lock="a", out="a")
     assert r.code == 0, r
     summary = {"mode": "fp16", "nodes": 8, "low_precision": 3}  # conv2, relu2, flatten
     assert json.loads(r.out)["precision"] == summary
     report = json.loads((tmp / "a.report.json").read_text())
     assert report["precision"] == summary
     # A plain FP32 build has no plan, and says so in the report.
-    r = _build(cli, tmp, "plain", CNN)
+    r = _build(cli, tmp, CNN, lock="plain", out="plain")
     assert r.code == 0, r
     assert json.loads((tmp / "plain.report.json").read_text())["precision"] is None
     assert load_lock(tmp / "plain.lock").precision is None
 
 
 def test_show_precision_without_plan(cli, tmp: Path) -> None:
-    assert _build(cli, tmp, "plain", CNN).code == 0
+    assert _build(cli, tmp, CNN, lock="plain", out="plain").code == 0
     r = cli("show", "--precision", "--lock", str(tmp / "plain.lock"))
     assert r.code == 0, r
     assert "no precision plan" in r.out
@@ -173,14 +174,16 @@ def test_show_precision_without_plan(cli, tmp: Path) -> None:
 def test_new_calibration_with_lock_keeps_plan_and_bits(
     cli, tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert _build(cli, tmp, "a", CNN, *RULE_OPTS).code == 0
+    assert _build(cli, tmp, CNN, *RULE_OPTS, lock="a", out="first").code == 0
     lock_bytes = (tmp / "a.lock").read_bytes()
-    first = _run(tmp / "a.engine")
+    first = _run(tmp / "first.engine")
 
-    # Calibration data on which the rules would decide differently: half the seeded inputs
-    # keep every magnitude below 1.0, so conv1/relu1/pool1 would no longer be kept in FP32.
+    # Calibration data on which the rules decide differently: half the seeded inputs keep
+    # every magnitude below 1.0, so conv1/relu1/pool1 would no longer be kept in FP32.
     feeds, _ = load_inputs(None, CNN, 0)
-    np.savez(tmp / "new.npz", **{k: (v * np.float32(0.5)).astype(v.dtype) for k, v in feeds.items()})
+    np.savez(
+        tmp / "new.npz", **{k: (v * np.float32(0.5)).astype(v.dtype) for k, v in feeds.items()}
+    )
     model = onnx.load(str(CNN))
     locked = load_lock(tmp / "a.lock").precision
     new_feeds, desc = P.load_calibration(str(tmp / "new.npz"), model)
@@ -189,19 +192,261 @@ def test_new_calibration_with_lock_keeps_plan_and_bits(
     assert "node conv1: fp32/magnitude -> fp16/default" in changed
     assert "node pool1: fp32/magnitude -> fp16/default" in changed
 
-    # The locked build applies the lock's plan verbatim: the new calibration (with the same
-    # precision options) is accepted and ignored. Forced different timings and a fresh cache
-    # directory make the recording step pick other tactics; the pins must still win.
+    # The same precision options plus the new calibration: workflow._prepare_model compares
+    # mode and settings only, so the calibration is accepted and the lock's plan applied
+    # verbatim. Reversed timings and a fresh cache directory make the recording step that
+    # creates the keys choose other tactics; the pins must still win.
     monkeypatch.setenv("REPROBUILD_REF_TIMING", "reverse")
     r = _build(
-        cli, tmp, "b", CNN, *RULE_OPTS, "--calibration", str(tmp / "new.npz"), cache="fresh"
+        cli,
+        tmp,
+        CNN,
+        *RULE_OPTS,
+        "--calibration",
+        str(tmp / "new.npz"),
+        lock="a",
+        out="second",
+        cache="fresh",
     )
     assert r.code == 0, r
-    assert (tmp / "a.lock").read_bytes() == b"" or True  # placeholder removed below
-    assert not (tmp / "b.lock").exists()  # "b" only names the engine/report here
+    assert "locked build" in r.out and "(unchanged)" in r.out
+    assert (tmp / "a.lock").read_bytes() == lock_bytes
+    assert load_lock(tmp / "a.lock").precision.calibration == "seeded:0"
+    second = _run(tmp / "second.engine")
+    assert _same_bits(first, second)
+
+    # Without the lock, the same reversed timings choose other kernels: the pins mattered.
+    r = _build(cli, tmp, CNN, *RULE_OPTS, lock="unlocked", out="unlocked", cache="fresh2")
+    assert r.code == 0, r
+    assert _kernels(tmp / "unlocked.lock") != _kernels(tmp / "a.lock")
+
+    # verify rebuilds from the lock (its plan, not re-derived) and agrees bit for bit.
+    monkeypatch.delenv("REPROBUILD_REF_TIMING")
+    r = cli(
+        "verify",
+        "--lock",
+        str(tmp / "a.lock"),
+        "--backend",
+        "reference",
+        "--cache-dir",
+        str(tmp / "caches"),
+        "--rebuilds",
+        "2",
+        "--json",
+    )
+    assert r.code == 0, r
+    doc = json.loads(r.out)
+    assert doc["reproducible"] is True
+    assert doc["inputs"] == "seeded:0"
+    assert doc["differing_outputs"] == []
+    assert len({b["output_sha256"]["output"] for b in doc["builds"]}) == 1
 
 
-def test_locked_build_with_new_calibration_same_lock(
+def test_locked_build_without_options_uses_lock_plan(cli, tmp: Path) -> None:
+    assert _build(cli, tmp, CNN, *RULE_OPTS, lock="a", out="first").code == 0
+    lock_bytes = (tmp / "a.lock").read_bytes()
+    r = _build(cli, tmp, CNN, "--frozen", lock="a", out="second")
+    assert r.code == 0, r
+    assert (tmp / "a.lock").read_bytes() == lock_bytes
+    assert _same_bits(_run(tmp / "first.engine"), _run(tmp / "second.engine"))
+
+
+# ---------------------------------------------------------------- FP32 accumulation
+
+
+def test_fp32_accumulate_changes_only_matrix_layers(
     cli, tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pass
+    # Kernels whose name contains "f16acc" (ref_*_splitk4_f16_f16acc, ref_*_k16_f16_f16acc)
+    # round every partial sum to FP16; prefer them wherever a layer has one.
+    monkeypatch.setenv("REPROBUILD_REF_TIMING", "prefer:f16acc")
+    assert _build(cli, tmp, CNN, "--precision", "fp16", lock="f16", out="f16").code == 0
+    r = _build(cli, tmp, CNN, "--precision", "fp16", "--fp32-accumulate", lock="acc32", out="acc32")
+    assert r.code == 0, r
+    plan16 = load_lock(tmp / "f16.lock").precision
+    plan32 = load_lock(tmp / "acc32.lock").precision
+
+    # The plans differ in the setting and in the accumulate field of matrix nodes only.
+    assert P.diff_plans(plan16, plan32) == [
+        "settings.fp32_accumulate: False -> True",
+        "node conv1: fp16/default -> fp16/default (acc fp32)",
+        "node conv2: fp16/default -> fp16/default (acc fp32)",
+        "node fc: fp16/default -> fp16/default (acc fp32)",
+    ]
+    for a, b in zip(plan16.nodes, plan32.nodes, strict=True):
+        assert (a.node, a.op, a.precision, a.rule) == (b.node, b.op, b.precision, b.rule)
+        assert a.accumulate is None
+        assert b.accumulate == ("fp32" if a.op in P.MATRIX_OPS else None)
+    assert {n.op for n in plan16.nodes if n.op in P.MATRIX_OPS} == {"Conv", "Gemm"}
+
+    # The FP16 plan got FP16-accumulating kernels; FP32 accumulation runs FP32 kernels.
+    k16, k32 = _kernels(tmp / "f16.lock"), _kernels(tmp / "acc32.lock")
+    assert set(k16) == set(k32) == {"conv1", "conv2", "fc"}
+    assert all(k.endswith("_f16_f16acc") for k in k16.values()), k16
+    assert all(k.endswith("_f32") for k in k32.values()), k32
+    assert not _same_bits(_run(tmp / "f16.engine"), _run(tmp / "acc32.engine"))
+
+    # Only the matrix layers change: an FP16 plan whose matrix layers use the FP32-
+    # accumulating BLAS kernel (exact upcast, FP32 sums, one rounding) and the
+    # --fp32-accumulate plan on the FP32 BLAS kernel (Cast up, FP32, Cast down) agree bit for
+    # bit, so every other node computes the same in both graphs.
+    monkeypatch.setenv("REPROBUILD_REF_TIMING", "prefer:blas_f16_f32acc")
+    assert _build(cli, tmp, CNN, "--precision", "fp16", lock="f16b", out="f16b").code == 0
+    monkeypatch.setenv("REPROBUILD_REF_TIMING", "prefer:blas_f32")
+    r = _build(
+        cli, tmp, CNN, "--precision", "fp16", "--fp32-accumulate", lock="acc32b", out="acc32b"
+    )
+    assert r.code == 0, r
+    assert set(_kernels(tmp / "f16b.lock").values()) == {
+        "ref_conv_im2col_blas_f16_f32acc",
+        "ref_gemm_blas_f16_f32acc",
+    }
+    assert set(_kernels(tmp / "acc32b.lock").values()) == {
+        "ref_conv_im2col_blas_f32",
+        "ref_gemm_blas_f32",
+    }
+    assert _same_bits(_run(tmp / "f16b.engine"), _run(tmp / "acc32b.engine"))
+
+
+# ---------------------------------------------------------------- option changes vs lock
+
+
+def test_changed_precision_options_against_lock(cli, tmp: Path) -> None:
+    assert _build(cli, tmp, CNN, "--precision", "fp16", lock="a", out="a").code == 0
+    lock_bytes = (tmp / "a.lock").read_bytes()
+    before = sorted(p.name for p in tmp.iterdir())
+
+    for extra in (("--precision", "fp16", "--fp32-accumulate"), ("--precision", "bf16")):
+        r = _build(cli, tmp, CNN, *extra, "--frozen", lock="a", out="b")
+        assert r.code == 1, r
+        assert r.err.count("\n") == 1 and r.err.startswith("error: ")
+        assert "the precision options differ from the lock's plan" in r.err
+        assert "--frozen refuses to change the plan" in r.err
+        assert (tmp / "a.lock").read_bytes() == lock_bytes
+        assert sorted(p.name for p in tmp.iterdir()) == before  # no engine, report, cache
+
+    r = _build(cli, tmp, CNN, "--precision", "fp16", "--fp32-accumulate", lock="a", out="b")
+    assert r.code == 2, r
+    assert r.err.count("\n") == 1
+    assert "'fp32_accumulate': False" in r.err
+    assert "drop the options, or delete the lock to re-plan" in r.err
+    assert (tmp / "a.lock").read_bytes() == lock_bytes
+    assert sorted(p.name for p in tmp.iterdir()) == before
+
+    # The same options as the lock pass under --frozen: the exit 1 above was the mismatch.
+    r = _build(cli, tmp, CNN, "--precision", "fp16", "--frozen", lock="a", out="b")
+    assert r.code == 0, r
+    assert (tmp / "a.lock").read_bytes() == lock_bytes
+
+
+def test_precision_on_lock_without_plan(cli, tmp: Path) -> None:
+    assert _build(cli, tmp, CNN, lock="a", out="a").code == 0
+    lock_bytes = (tmp / "a.lock").read_bytes()
+    r = _build(cli, tmp, CNN, "--precision", "fp16", "--frozen", lock="a", out="b")
+    assert r.code == 1, r
+    assert "has no precision plan; --frozen refuses to add one" in r.err
+    r = _build(cli, tmp, CNN, "--precision", "fp16", lock="a", out="b")
+    assert r.code == 2, r
+    assert "recorded without a precision plan; delete it to re-record" in r.err
+    assert (tmp / "a.lock").read_bytes() == lock_bytes
+    assert not (tmp / "b.engine").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="workflow.build passes `None if rerecord else existing` to _prepare_model, so "
+    "--allow-env-change re-records without the lock's precision plan (an FP32 build)",
+)
+def test_allow_env_change_keeps_precision_plan(cli, tmp: Path) -> None:
+    assert _build(cli, tmp, CNN, *RULE_OPTS, lock="a", out="a").code == 0
+    lock = load_lock(tmp / "a.lock")
+    plan = lock.precision
+    lock.environment = dataclasses.replace(lock.environment, gpu="another device")
+    save_lock(lock, tmp / "a.lock")
+    r = _build(cli, tmp, CNN, lock="a", out="b")
+    assert r.code == 3, r
+    r = _build(cli, tmp, CNN, "--allow-env-change", lock="a", out="b")
+    assert r.code == 0, r
+    # The plan is decided on the CPU, independent of the GPU: re-recording keeps it.
+    assert load_lock(tmp / "a.lock").precision == plan
+
+
+# ---------------------------------------------------------------- invalid options
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--precision", "fp16", "--keep-fp32", "conv("), "--keep-fp32 'conv(': bad regular"),
+        (("--precision", "fp16", "--keep-fp32-op", "Matmul"), "did you mean 'MatMul'?"),
+        (("--precision", "fp16", "--max-output", "-1"), "--max-output -1.0: must be a positive"),
+        (("--precision", "fp16", "--max-output", "inf"), "--max-output inf: must be a positive"),
+        (
+            ("--precision", "fp16", "--max-reduction-depth", "0"),
+            "--max-reduction-depth 0: must be a positive integer",
+        ),
+        (("--precision", "fp8"), "--precision 'fp8': unknown precision; use fp16 or bf16"),
+        (("--keep-fp32", "fc"), "precision options need --precision fp16 or --precision bf16"),
+        (("--fp32-accumulate",), "precision options need --precision"),
+    ],
+)
+def test_invalid_precision_options(cli, tmp: Path, extra: tuple[str, ...], needle: str) -> None:
+    r = _build(cli, tmp, CNN, *extra, lock="a", out="a")
+    assert r.code == 2, r
+    assert r.err.startswith("error: ") and r.err.count("\n") == 1, r.err
+    assert needle in r.err
+    assert list(tmp.iterdir()) == []  # no lock, engine, report or cache directory
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="build_cmds.build checks only the other rule options for a missing --precision: "
+    "--max-output without --precision is silently ignored",
+)
+def test_max_output_without_precision_is_rejected(cli, tmp: Path) -> None:
+    r = _build(cli, tmp, CNN, "--max-output", "-1", lock="a", out="a")
+    assert r.code == 2, r
+
+
+# ---------------------------------------------------------------- already mixed precision
+
+OBSERVED = [
+    ("fc1", "Gemm", "fp32", "observed"),
+    ("to_fp16", "Cast", "other", "observed"),
+    ("fc2", "Gemm", "fp16", "observed"),
+    ("to_fp32", "Cast", "other", "observed"),
+    ("fc3", "Gemm", "fp32", "observed"),
+]
+
+
+def test_mixed_precision_model_records_observed_plan(cli, tmp: Path) -> None:
+    r = _build(cli, tmp, FP16_MIDDLE, "--json", lock="m", out="m")
+    assert r.code == 0, r
+    assert json.loads(r.out)["precision"] == {"mode": "observed", "nodes": 5, "low_precision": 1}
+    report = json.loads((tmp / "m.report.json").read_text())
+    assert report["precision"] == {"mode": "observed", "nodes": 5, "low_precision": 1}
+    plan = load_lock(tmp / "m.lock").precision
+    assert plan is not None and plan.mode == "observed"
+    assert plan.calibration is None
+    assert _rows(plan) == OBSERVED
+    kernels = _kernels(tmp / "m.lock")
+    assert "_f16_" in kernels["fc2"]
+    assert kernels["fc1"].endswith("_f32") and kernels["fc3"].endswith("_f32")
+
+    shown = cli("show", "--precision", "--lock", str(tmp / "m.lock"))
+    assert shown.code == 0, shown
+    assert shown.out.splitlines()[0].split()[:2] == ["mode:", "observed"]
+    assert [tuple(line.split()) for line in shown.out.splitlines()[3:]] == OBSERVED
+
+    # Rebuilding from the lock checks the model against the observed plan and changes nothing.
+    lock_bytes = (tmp / "m.lock").read_bytes()
+    r = _build(cli, tmp, FP16_MIDDLE, "--frozen", lock="m", out="m2")
+    assert r.code == 0, r
+    assert (tmp / "m.lock").read_bytes() == lock_bytes
+    assert _same_bits(_run(tmp / "m.engine", FP16_MIDDLE), _run(tmp / "m2.engine", FP16_MIDDLE))
+
+    # Asking for a conversion on top of the observed plan is an option mismatch.
+    r = _build(cli, tmp, FP16_MIDDLE, "--precision", "fp16", lock="m", out="m3")
+    assert r.code == 2, r
+    assert "the precision options differ from the lock's plan (observed" in r.err
+    assert (tmp / "m.lock").read_bytes() == lock_bytes

@@ -193,10 +193,10 @@ def diff(
                 typer.echo(
                     f"{_short(ra.layer, 40):<40}  {ra.key or '-':<34}  {_side(ra)}  ->  {_side(rb)}"
                 )
-        for r in result.only_a:
-            typer.echo(f"only in {a}: {r.layer} {r.key or ''} (line {r.line})".rstrip())
-        for r in result.only_b:
-            typer.echo(f"only in {b}: {r.layer} {r.key or ''} (line {r.line})".rstrip())
+        for path, only in ((a, result.only_a), (b, result.only_b)):
+            for r in only:
+                key = f" [{r.key}]" if r.key else ""
+                typer.echo(f"only in {path}: {r.layer}{key} (line {r.line})")
         verdict = "same" if result.same else "different"
         typer.echo(
             f"{verdict}: {result.compared} record(s) matched by {result.matched_by}, "

@@ -11,7 +11,9 @@ position, name, op, attributes, input shapes and dtypes) with the environment an
 settings fingerprints. If the timing cache holds the key, the cached tactic is used without
 timing (and must be one of the layer's candidates, else ``BuildError``); otherwise every
 candidate runs ``1 + reps`` times (``reps = avg_timing_iterations`` or 3), its cost is the
-minimum of the timed reps in ms, the cheapest wins and is written to the cache.
+minimum of the timed reps in ms, the cheapest wins and is written to the cache. A candidate
+whose warm-up run is already 4x slower than the best so far is not repeated (TensorRT's
+"fast skip"); its warm-up time is its cost.
 
 Settings that shape the candidate list: ``optimization_level`` 0 ignores the timing cache
 and uses each layer's first (BLAS) kernel, as TensorRT's level 0 ignores its cache;
@@ -388,15 +390,14 @@ class Builder:
         def runner(spec: kernels.KernelSpec) -> Callable[[], Any]:
             return lambda: kernels.execute(spec, inputs, layer.attrs)
 
+        def choice(spec: kernels.KernelSpec, time_ms: float, source: str) -> LayerChoice:
+            return LayerChoice(layer.index, layer.name, layer.op, key, spec, time_ms, source, specs)
+
         if self.settings.optimization_level == 0:
-            spec = specs[0]
-            return LayerChoice(
-                layer.index, layer.name, layer.op, key, spec, 0.0, "default", specs
-            ), runner(spec)()
+            return choice(specs[0], 0.0, "default"), runner(specs[0])()
         cached = self.cache.query(key)
         if cached is not None:
-            by_hash = {s.tactic_hash: s for s in specs}
-            spec = by_hash.get(cached.tactic_hash)
+            spec = next((s for s in specs if s.tactic_hash == cached.tactic_hash), None)
             if spec is None:
                 raise BuildError(
                     f"layer {layer.name!r} (timing-cache key {key}): the cached tactic "
@@ -409,9 +410,7 @@ class Builder:
                 f"{layer.name} [{tensor_format(inputs[0])} -> {tensor_format(output)}] got cached "
                 f"result: {spec.name}, tactic 0x{spec.tactic_hash:x}, {cached.time_ms:g} ms"
             )
-            return LayerChoice(
-                layer.index, layer.name, layer.op, key, spec, cached.time_ms, "cache", specs
-            ), output
+            return choice(spec, cached.time_ms, "cache"), output
         measured: list[float] = []
         outputs: list[Any] = []
         for spec in specs:
@@ -421,15 +420,11 @@ class Builder:
             outputs.append(out)
         costs = self.knob.apply(key, [s.name for s in specs], measured)
         order = sorted(range(len(specs)), key=lambda i: (costs[i], i))
-        rows = [(i, costs[i], specs[i]) for i in order]
-        for line in autotune_lines(layer.name, key, rows):
+        for line in autotune_lines(layer.name, key, [(i, costs[i], specs[i]) for i in order]):
             self.log.verbose(line)
         best = order[0]
         self.cache.record(key, specs[best].tactic_hash, costs[best])
-        choice = LayerChoice(
-            layer.index, layer.name, layer.op, key, specs[best], costs[best], "timed", specs
-        )
-        return choice, outputs[best]
+        return choice(specs[best], costs[best], "timed"), outputs[best]
 
     def info_entry(
         self,
@@ -512,7 +507,8 @@ def build_engine(
     feeds = synthetic_inputs(prepared, settings)
     if settings.optimization_level == 0:
         log.warning(
-            "Builder optimization level 0: the timing cache is ignored; layers use their default tactic"
+            "Builder optimization level 0: the timing cache is ignored; "
+            "layers use their default tactic"
         )
     else:
         log.info(

@@ -66,7 +66,7 @@ class KernelSpec:
 
     def min_k(self) -> int:
         """Smallest reduction length for which the scheme is a real, distinct kernel."""
-        return 1 if self.scheme in ("blas", "direct") else 2 * self.parts
+        return 0 if self.scheme in ("blas", "direct") else 2 * self.parts
 
 
 def _family(op: str, precision: str) -> list[KernelSpec]:

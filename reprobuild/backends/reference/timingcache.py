@@ -56,6 +56,13 @@ def check_key(key: str) -> str:
     )
 
 
+def _is_nan(value: object) -> bool:
+    try:
+        return math.isnan(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
 def check_tactic_hash(tactic_hash: int, key: str) -> int:
     if isinstance(tactic_hash, bool) or not isinstance(tactic_hash, int):
         raise UsageError(f"tactic hash {tactic_hash!r} for key {key} is not an integer")
@@ -83,7 +90,7 @@ class ReferenceTimingCache:
         key = check_key(key)
         if key not in self._entries:
             return False
-        if isinstance(time_ms, float) and math.isnan(time_ms):
+        if _is_nan(time_ms):
             del self._entries[key]
             return True
         check_tactic_hash(tactic_hash, key)

@@ -1,0 +1,109 @@
+"""Benchmark the reference backend on the onnx package's light ResNet50.
+
+Prints, in one run: the cold build time (every Conv/Gemm autotuned), the time of a build
+from the cold build's full timing cache (nothing timed), their ratio (goal: <= 0.25), and
+the inference time of the reference engine against ONNX Runtime on the same model and
+inputs (the onnx test runner's ``arange(n) / n`` input). Usage::
+
+    python scripts/bench_reference.py [--model resnet50] [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from reprobuild.backends.base import BuildSettings
+from reprobuild.backends.reference import ReferenceBackend
+
+LIGHT = Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data" / "light"
+
+
+def runner_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name not in inits:
+            shape = tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
+            n = int(np.prod(shape))
+            feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
+    return feeds
+
+
+def best_of(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50", help="light model name (default resnet50)")
+    parser.add_argument("--runs", type=int, default=5, help="inference repetitions (min is kept)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+
+    path = LIGHT / f"light_{args.model}.onnx"
+    backend = ReferenceBackend()
+    settings = BuildSettings()
+
+    cache = backend.create_timing_cache()
+    start = time.perf_counter()
+    cold = backend.build(str(path), settings, cache, lambda _line: None)
+    cold_s = time.perf_counter() - start
+
+    cached_cache = backend.create_timing_cache(cache.serialize())
+    start = time.perf_counter()
+    warm = backend.build(str(path), settings, cached_cache, lambda _line: None)
+    cached_s = time.perf_counter() - start
+    assert warm.extra["timed_layers"] == 0, "the cached build should time nothing"
+    assert warm.extra["tactic_map"] == cold.extra["tactic_map"]
+
+    feeds = runner_inputs(onnx.load(path))
+    backend.run(cold.engine, feeds)  # load + fold once, as a deserialized engine would
+    ref_s = best_of(lambda: backend.run(cold.engine, feeds), args.runs)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)
+    ort_s = best_of(lambda: session.run(None, feeds), args.runs)
+
+    result = {
+        "model": args.model,
+        "autotuned_layers": cold.extra["timed_layers"],
+        "cold_build_s": round(cold_s, 3),
+        "cached_build_s": round(cached_s, 3),
+        "cached_over_cold": round(cached_s / cold_s, 4),
+        "goal_cached_over_cold": 0.25,
+        "reference_inference_s": round(ref_s, 4),
+        "onnxruntime_inference_s": round(ort_s, 4),
+        "reference_over_onnxruntime": round(ref_s / ort_s, 2),
+        "samples": args.runs,
+        "cpu": backend.environment().gpu,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    layers = result["autotuned_layers"]
+    print(f"model                      light_{args.model} ({layers} autotuned layers)")
+    print(f"cpu                        {result['cpu']}")
+    print(f"cold build                 {cold_s:8.3f} s")
+    print(f"build from full cache      {cached_s:8.3f} s")
+    print(f"cached / cold              {cached_s / cold_s:8.3f}   (goal <= 0.25)")
+    print(f"reference inference        {ref_s * 1e3:8.1f} ms (min of {args.runs})")
+    print(f"onnxruntime inference      {ort_s * 1e3:8.1f} ms (min of {args.runs})")
+    print(f"reference / onnxruntime    {ref_s / ort_s:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Time the reproducible-build workflow on the light ResNet50 with the reference backend.
+
+Run: python scripts/bench_workflow.py [--model light_resnet50] [--rebuilds 3] [--precision fp16]
+                                      [--repeat 1]
+
+Prints, in one run, the wall time of each step and its ratio to the cold recording build:
+
+- cold recording build: no lock; every candidate of every layer is timed, lock written;
+- locked build, warm cache: the recording cache is in the cache directory, so the build is
+  pins + one pinned build;
+- locked build, fresh cache directory: a recording build creates the keys first, then pins;
+- verify --rebuilds N: N pinned builds from the lock, each engine run, outputs compared, plus
+  one ONNX Runtime comparison.
+
+The model is onnx's own light model-zoo copy. Everything is written in a temporary
+directory. A small warm-up build (the bundled MLP, not timed) runs first so that one-time
+imports (onnx.reference, onnxruntime) are not charged to the cold build. With ``--repeat R``
+the whole sequence runs R times from scratch; each figure is the median, the ratio is
+medians', and the fastest run is shown too (the timings share the CPU with whatever else
+runs, so single runs are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from reprobuild.precision import validate_options
+from reprobuild.verification import verify
+from reprobuild.workflow import BuildResult, PrecisionRequest, build
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+EXAMPLES = Path(__file__).resolve().parent.parent / "reprobuild" / "examples"
+
+
+def _timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - t0
+
+
+def _build(
+    model: Path, lock: Path, tmp: Path, out: str, cache: str, request: PrecisionRequest | None
+) -> tuple[BuildResult, float]:
+    return _timed(
+        build,
+        model,
+        lock=lock,
+        out=tmp / f"{out}.engine",
+        backend="reference",
+        cache_dir=tmp / cache,
+        report=tmp / f"{out}.report.json",
+        precision=request,
+    )
+
+
+def _describe(r: BuildResult) -> str:
+    return (
+        f"{'recorded' if r.recorded else 'locked'}: {r.layers} layers, {r.pinned} pinned, "
+        f"{r.cache_hits} cache hits, {r.timed} timed"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--model", default="light_resnet50", help="a light model-zoo name")
+    ap.add_argument("--rebuilds", type=int, default=3, help="rebuilds for verify")
+    ap.add_argument("--precision", choices=("fp16", "bf16"), default=None)
+    ap.add_argument("--repeat", type=int, default=1, help="runs of the whole sequence")
+    args = ap.parse_args()
+
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)  # the light models carry unused initializers
+    source = LIGHT / f"{args.model}.onnx"
+    request = None
+    if args.precision is not None:
+        settings = validate_options(args.precision, [], [], 512.0, None, False)
+        request = PrecisionRequest(args.precision, settings)
+
+    with tempfile.TemporaryDirectory(prefix="bench-workflow-") as tmp_name:
+        root = Path(tmp_name)
+        build(
+            EXAMPLES / "mlp.onnx",
+            lock=root / "warmup.lock",
+            out=root / "warmup.engine",
+            backend="reference",
+            cache_dir=root / "warmup-cache",
+            report=root / "warmup.report.json",
+        )
+        times: dict[str, list[float]] = {"cold": [], "warm": [], "fresh": [], "verify": []}
+        for i in range(args.repeat):
+            tmp = root / f"run{i}"
+            tmp.mkdir()
+            model = tmp / source.name
+            shutil.copyfile(source, model)
+            lock = tmp / "tactics.lock"
+
+            cold, t = _build(model, lock, tmp, "cold", "caches", request)
+            times["cold"].append(t)
+            warm, t = _build(model, lock, tmp, "warm", "caches", request)
+            times["warm"].append(t)
+            fresh, t = _build(model, lock, tmp, "fresh", "fresh-caches", request)
+            times["fresh"].append(t)
+            ver, t = _timed(
+                verify,
+                model,
+                lock=lock,
+                rebuilds=args.rebuilds,
+                backend="reference",
+                cache_dir=tmp / "caches",
+            )
+            times["verify"].append(t)
+            if not ver.reproducible:
+                raise SystemExit(f"verify failed: {ver.to_json()}")
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    t_cold = med["cold"]
+    plan = f", precision {args.precision}" if args.precision else ""
+    runs = f", median of {args.repeat} runs" if args.repeat > 1 else ""
+    print(f"model: {args.model} ({source.stat().st_size} bytes), backend reference{plan}{runs}")
+    rows = [
+        ("cold recording build", med["cold"], _describe(cold)),
+        ("locked build, warm cache", med["warm"], _describe(warm)),
+        ("locked build, fresh cache dir", med["fresh"], _describe(fresh)),
+        (
+            f"verify --rebuilds {args.rebuilds}",
+            med["verify"],
+            f"{'REPRODUCIBLE' if ver.reproducible else 'NOT REPRODUCIBLE'}, "
+            f"max abs vs onnxruntime {ver.accuracy.get('max_abs', float('nan')):.3g}",
+        ),
+    ]
+    width = max(len(r[0]) for r in rows)
+    keys = ("cold", "warm", "fresh", "verify")
+    print(f"{'step':<{width}}  {'wall s':>7}  {'x cold':>6}  {'min s':>6}  notes")
+    for key, (name, seconds, note) in zip(keys, rows, strict=True):
+        low = min(times[key])
+        print(f"{name:<{width}}  {seconds:7.2f}  {seconds / t_cold:6.2f}  {low:6.2f}  {note}")
+
+
+if __name__ == "__main__":
+    main()
