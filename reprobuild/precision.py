@@ -60,7 +60,9 @@ Rules (the first that applies decides; documented for ``reprobuild show --precis
 ``magnitude``
     On the calibration inputs (ONNX Runtime, CPU, all graph optimizations off, every
     intermediate exposed as an output), a float32 output the node would produce in low
-    precision has a value with ``|x| > --max-output``, or a NaN/Inf.
+    precision has a value with ``|x| > --max-output``, or a NaN/Inf; or a float32 input it
+    would take in low precision exceeds that type's largest finite value (the Cast feeding
+    it would overflow).
 ``default``
     No rule kept it: the node runs in FP16/BF16. With ``--fp32-accumulate``, a converted
     MatMul/Gemm/Conv/ConvTranspose records ``accumulate: fp32``.
@@ -903,6 +905,14 @@ def derive_plan(
             return numpy_helper.to_array(an.inits[name])
         return values.get(name)
 
+    def input_max(name: str) -> float:
+        if name in stats:
+            return stats[name].max_abs
+        if name in feeds and feeds[name].size and np.issubdtype(feeds[name].dtype, np.floating):
+            arr = feeds[name]
+            return float(np.abs(arr).max()) if np.isfinite(arr).all() else float("inf")
+        return 0.0
+
     decided: list[tuple[str, str] | None] = [None] * len(an.infos)
     for i, info in enumerate(an.infos):
         node = info.node
@@ -949,6 +959,17 @@ def derive_plan(
             and stats[o].max_abs > settings.max_output
             for pos, o in enumerate(node.output)
         ):
+            decided[i] = ("fp32", "magnitude")
+        elif any(
+            x
+            and info.in_params[pos] in conv[i]
+            and x not in an.constant
+            and an.types.get(x) == FLOAT
+            and input_max(x) > _LOW_MAX[low]
+            for pos, x in enumerate(node.input)
+        ):
+            # An FP32 value beyond the low-precision range would overflow in the Cast that
+            # feeds this node (inf, then NaN downstream): the node stays in FP32.
             decided[i] = ("fp32", "magnitude")
         else:
             decided[i] = (mode, "default")

@@ -56,6 +56,15 @@ class VerifyResult:
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["builds"] = [b.__dict__ for b in self.builds]
+        # JSON has no Infinity: report an infinite error as the string "inf".
+        d["accuracy"] = {
+            k: (
+                str(v)
+                if isinstance(v, float) and v != v or v in (float("inf"), -float("inf"))
+                else v
+            )
+            for k, v in self.accuracy.items()
+        }
         return d
 
 
@@ -187,7 +196,7 @@ def verify(
                 )
             )
         progress("comparing with ONNX Runtime")
-        accuracy = _accuracy(built_model, feeds, first_outputs or {})
+        accuracy = _accuracy(model_path, feeds, first_outputs or {})
     ref = checks[0].output_sha256
     differing = sorted({n for c in checks for n, h in c.output_sha256.items() if ref.get(n) != h})
     ok = not differing and not any(c.drift or c.problems for c in checks)
@@ -212,27 +221,46 @@ def verify(
 
 
 def _accuracy(model_path: Path, feeds: dict[str, Any], outputs: dict[str, Any]) -> dict[str, Any]:
-    """Largest absolute and relative error against ONNX Runtime in float32 (reported only)."""
+    """Largest error of the engine against ONNX Runtime on the FP32 model (reported only).
+
+    Compared with the original model, so a precision plan's error shows here too. A
+    non-finite output where ONNX Runtime's is finite counts as an infinite error.
+    """
     import numpy as np
 
     try:
         import onnxruntime as ort
 
-        sess = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         ref = dict(zip(names, sess.run(names, feeds), strict=True))
     except Exception as err:  # ORT lacks some kernels (e.g. BF16 Conv): report, don't fail
         return {"runtime": "onnxruntime", "error": f"{type(err).__name__}: {err}"[:300]}
     max_abs = max_rel = 0.0
+    non_finite: list[str] = []
     for name, want in ref.items():
         if name not in outputs:
             continue
         a = np.asarray(outputs[name], dtype=np.float64)
         b = np.asarray(want, dtype=np.float64)
+        bad = ~np.isfinite(a) & np.isfinite(b)
+        if bad.any():
+            non_finite.append(name)
+            max_abs = max_rel = float("inf")
+            continue
         diff = np.abs(a - b)
+        diff[~np.isfinite(diff)] = 0.0  # both non-finite alike (inf == inf): no error
         max_abs = max(max_abs, float(diff.max(initial=0.0)))
         max_rel = max(max_rel, float((diff / np.maximum(np.abs(b), 1e-12)).max(initial=0.0)))
-    return {"runtime": "onnxruntime", "max_abs": max_abs, "max_rel": max_rel}
+    return {
+        "runtime": "onnxruntime",
+        "reference_model": str(model_path),
+        "max_abs": max_abs,
+        "max_rel": max_rel,
+        "non_finite_outputs": non_finite,
+    }
 
 
 def bisect(

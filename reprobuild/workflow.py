@@ -24,6 +24,7 @@ from reprobuild.errors import (
     CacheError,
     DriftError,
     EnvironmentMismatch,
+    ReprobuildError,
     UsageError,
 )
 from reprobuild.lockfile import (
@@ -372,14 +373,19 @@ def _prepare_model(
         if request is not None and (
             request.mode != locked.mode or request.settings != locked.settings
         ):
-            msg = (
-                f"{lock_path}: the precision options differ from the lock's plan "
-                f"({locked.mode}, {locked.settings.to_dict()})"
-            )
+            was = {"mode": locked.mode, **locked.settings.to_dict()}
+            now = {"mode": request.mode, **request.settings.to_dict()}
+            changed = ", ".join(f"{k}: {was[k]!r} -> {now[k]!r}" for k in was if was[k] != now[k])
+            msg = f"{lock_path}: the precision options differ from the lock's plan ({changed})"
             if frozen:
                 raise DriftError(msg + "; --frozen refuses to change the plan")
             raise UsageError(msg + "; drop the options, or delete the lock to re-plan")
         plan = locked
+        if request is not None and request.calibration is not None:
+            notes.append(
+                f"--calibration {request.calibration} ignored: the lock's plan (calibrated on "
+                f"{locked.calibration}) is applied as recorded"
+            )
     elif request is not None:
         if lock is not None and frozen:
             raise DriftError(f"{lock_path}: has no precision plan; --frozen refuses to add one")
@@ -501,9 +507,13 @@ def build(
 
     with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp:
         built_model, plan, notes = _prepare_model(
-            model_path, None if rerecord else existing, precision, frozen, Path(tmp), lock_path
+            model_path, existing, precision, frozen, Path(tmp), lock_path
         )
         warnings += notes
+        precision_error = None
+        if built_model != model_path:
+            progress("measuring the precision plan's error against FP32 (ONNX Runtime)")
+            precision_error = _plan_error(model_path, built_model)
         built_sha = info.sha256 if built_model == model_path else sha256_file(built_model)
         cfile = cache_path(cache_dir, env, settings, built_sha)
         lock_changes: list[str] = []
@@ -565,7 +575,8 @@ def build(
             timed=timed,
             duration_s=round(duration, 3),
             tactic_map=new_lock.tactic_map(),
-            warnings=warnings + [f"log line {w.line}: {w.message}" for w in log_warnings],
+            warnings=warnings
+            + [f"log line {w.line}: {w.message}" for w in log_warnings if w.kind in _WORRYING],
             precision=None
             if new_lock.precision is None
             else {
@@ -580,10 +591,32 @@ def build(
         rep = result.to_json()
         rep["report_path"] = str(report_path)
         rep["settings"] = settings.to_dict()
+        rep["precision_error"] = precision_error
+        rep["log_messages"] = [w.to_json() for w in log_warnings]
         rep["records"] = [r.to_json() for r in records]
         atomic_write_text(report_path, json.dumps(rep, indent=2) + "\n")
         result.report_path = str(report_path)
     return result
+
+
+_WORRYING = {"cache-not-used", "cache-invalid", "cache-error", "cache-miss"}
+"""Log-message kinds that deserve a warning; the rest stay in the report's log_messages."""
+
+
+def _plan_error(original: Path, converted: Path) -> dict[str, Any]:
+    """Output error of the converted model against the FP32 one, on seeded inputs."""
+    import onnx
+
+    from reprobuild import precision
+
+    fp32 = onnx.load(str(original))
+    feeds, desc = precision.load_calibration(None, fp32)
+    try:
+        err = precision.plan_error(fp32, onnx.load(str(converted)), feeds)
+    except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
+        return {"error": str(exc), "inputs": desc}
+    clean = {k: v for k, v in err.items() if k in ("max_abs", "max_rel", "runtime")}
+    return {**{k: (v if v != float("inf") else "inf") for k, v in clean.items()}, "inputs": desc}
 
 
 def _locked(

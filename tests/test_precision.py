@@ -404,6 +404,8 @@ def test_attention_block_with_fixed_type_inputs_converts() -> None:
     plan = P.derive_plan(model, "fp16", _opts(), feeds, desc)
     assert {k: v for k, v in _table(plan).items() if v != ("fp16", "default")} == {
         "masked": ("fp32", "initializer-range"),  # -1e9 does not fit FP16
+        # its input (the masked scores, about -1e9) would overflow the Cast to FP16
+        "softmax": ("fp32", "magnitude"),
         "topk": ("fp32", "unsupported"),
         "shape": ("other", "unsupported"),
         "seqlen": ("other", "unsupported"),
@@ -928,12 +930,17 @@ def test_light_resnet50_magnitude_rule_and_conversion() -> None:
     for node, key in zip(model.graph.node, keys, strict=True):
         if node.op_type == "ConstantOfShape":
             assert table[key][1] == "constant"
-    # exactly the compute nodes with an output above 512 are kept by the magnitude rule
+    # exactly the compute nodes with an output above 512, or an input beyond the FP16
+    # range (the Softmax fed by 1e19 logits), are kept by the magnitude rule
     mags = _intermediate_max(model, feeds)
     expected = {
         k
         for node, k in zip(model.graph.node, keys, strict=True)
-        if node.op_type != "ConstantOfShape" and mags[node.output[0]] > 512
+        if node.op_type != "ConstantOfShape"
+        and (
+            mags[node.output[0]] > 512
+            or any(mags.get(x, 0.0) > 65504 for x in node.input if x in mags)
+        )
     }
     assert {k for k, (_, r) in table.items() if r == "magnitude"} == expected
     assert len(expected) > 10

@@ -282,3 +282,21 @@ def test_auto_backend_says_which(work: Path, cli) -> None:
     r = cli("build", "cnn.onnx", "--lock", "t.lock", "--json")
     assert r.code == 0, r
     assert json.loads(r.out)["backend"] == "reference"
+
+
+def test_accuracy_counts_non_finite_outputs_as_infinite_error(work: Path) -> None:
+    from reprobuild.verification import VerifyResult, _accuracy
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    import onnxruntime as ort
+
+    want = ort.InferenceSession("cnn.onnx").run(None, {"input": x})[0]
+    good = _accuracy(Path("cnn.onnx"), {"input": x}, {"output": want + 1e-3})
+    assert good["max_abs"] == pytest.approx(1e-3, rel=1e-3) and good["non_finite_outputs"] == []
+    bad_out = want.copy()
+    bad_out[0, 0] = np.nan
+    bad = _accuracy(Path("cnn.onnx"), {"input": x}, {"output": bad_out})
+    assert bad["max_abs"] == float("inf") and bad["non_finite_outputs"] == ["output"]
+    result = VerifyResult(False, "l", "m", "reference", 1, "seeded:0", [], [], bad)
+    text = json.dumps(result.to_json(), allow_nan=False)  # strict JSON, no Infinity
+    assert '"max_abs": "inf"' in text

@@ -197,8 +197,8 @@ def build(
     keep_fp32_op: list[str] = typer.Option(
         [], "--keep-fp32-op", help="Op type kept in FP32 (repeatable)."
     ),
-    max_output: float = typer.Option(
-        512.0, "--max-output", help="Keep nodes whose outputs exceed this in FP32."
+    max_output: float | None = typer.Option(
+        None, "--max-output", help="Keep nodes whose outputs exceed this in FP32 [default: 512]."
     ),
     max_reduction_depth: int | None = typer.Option(
         None, "--max-reduction-depth", help="Keep reductions deeper than this in FP32."
@@ -246,11 +246,23 @@ def build(
         request = PrecisionRequest(
             precision,
             validate_options(
-                precision, keep_fp32, keep_fp32_op, max_output, max_reduction_depth, fp32_accumulate
+                precision,
+                keep_fp32,
+                keep_fp32_op,
+                512.0 if max_output is None else max_output,
+                max_reduction_depth,
+                fp32_accumulate,
             ),
             None if calibration is None else str(calibration),
         )
-    elif keep_fp32 or keep_fp32_op or fp32_accumulate or calibration or max_reduction_depth:
+    elif (
+        keep_fp32
+        or keep_fp32_op
+        or fp32_accumulate
+        or calibration is not None
+        or max_reduction_depth is not None
+        or max_output is not None
+    ):
         raise UsageError("precision options need --precision fp16 or --precision bf16")
     prog = Progress(quiet or as_json)
     result = run(
