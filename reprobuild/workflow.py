@@ -262,16 +262,19 @@ def pinned_build(
     *,
     entries: list[LayerEntry] | None = None,
     strict: bool = True,
+    cache: TimingCache | None = None,
 ) -> PinnedBuild:
     """Build with every key of ``expected`` pinned; raise ``DriftError`` on any drift.
 
     With ``strict=False`` the drift problems are returned instead (``verify`` reports them
-    per layer next to the outputs).
+    per layer next to the outputs). ``cache`` is a recording cache the caller already
+    loaded; by default it is read from ``cache_file``.
     """
     from reprobuild.backends.trt.pins import cross_check_kernels, tactic_map_drift
     from reprobuild.cachedir import save_cache_bytes
 
-    cache = load_recording_cache(backend, cache_file, warnings) if cache_file else None
+    if cache is None and cache_file is not None:
+        cache = load_recording_cache(backend, cache_file, warnings)
     recorded_now = False
     if cache is not None and not set(expected) <= set(cache.tactic_map()):
         warnings.append(f"timing cache {cache_file} lacks keys of the lock; re-recording")
@@ -657,17 +660,21 @@ def _locked(
         )
         if frozen:
             raise DriftError(f"{msg}; --frozen refuses to change it (run without --frozen)")
-        if rec_log is None:
-            cache = be.create_timing_cache(b"")
-            _, rec_log = run_build(be, built_model, settings, cache, progress, "recording")
-            save_cache_bytes(cfile, cache.serialize())
-            recorded = cache.tactic_map()
+        assert rec_log is not None  # a key-set mismatch always re-records above
         fresh, w = entries_from_records(rec_log.records, {k: recorded[k] for k in extra})
         warnings += w
         new_lock.layers = [e for e in new_lock.layers if e.key not in gone] + fresh
         changes.append(f"added {len(fresh)} layers, removed {len(gone)}")
         expected = new_lock.tactic_map()
     pb = pinned_build(
-        be, built_model, settings, expected, cfile, progress, warnings, entries=new_lock.layers
+        be,
+        built_model,
+        settings,
+        expected,
+        cfile,
+        progress,
+        warnings,
+        entries=new_lock.layers,
+        cache=cache,
     )
     return new_lock, changes, pb

@@ -300,3 +300,23 @@ def test_accuracy_counts_non_finite_outputs_as_infinite_error(work: Path) -> Non
     result = VerifyResult(False, "l", "m", "reference", 1, "seeded:0", [], [], bad)
     text = json.dumps(result.to_json(), allow_nan=False)  # strict JSON, no Infinity
     assert '"max_abs": "inf"' in text
+
+
+def test_model_zoo_squeezenet_through_the_cli(work: Path, cli) -> None:
+    """A real model nobody here wrote: record, frozen rebuild, verify, all via the CLI."""
+    import onnx
+
+    src = Path(onnx.__file__).parent / "backend/test/data/light/light_squeezenet.onnx"
+    shutil.copy(src, "sq.onnx")
+    r = cli("build", "sq.onnx", "--lock", "sq.lock", "--backend", "reference", "-q", "--json")
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["layers"] == 26 and data["recorded"] is True
+    r = cli("build", "sq.onnx", "--lock", "sq.lock", "--backend", "reference", "-q", "--frozen")
+    assert r.code == 0, r
+    assert "26 cache hits, 0 timed" in r.out
+    r = cli("verify", "--lock", "sq.lock", "--backend", "reference", "-n", "2", "-q", "--json")
+    assert r.code == 0, r
+    report = json.loads(r.out)
+    assert report["reproducible"] and report["layers"] == 26
+    assert len({b["output_sha256"]["softmaxout_1"] for b in report["builds"]}) == 1
