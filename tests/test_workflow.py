@@ -95,8 +95,9 @@ def test_pin_then_build_uses_the_pinned_kernel(work: Path, cli) -> None:
     other = next(c for c in fc1.candidates if c.tactic != fc1.tactic)
     r = cli("pin", "layer=fc1", f"tactic={other.kernel}", "--lock", "t.lock")
     assert r.code == 0, r
-    r = cli("build", "mlp.onnx", "--lock", "t.lock", "-o", "b.engine", "--backend",
-            "reference", "-q")
+    r = cli(
+        "build", "mlp.onnx", "--lock", "t.lock", "-o", "b.engine", "--backend", "reference", "-q"
+    )
     assert r.code == 0, r
     assert "1 pinned" in r.out
     assert _engine_layers(Path("b.engine"))["fc1"] == other.kernel
@@ -110,8 +111,18 @@ def test_frozen_with_stale_lock_fails_and_writes_nothing(work: Path, cli) -> Non
     save_lock(lock, "t.lock")
     before = Path("t.lock").read_bytes()
     engine_before = Path("cnn.engine").read_bytes()
-    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "--frozen", "-q",
-            "-o", "cnn.engine")
+    r = cli(
+        "build",
+        "cnn.onnx",
+        "--lock",
+        "t.lock",
+        "--backend",
+        "reference",
+        "--frozen",
+        "-q",
+        "-o",
+        "cnn.engine",
+    )
     assert r.code == 1, r
     assert "stale: 1 layers missing from the lock" in r.err and "--frozen" in r.err
     assert Path("t.lock").read_bytes() == before
@@ -146,8 +157,9 @@ def test_changed_setting_is_exit_2(work: Path, cli) -> None:
 def test_lock_from_another_environment_is_exit_3(work: Path, cli) -> None:
     _build("cnn.onnx", "t.lock", "cnn.engine")
     lock = load_lock("t.lock")
-    lock.environment = type(lock.environment)(**{**lock.environment.to_dict(),
-                                                 "gpu": "NVIDIA H100 80GB HBM3"})
+    lock.environment = type(lock.environment)(
+        **{**lock.environment.to_dict(), "gpu": "NVIDIA H100 80GB HBM3"}
+    )
     save_lock(lock, "t.lock")
     before = Path("t.lock").read_bytes()
     r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
@@ -155,8 +167,16 @@ def test_lock_from_another_environment_is_exit_3(work: Path, cli) -> None:
     assert "recorded on another environment (gpu: 'NVIDIA H100 80GB HBM3'" in r.err
     assert "--allow-env-change" in r.err
     assert Path("t.lock").read_bytes() == before
-    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q",
-            "--allow-env-change")
+    r = cli(
+        "build",
+        "cnn.onnx",
+        "--lock",
+        "t.lock",
+        "--backend",
+        "reference",
+        "-q",
+        "--allow-env-change",
+    )
     assert r.code == 0, r
     assert load_lock("t.lock").environment == ReferenceBackend().environment()
 
@@ -186,8 +206,18 @@ def test_corrupted_cache_is_rerecorded_not_trusted(work: Path, monkeypatch) -> N
 
 def test_verify_passes_on_a_good_lock(work: Path, cli) -> None:
     _build("cnn.onnx", "t.lock", "cnn.engine")
-    r = cli("verify", "--lock", "t.lock", "--backend", "reference", "--rebuilds", "2",
-            "--report", "v.json", "-q")
+    r = cli(
+        "verify",
+        "--lock",
+        "t.lock",
+        "--backend",
+        "reference",
+        "--rebuilds",
+        "2",
+        "--report",
+        "v.json",
+        "-q",
+    )
     assert r.code == 0, r
     assert "REPRODUCIBLE: 2 rebuilds of 3 layers" in r.out
     report = json.loads(Path("v.json").read_text())
@@ -232,11 +262,17 @@ def test_verify_fails_naming_the_layer_changed_behind_its_back(work: Path) -> No
     r = verify(lock="t.lock", backend=_SneakyBackend(fc1.key, other), rebuilds=2)
     assert not r.reproducible
     drift = r.builds[0].drift
-    assert drift == [{"layer": "fc1", "key": fc1.key, "locked": f"0x{fc1.tactic:x}",
-                      "built": f"0x{other:x}"}]
+    assert drift == [
+        {"layer": "fc1", "key": fc1.key, "locked": f"0x{fc1.tactic:x}", "built": f"0x{other:x}"}
+    ]
     with pytest.raises(DriftError, match=r"fc1"):
-        build("mlp.onnx", lock="t.lock", out="x.engine", cache_dir="caches",
-              backend=_SneakyBackend(fc1.key, other))
+        build(
+            "mlp.onnx",
+            lock="t.lock",
+            out="x.engine",
+            cache_dir="caches",
+            backend=_SneakyBackend(fc1.key, other),
+        )
     assert not Path("x.engine").exists()
 
 
@@ -250,8 +286,17 @@ def test_bisect_finds_a_planted_layer(work: Path, cli) -> None:
     assert r.outputs_differ
     assert [c["layer"] for c in r.culprits] == ["conv2"]
     assert r.culprits[0]["tactic_b"] == f"0x{other.tactic:x}"
-    out = cli("bisect", "--lock", "a.lock", "--against", "b.lock", "--backend", "reference",
-              "--json", "-q")
+    out = cli(
+        "bisect",
+        "--lock",
+        "a.lock",
+        "--against",
+        "b.lock",
+        "--backend",
+        "reference",
+        "--json",
+        "-q",
+    )
     assert out.code == 1 and json.loads(out.out)["culprits"][0]["layer"] == "conv2"
 
 
