@@ -365,3 +365,14 @@ def test_model_zoo_squeezenet_through_the_cli(work: Path, cli) -> None:
     report = json.loads(r.out)
     assert report["reproducible"] and report["layers"] == 26
     assert len({b["output_sha256"]["softmaxout_1"] for b in report["builds"]}) == 1
+
+
+def test_python_api_matches_the_readme(work: Path) -> None:
+    import reprobuild
+
+    result = reprobuild.build("mlp.onnx", lock="tactics.lock", backend="reference")
+    report = reprobuild.verify(lock="tactics.lock", rebuilds=2, backend="reference")
+    assert result.layers == 2 and report.reproducible
+    assert reprobuild.load_lock("tactics.lock").tactic_map() == result.tactic_map
+    with pytest.raises(AttributeError):
+        reprobuild.no_such_name  # noqa: B018
