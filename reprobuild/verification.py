@@ -22,6 +22,7 @@ from reprobuild.workflow import (
     Progress,
     _prepare_model,
     _quiet,
+    announce_backend,
     check_lock_matches,
     model_info,
     pinned_build,
@@ -147,6 +148,7 @@ def verify(
     if rebuilds < 1:
         raise UsageError(f"--rebuilds must be at least 1, got {rebuilds}")
     be = resolve_backend(backend)
+    announce_backend(backend, be, progress)
     data, lock_path, model_path = _open_lock(lock, model, be)
     feeds, inputs_desc = load_inputs(inputs, model_path, seed)
     expected = data.tactic_map()
@@ -282,6 +284,7 @@ def bisect(
     from reprobuild.cachedir import cache_path
 
     be = resolve_backend(backend)
+    announce_backend(backend, be, progress)
     a, lock_path, model_path = _open_lock(lock, model, be)
     b, _, _ = _open_lock(against, model_path, be)
     base = a.tactic_map()

@@ -160,6 +160,13 @@ def _rel(path: Path, base: Path) -> str:
         return path.resolve().as_posix()
 
 
+def announce_backend(requested: str | Backend, be: Backend, progress: Progress) -> None:
+    """``--backend auto`` says which backend it took, and why not TensorRT."""
+    if requested == "auto":
+        why = "" if be.name == "tensorrt" else " (TensorRT with a visible GPU not found)"
+        progress(f"backend auto -> {be.name}{why}")
+
+
 def resolve_backend(backend: str | Backend) -> Backend:
     if isinstance(backend, str):
         from reprobuild.backends import get_backend
@@ -471,11 +478,8 @@ def build(
     be = resolve_backend(backend)
     env = be.environment()
     warnings: list[str] = []
-    if backend == "auto":
-        progress(
-            f"backend auto -> {be.name}"
-            + ("" if be.name == "tensorrt" else " (TensorRT with a visible GPU not found)")
-        )
+    announce_backend(backend, be, progress)
+
     info = model_info(model_path, lock_path.parent)
     existing = load_lock(lock_path) if lock_path.exists() else None
     if existing is None and frozen:
