@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 import time
@@ -59,11 +60,7 @@ class VerifyResult:
         d["builds"] = [b.__dict__ for b in self.builds]
         # JSON has no Infinity: report an infinite error as the string "inf".
         d["accuracy"] = {
-            k: (
-                str(v)
-                if isinstance(v, float) and v != v or v in (float("inf"), -float("inf"))
-                else v
-            )
+            k: str(v) if isinstance(v, float) and not math.isfinite(v) else v
             for k, v in self.accuracy.items()
         }
         return d

@@ -277,7 +277,7 @@ def pinned_build(
     per layer next to the outputs). ``cache`` is a recording cache the caller already
     loaded; by default it is read from ``cache_file``.
     """
-    from reprobuild.backends.trt.pins import cross_check_kernels, tactic_map_drift
+    from reprobuild.backends.trt.pins import apply_pins, cross_check_kernels, tactic_map_drift
     from reprobuild.cachedir import save_cache_bytes
 
     if cache is None and cache_file is not None:
@@ -303,18 +303,8 @@ def pinned_build(
             f"(first: {missing[0]} {names.get(missing[0], '')!s}); the lock does not match "
             "this model/settings: re-record it"
         )
-    for key, tactic in sorted(expected.items()):
-        value = cache.query(key)
-        ok = cache.update(key, tactic, value.time_ms if value else 0.0)
-        if not ok:
-            from reprobuild.errors import BuildError
-
-            raise BuildError(
-                f"timing cache refused the pin of layer {names.get(key, '?')!r} ({key})"
-            )
-    before = dict(expected)
-    for key in set(recorded) - set(expected):
-        before[key] = recorded[key]
+    apply_pins(cache, [LayerEntry(k, names.get(k, "?"), t) for k, t in sorted(expected.items())])
+    before = {**recorded, **expected}
     progress("pinned build")
     output, log = run_build(backend, model_path, settings, cache, progress, "pinned build")
     after = cache.tactic_map()
@@ -343,15 +333,9 @@ def pinned_build(
 
 
 def _drift_message(problems: list[str], names: dict[str, str]) -> str:
-    import re
+    from reprobuild.backends.trt.pins import name_keys
 
-    def name(m: re.Match[str]) -> str:
-        key = m.group(1)
-        return (
-            f"{key} (layer {names[key]!r})" if key in names and names[key] not in m.string else key
-        )
-
-    shown = [re.sub(r"(0x[0-9a-f]{32})", name, p) for p in problems[:5]]
+    shown = [name_keys(p, names) for p in problems[:5]]
     more = f"; ... {len(problems) - 5} more" if len(problems) > 5 else ""
     return f"drift: the build does not match the lock: {'; '.join(shown)}{more}"
 

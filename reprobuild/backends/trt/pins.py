@@ -110,7 +110,7 @@ def check_no_drift(
     if not problems:
         return
     if names:
-        problems = [_name_keys(p, names) for p in problems]
+        problems = [name_keys(p, names) for p in problems]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     raise DriftError(
         f"the pinned build did not use the locked timing cache: {problems[0]}{more}; "
@@ -118,7 +118,8 @@ def check_no_drift(
     )
 
 
-def _name_keys(problem: str, names: Mapping[str, str]) -> str:
+def name_keys(problem: str, names: Mapping[str, str]) -> str:
+    """Add the layer name after every ``key 0x...`` a drift message mentions."""
     return re.sub(
         r"key (0x[0-9a-f]{32})",
         lambda m: (
