@@ -87,7 +87,7 @@ class TensorDesc:
     datatype: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EngineLayer:
     """One layer of a built engine and the kernel it runs.
 

@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from reprobuild.errors import LogParseError
 from reprobuild.layerinfo import EngineLayer, split_onnx_layers, tactic_to_int
@@ -51,7 +51,9 @@ __all__ = [
     "ParseResult",
     "RecordSummary",
     "TacticRecord",
+    "iter_chunks",
     "iter_file",
+    "native_available",
     "parse_file",
     "parse_lines",
     "parse_tactic",
@@ -99,9 +101,12 @@ def _float(text: str | None) -> float | None:
         return None
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One timed tactic. ``tactic_id`` exists only in sorted tables (editable/Myelin)."""
+class Candidate(NamedTuple):
+    """One timed tactic. ``tactic_id`` exists only in sorted tables (editable/Myelin).
+
+    A named tuple rather than a dataclass: logs hold millions of these, and the native
+    scanner creates tuples without a Python-level ``__init__`` call.
+    """
 
     tactic_id: int | None
     tactic_hash: int
@@ -123,7 +128,7 @@ class Candidate:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class TacticRecord:
     """One autotuning decision: a layer (per format combination in runner logs).
 
@@ -176,7 +181,7 @@ class TacticRecord:
         return d
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogWarning:
     """A timing-cache message worth showing a user, with its 1-based line number.
 
@@ -207,8 +212,20 @@ def _json_float(value: float | None) -> float | None:
 
 
 # --- regular expressions (applied only to lines that passed a substring check) ----------
+# ASCII semantics throughout (``\s``, ``\d``, case folding, and ``_WS`` for stripping): the
+# native scanner (``_logscan.c``) implements exactly these, so both parsers agree on every
+# byte, and TensorRT prints its own whitespace and digits in ASCII anyway.
 
-_PREFIX = re.compile(
+_WS = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes, restricted to ASCII
+
+
+def _rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags | re.ASCII)
+
+
+_WORD = _rx(r"[^ \t\n\r\x0b\x0c\x1c-\x1f]+")
+
+_PREFIX = _rx(
     r"""^\s*(?:
         \[[^\[\]\n]*\]\s*                                   # [ts] [V] [TRT] [TensorRT] ...
       | (?:VERBOSE|INFO|WARNING|WARN|ERROR|DEBUG|INTERNAL_ERROR|
@@ -219,54 +236,50 @@ _PREFIX = re.compile(
     )*""",
     re.X,
 )
-_CAND = re.compile(
+_CAND = _rx(
     r"(?:Tactic Name: (?P<k>.+?) )?Tactic: (?P<tac>0x[0-9a-fA-F]+|-?[0-9]+) "
     r"(?:Time|time):?\s*(?P<time>[^\s,]+)"
 )
-_FASTEST_TAIL = re.compile(r"Fastest Tactic: (?P<tac>[^\s,]+)\s+Time:?\s*(?P<time>[^\s,]+)")
-_PROFILED = re.compile(r"(?P<layer>.*) \((?P<runner>[^()]*)\) profiling completed")
-_CHOSE = re.compile(r"Chose Runner Type: (?P<runner>.+?) Tactic: (?P<tac>[^\s,]+)")
-_SET_TACTIC = re.compile(
+_FASTEST_TAIL = _rx(r"Fastest Tactic: (?P<tac>[^\s,]+)\s+Time:?\s*(?P<time>[^\s,]+)")
+_PROFILED = _rx(r"(?P<layer>.*) \((?P<runner>[^()]*)\) profiling completed")
+_CHOSE = _rx(r"Chose Runner Type: (?P<runner>.+?) Tactic: (?P<tac>[^\s,]+)")
+_SET_TACTIC = _rx(
     r"(?P<layer>.*?)\s*(?:\((?P<src>[^()]*)\)\s*)?Set Tactic Name: (?P<k>.*?)"
     r"(?: Tactic: (?P<tac>[^\s,]+))?\s*$"
 )
-_RUNNER_TAIL = re.compile(r"(?P<layer>.*) \((?P<runner>[^()]*)\)\s*$")
-_OP_KEYED = re.compile(r"(?P<name>.*)\(key: (?P<key>[^)]*)\)\s*:?\s*(?P<rest>.*)$")
-_KEY32 = re.compile(r"0[xX][0-9a-fA-F]{32}")
-_KEY_IN = re.compile(r"\s*\(key: (?P<key>0[xX][0-9a-fA-F]{32})\)\s*")
-_SELECTED = re.compile(
-    r"\(tactic hash, cost\(in ms\)\):\s*(?P<tac>[^,\s]+)\s*(?:,\s*(?P<time>[^\s,]+))?"
-)
-_WRITING = re.compile(r"Writing the best tactic \(?(?P<tac>[^)\s]+)")
-_CACHED_TAIL = re.compile(
+_RUNNER_TAIL = _rx(r"(?P<layer>.*) \((?P<runner>[^()]*)\)\s*$")
+_OP_KEYED = _rx(r"(?P<name>.*)\(key: (?P<key>[^)]*)\)\s*:?\s*(?P<rest>.*)$")
+_KEY32 = _rx(r"0[xX][0-9a-fA-F]{32}")
+_KEY_IN = _rx(r"\s*\(key: (?P<key>0[xX][0-9a-fA-F]{32})\)\s*")
+_SELECTED = _rx(r"\(tactic hash, cost\(in ms\)\):\s*(?P<tac>[^,\s]+)\s*(?:,\s*(?P<time>[^\s,]+))?")
+_WRITING = _rx(r"Writing the best tactic \(?(?P<tac>[^)\s]+)")
+_CACHED_TAIL = _rx(
     r"\s*(?P<runner>[^,]*?)\s*,\s*tactic:?\s*(?P<tac>[^,\s]+)\s*(?:,\s*(?P<time>[^\s,]+))?"
 )
-_LAYER_LINE = re.compile(
-    r"Layer\((?P<type>[^)]*)\):\s*(?P<name>.*?)(?:, Tactic: (?P<tac>[^,\s]+)|,|$)"
-)
-_TACTIC_VALUE = re.compile(r", TacticValue: (?P<tac>[^,\s]+)")
-_FOREIGN_META = re.compile(r"ForeignNode (?P<node>.*?) metadata: (?P<md>.*)$")
+_LAYER_LINE = _rx(r"Layer\((?P<type>[^)]*)\):\s*(?P<name>.*?)(?:, Tactic: (?P<tac>[^,\s]+)|,|$)")
+_TACTIC_VALUE = _rx(r", TacticValue: (?P<tac>[^,\s]+)")
+_FOREIGN_META = _rx(r"ForeignNode (?P<node>.*?) metadata: (?P<md>.*)$")
 
 _WARNINGS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"Cache result detected as invalid"), "cache-invalid"),
-    (re.compile(r"[Ii]nvalid timing cache"), "cache-invalid"),
-    (re.compile(r"timing cache will not be used", re.I), "cache-not-used"),
-    (re.compile(r"Could not read (?:timing )?cache", re.I), "cache-not-used"),
-    (re.compile(r"[Cc]ache.*Error Code \d+|Error Code \d+.*[Cc]ache"), "cache-error"),
-    (re.compile(r"timing cache miss", re.I), "cache-miss"),
-    (re.compile(r"Loaded \d+ bytes of (?:the )?timing cache", re.I), "cache-loaded"),
-    (re.compile(r"Using existing timing cache", re.I), "cache-loaded"),
-    (re.compile(r"Global timing cache in use"), "cache-in-use"),
-    (re.compile(r"Local timing cache in use"), "cache-local"),
-    (re.compile(r"Serialized \d+ timing cache entries"), "cache-serialized"),
-    (re.compile(r"Saved \d+ bytes of timing cache"), "cache-serialized"),
+    (_rx(r"Cache result detected as invalid"), "cache-invalid"),
+    (_rx(r"[Ii]nvalid timing cache"), "cache-invalid"),
+    (_rx(r"timing cache will not be used", re.I), "cache-not-used"),
+    (_rx(r"Could not read (?:timing )?cache", re.I), "cache-not-used"),
+    (_rx(r"[Cc]ache.*Error Code \d+|Error Code \d+.*[Cc]ache"), "cache-error"),
+    (_rx(r"timing cache miss", re.I), "cache-miss"),
+    (_rx(r"Loaded \d+ bytes of (?:the )?timing cache", re.I), "cache-loaded"),
+    (_rx(r"Using existing timing cache", re.I), "cache-loaded"),
+    (_rx(r"Global timing cache in use"), "cache-in-use"),
+    (_rx(r"Local timing cache in use"), "cache-local"),
+    (_rx(r"Serialized \d+ timing cache entries"), "cache-serialized"),
+    (_rx(r"Saved \d+ bytes of timing cache"), "cache-serialized"),
 )
 
 
 def _strip_prefix(line: str) -> str:
     """The message without logger prefixes (``[ts] [V] [TRT] ``, ``[TensorRT] VERBOSE: `` ...)."""
     m = _PREFIX.match(line)
-    return (line[m.end() :] if m else line).strip()
+    return (line[m.end() :] if m else line).strip(_WS)
 
 
 # --- blocks being read ---------------------------------------------------------------------
@@ -390,7 +403,7 @@ class LogParser:
         i = line.find("Tactic: ")
         if i >= 0:
             j = line.find(" Time: ", i)
-            if j > 0 and not line.startswith("Fastest ", i - 8):
+            if j > 0 and not (i >= 8 and line.startswith("Fastest ", i - 8)):
                 tok = line[i + 8 : j]
                 try:
                     tac = int(tok, 16) if tok.startswith("0x") else int(tok)
@@ -398,13 +411,13 @@ class LogParser:
                     tac = -1
                 if 0 <= tac < _U64:
                     k = line.rfind("Tactic Name: ", 0, i)
-                    kernel = (line[k + 13 : i].strip() or None) if k >= 0 else None
+                    kernel = (line[k + 13 : i].strip(_WS) or None) if k >= 0 else None
                     tail = line[j + 7 :]
                     try:
                         cost: float | None = float(tail)
                     except ValueError:  # trailing text after the time
-                        words = tail.split(None, 1)
-                        cost = _float(words[0]) if words else None
+                        word = _WORD.search(tail)
+                        cost = _float(word[0]) if word else None
                     blk = self._blk
                     if blk is not None and self._op is None and self._pending is None:
                         if tok[1:2] != "x":
@@ -481,7 +494,7 @@ class LogParser:
         pm = _PROFILED.search(line, 0, i)
         if pm is not None:
             layer = _strip_prefix(pm["layer"])
-            runner = pm["runner"].split("[", 1)[0].strip() or None
+            runner = pm["runner"].split("[", 1)[0].strip(_WS) or None
         blk = self._blk if self._blk is not None else self._open_implicit(layer)
         if layer and not blk.layer:
             blk.layer = layer
@@ -503,7 +516,7 @@ class LogParser:
         if m["tac"][:2] not in ("0x", "0X"):
             self._legacy = True
         self._blk = None
-        self._emit_runner_block(blk, tac, m["runner"].strip())
+        self._emit_runner_block(blk, tac, m["runner"].strip(_WS))
         return True
 
     def _set_tactic(self, line: str) -> bool:
@@ -512,9 +525,9 @@ class LogParser:
             return False
         self._flush_op()
         tac = tactic_to_int(m["tac"]) if m["tac"] else None
-        self._pending = (m["k"].strip(), tac)
+        self._pending = (m["k"].strip(_WS), tac)
         if m["layer"]:
-            self._set_layer = m["layer"].strip()
+            self._set_layer = m["layer"].strip(_WS)
         self._legacy = True
         return True
 
@@ -522,11 +535,11 @@ class LogParser:
         i = line.find("Timing Runner: ")
         if i < 0:
             return False
-        rest = line[i + 15 :].strip()
+        rest = line[i + 15 :].strip(_WS)
         m = _RUNNER_TAIL.match(rest)
         if m is not None:
-            layer = m["layer"].strip()
-            runner: str | None = m["runner"].split("[", 1)[0].strip() or None
+            layer = m["layer"].strip(_WS)
+            runner: str | None = m["runner"].split("[", 1)[0].strip(_WS) or None
         else:
             layer, runner = rest, None
         self._flush_op()
@@ -544,7 +557,7 @@ class LogParser:
         return True
 
     def _computing_costs(self, line: str) -> None:
-        name = line[line.find("Computing costs for") + 19 :].strip()
+        name = line[line.find("Computing costs for") + 19 :].strip(_WS)
         self._flush_op()
         self._flush_blk()
         self._orphans.clear()
@@ -567,7 +580,7 @@ class LogParser:
             formats = line[i + 19 :]
         else:
             formats = line[i + 30 :]
-        formats = formats.strip().lstrip(":").strip().rstrip("*").strip() or None
+        formats = formats.strip(_WS).lstrip(":").strip(_WS).rstrip("*").strip(_WS) or None
         self._flush_op()
         self._flush_blk()
         self._orphans.clear()
@@ -638,21 +651,21 @@ class LogParser:
     # -- editable / Myelin tables ---------------------------------------------------------
 
     def _op_header(self, rest: str) -> None:
-        rest = rest.strip()
+        rest = rest.strip(_WS)
         key: str | None = None
         keyed = False
         m = _OP_KEYED.match(rest)
         if m is not None:
             keyed = True
-            name, suffix = m["name"].strip(), m["rest"].strip()
-            if _KEY32.fullmatch(m["key"].strip()):
-                key = m["key"].strip().lower()
+            name, suffix = m["name"].strip(_WS), m["rest"].strip(_WS)
+            if _KEY32.fullmatch(m["key"].strip(_WS)):
+                key = m["key"].strip(_WS).lower()
         else:
             p = rest.find(": [")
             if p >= 0:
-                name, suffix = rest[:p].strip(), rest[p + 2 :].strip()
+                name, suffix = rest[:p].strip(_WS), rest[p + 2 :].strip(_WS)
             else:
-                name, suffix = rest.rstrip(":").strip(), ""
+                name, suffix = rest.rstrip(":").strip(_WS), ""
         onnx = split_onnx_layers(suffix) if suffix.startswith("[") else ()
         self._flush_op()
         self._op = _OpBlock(name, key, keyed, onnx, self.lineno)
@@ -677,7 +690,7 @@ class LogParser:
             return False
         op = self._op
         if op is not None and len(op.cands) < _MAX_CANDIDATES:
-            op.cands.append(Candidate(ident, tac, parts[4].strip() or None, cost, None))
+            op.cands.append(Candidate(ident, tac, parts[4].strip(_WS) or None, cost, None))
         return True
 
     def _selected(self, line: str) -> None:
@@ -758,17 +771,17 @@ class LogParser:
         tac = tactic_to_int(m["tac"])
         if tac is None:
             return False
-        head = s[:i].strip()
+        head = s[:i].strip(_WS)
         formats = None
         if head.endswith("]"):
             j = head.rfind(" [")
             if j >= 0:
-                formats, head = head[j + 2 : -1].strip(), head[:j].strip()
+                formats, head = head[j + 2 : -1].strip(_WS), head[:j].strip(_WS)
         key = None
         km = _KEY_IN.search(head)
         if km is not None:
             key = km["key"].lower()
-            head = (head[: km.start()] + " " + head[km.end() :]).strip()
+            head = (head[: km.start()] + " " + head[km.end() :]).strip(_WS)
         self._flush_op()
         self._flush_blk()
         if not head and key is None:
@@ -810,7 +823,7 @@ class LogParser:
         if s.startswith("ForeignNode ") and " metadata: " in s:
             m = _FOREIGN_META.match(s)
             if m is not None:
-                self._meta = (m["node"].strip(), split_onnx_layers(m["md"]))
+                self._meta = (m["node"].strip(_WS), split_onnx_layers(m["md"]))
                 if self._blk is not None:
                     self._attach_meta(self._blk)
             return
@@ -835,7 +848,7 @@ class LogParser:
         if m is None:
             return False
         tac = tactic_to_int(m["tac"]) if m["tac"] else None
-        self._add_engine_layer(EngineLayer(m["name"].strip(), m["type"] or None, None, tac))
+        self._add_engine_layer(EngineLayer(m["name"].strip(_WS), m["type"] or None, None, tac))
         return True
 
     def _oneline(self, line: str) -> bool:
@@ -846,14 +859,14 @@ class LogParser:
         i = s.find(", LayerType: ")
         if i < 0:
             return False
-        name = s[6:i].strip()
+        name = s[6:i].strip(_WS)
         j = s.find(",", i + 13)
-        layer_type = (s[i + 13 :] if j < 0 else s[i + 13 : j]).strip() or None
+        layer_type = (s[i + 13 :] if j < 0 else s[i + 13 : j]).strip(_WS) or None
         tactic_name = None
         k = s.find(", TacticName: ")
         if k >= 0:
             e = s.find(",", k + 14)
-            tactic_name = (s[k + 14 :] if e < 0 else s[k + 14 : e]).strip() or None
+            tactic_name = (s[k + 14 :] if e < 0 else s[k + 14 : e]).strip(_WS) or None
         tm = _TACTIC_VALUE.search(s)
         tac = tactic_to_int(tm["tac"]) if tm is not None else None
         k = s.find(", Metadata:")
@@ -893,12 +906,9 @@ def parse_lines(lines: Iterable[str], parser: LogParser | None = None) -> Iterat
     yield from p.finish()
 
 
-def _read_chunks(path: str | os.PathLike[str]) -> Iterator[list[str]]:
-    """Lists of lines of a file, decoded as UTF-8 (errors replaced), read in fixed-size chunks.
-
-    Splits on ``\\n`` only: ``str.splitlines`` would also split on ``\\x1e``/``\\x1f``,
-    which TensorRT uses *inside* lines to separate ONNX layer names.
-    """
+def _read_raw(path: str | os.PathLike[str]) -> Iterator[memoryview]:
+    """A log file in fixed-size chunks (valid until the next one); unreadable files raise
+    ``LogParseError``."""
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below; generator owns it
     except OSError as err:
@@ -906,41 +916,119 @@ def _read_chunks(path: str | os.PathLike[str]) -> Iterator[list[str]]:
             f"{path}: cannot read the log ({err.strerror or err}); "
             "pass the path of a verbose builder log"
         ) from None
+    # One buffer, refilled: consumers (the scanner, the incremental decoder) copy what
+    # they keep, and fresh 1 MiB objects per read cost page faults on multi-GB logs.
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
     with fh:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        carry = ""
         while True:
             try:
-                chunk = fh.read(_CHUNK)
+                n = fh.readinto(buf)
             except OSError as err:
                 raise LogParseError(
                     f"{path}: read failed ({err.strerror or err}); check the file"
                 ) from None
-            if not chunk:
-                break
-            parts = (carry + decoder.decode(chunk)).split("\n")
-            carry = parts.pop()
-            if len(carry) > _MAX_LINE:
-                carry = carry[:_MAX_LINE]
-            yield parts
-        carry += decoder.decode(b"", final=True)
-        if carry:
-            yield [carry]
+            if not n:
+                return
+            yield view[:n]
 
 
-def iter_file(
-    path: str | os.PathLike[str], parser: LogParser | None = None
+def _split_chunks(chunks: Iterable[bytes]) -> Iterator[list[str]]:
+    """Lists of lines, decoded as UTF-8 (errors replaced), from chunks cut anywhere.
+
+    Splits on ``\\n`` only: ``str.splitlines`` would also split on ``\\x1e``/``\\x1f``,
+    which TensorRT uses *inside* lines to separate ONNX layer names.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    carry = ""
+    for chunk in chunks:
+        parts = (carry + decoder.decode(chunk)).split("\n")
+        carry = parts.pop()
+        if len(carry) > _MAX_LINE:
+            carry = carry[:_MAX_LINE]
+        yield parts
+    carry += decoder.decode(b"", final=True)
+    if carry:
+        yield [carry]
+
+
+def native_available() -> bool:
+    """Whether the C scanner (``reprobuild._logscan``) was built for this interpreter."""
+    return _native_module() is not None
+
+
+def _native_module() -> Any:
+    if os.environ.get("REPROBUILD_PURE_PYTHON_PARSER"):
+        return None
+    try:
+        from reprobuild import _logscan  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _logscan
+
+
+def _native_scanner(parser: LogParser) -> Any:
+    mod = _native_module()
+    if mod is None:
+        return None
+    return mod.Scanner(
+        parser,
+        Candidate,
+        TacticRecord,
+        LogWarning,
+        EngineLayer,
+        split_onnx_layers,
+        parser._max_warnings,
+    )
+
+
+def iter_chunks(
+    chunks: Iterable[bytes], parser: LogParser | None = None, *, native: bool | None = None
 ) -> Iterator[TacticRecord]:
-    """Stream the records of a log file; pass ``parser`` to read its warnings afterwards."""
-    p = parser if parser is not None else LogParser(source=str(path))
+    """Stream the records of a log given as byte chunks cut anywhere (a file, a pipe).
+
+    ``native`` picks the implementation: True requires the C scanner, False forces the
+    pure-Python parser, None (default) uses the C scanner when it was built. Both give the
+    same records, warnings and engine layers (tests/test_logscan.py holds them to that).
+    """
+    p = parser if parser is not None else LogParser()
+    scanner = None
+    fresh = not (p.lineno or p._out or p._blk is not None or p._op is not None)
+    if native is not False and fresh:
+        scanner = _native_scanner(p)
+    if native and scanner is None:
+        if not fresh:
+            raise LogParseError(
+                "native=True needs a fresh LogParser: this one was already fed lines, and "
+                "its state lives in Python; pass a new LogParser or native=None"
+            )
+        raise LogParseError(
+            "the native log scanner is not available: reinstall reprobuild where a C "
+            "compiler is present, or unset REPROBUILD_PURE_PYTHON_PARSER"
+        )
+    if scanner is not None:
+        for chunk in chunks:
+            out = scanner.feed(chunk)
+            if out:
+                yield from out
+        yield from scanner.finish()
+        return
     line_fn = p._line
-    for lines in _read_chunks(path):
+    for lines in _split_chunks(chunks):
         for line in lines:
             line_fn(line)
             if p._out:
                 out, p._out = p._out, []
                 yield from out
     yield from p.finish()
+
+
+def iter_file(
+    path: str | os.PathLike[str], parser: LogParser | None = None, *, native: bool | None = None
+) -> Iterator[TacticRecord]:
+    """Stream the records of a log file; pass ``parser`` to read its warnings afterwards."""
+    p = parser if parser is not None else LogParser(source=str(path))
+    return iter_chunks(_read_raw(path), p, native=native)
 
 
 def parse_file(path: str | os.PathLike[str]) -> ParseResult:

@@ -2,15 +2,28 @@
 """Throughput and memory of the builder-log parser against ``grep -c Tactic``.
 
 Builds a log of ``--size-mb`` (default 1024) by repeating every log fixture in
-``tests/fixtures`` (real TensorRT excerpts plus the synthetic reference-backend logs), parses
-it in a child process that does nothing else, times ``grep -c "Tactic"`` over the same file
-(page cache warmed first, median of 3 runs), and prints both rates, their ratio and the
-parser's peak memory: the child's peak resident set size, ``VmHWM`` from /proc/self/status
-(the whole interpreter; ``ru_maxrss`` is not used because Linux carries the parent's peak
-over ``fork``/``exec``). The log is written to a temporary directory and deleted afterwards.
+``tests/fixtures`` (real TensorRT excerpts plus the synthetic reference-backend logs) and times
+``grep -c "Tactic"`` over it (page cache warmed first, median of 3 runs, before and after the
+parses; the faster is used). Each parse runs in a child process that does nothing else:
 
-    python scripts/bench_parse.py                # 1 GB
-    python scripts/bench_parse.py --size-mb 64   # quick run
+- ``default``: ``iter_file`` with ``native=None``, i.e. what users get: the C scanner
+  (``reprobuild._logscan``) when it was built, else the pure-Python parser. The headline
+  ``ratio`` line compares this one to grep, and says which implementation it was.
+- ``python``: the pure-Python parser (``native=False``) on the first ``--python-mb`` MB
+  (default 128; the same fixtures repeated, so a prefix of the big log), to keep its run
+  short (skipped when the default already is the pure-Python parser). The C scanner is also
+  run on that prefix, and the two children's counts (records, candidates, chosen tactics,
+  lines, warnings) are checked to agree.
+
+For every child the script prints its rate and its peak resident set size, ``VmHWM`` from
+/proc/self/status (the whole interpreter; ``ru_maxrss`` is not used because Linux carries the
+parent's peak over ``fork``/``exec``). The logs are written to a temporary directory and
+deleted afterwards. The children import ``reprobuild`` from this checkout, so the C scanner is
+used only when it was built in place (``pip install -e .`` does that).
+
+    python scripts/bench_parse.py                               # 1 GB
+    python scripts/bench_parse.py --size-mb 64 --python-mb 16   # quick run
+    python scripts/bench_parse.py --python-mb 0                 # skip the pure-Python run
 """
 
 from __future__ import annotations
@@ -86,15 +99,20 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def child(path: str) -> None:
-    """Parse only; report time, counts and peak RSS as JSON on stdout."""
-    from reprobuild.logparse import LogParser, iter_file
+IMPLS = ("default", "native", "python")
 
+
+def child(path: str, impl: str) -> None:
+    """Parse only; report time, counts, the implementation and peak RSS as JSON on stdout."""
+    from reprobuild.logparse import LogParser, iter_file, native_available
+
+    native = {"default": None, "native": True, "python": False}[impl]
+    used = "native" if native is not False and native_available() else "python"
     base_kb = peak_rss_kb()
     parser = LogParser(source=path)
     records = candidates = chosen = 0
     t0 = time.perf_counter()
-    for rec in iter_file(path, parser):
+    for rec in iter_file(path, parser, native=native):
         records += 1
         candidates += len(rec.candidates)
         chosen += rec.chosen is not None
@@ -103,6 +121,8 @@ def child(path: str) -> None:
     print(
         json.dumps(
             {
+                "impl": impl,
+                "used": used,
                 "seconds": seconds,
                 "records": records,
                 "candidates": candidates,
@@ -116,36 +136,71 @@ def child(path: str) -> None:
     )
 
 
+def run_child(path: Path, impl: str) -> dict:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", str(path), "--impl", impl],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"parser child ({impl}) failed:\n{proc.stderr}")
+    res = json.loads(proc.stdout)
+    res["mb"] = path.stat().st_size / MB
+    res["rate"] = res["mb"] / res["seconds"]
+    return res
+
+
+def describe(label: str, res: dict) -> str:
+    return (
+        f"{label:<13}: {res['seconds']:.2f} s  {res['rate']:.1f} MB/s over {res['mb']:.1f} MB  "
+        f"({res['records']} records, {res['candidates']} candidates, "
+        f"{res['chosen']} with a chosen tactic, {res['warnings']} warnings; "
+        f"peak RSS {res['peak_rss_kb'] / 1024:.1f} MB, {res['base_rss_kb'] / 1024:.1f} MB "
+        "after imports)"
+    )
+
+
+COUNTS = ("records", "candidates", "chosen", "lines", "warnings")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=int, default=1024, help="log size to build (default 1024)")
-    ap.add_argument("--tmpdir", default=None, help="directory for the temporary log")
+    ap.add_argument(
+        "--python-mb",
+        type=int,
+        default=128,
+        help="MB of the same log for the pure-Python run (default 128; 0 skips it)",
+    )
+    ap.add_argument("--tmpdir", default=None, help="directory for the temporary logs")
     ap.add_argument("--child", metavar="LOG", help=argparse.SUPPRESS)
+    ap.add_argument("--impl", choices=IMPLS, default="default", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child)
+        child(args.child, args.impl)
         return
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_parse_", dir=args.tmpdir))
     path = tmp / "bench.log"
+    small = tmp / "bench_python.log"
+    python_mb = min(args.python_mb, args.size_mb)
+    native_small = python_small = None
     try:
         load0 = os.getloadavg()[0]
         size, reps, nfiles = build_log(path, args.size_mb)
         warm(path)
         grep_s, grep_count = time_grep(path)
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-        }
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", str(path)],
-            capture_output=True,
-            text=True,
-            env=env,
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"parser child failed:\n{proc.stderr}")
-        res = json.loads(proc.stdout)
+        res = run_child(path, "default")  # the headline: what iter_file does by default
+        if python_mb > 0 and res["used"] == "native":
+            build_log(small, python_mb)  # a prefix of the big log, made the same way
+            warm(small)
+            python_small = run_child(small, "python")
+            native_small = run_child(small, "native")
         grep_s2, _ = time_grep(path)  # again after the parse: the machine may be shared
         load1 = os.getloadavg()[0]
     finally:
@@ -153,27 +208,49 @@ def main() -> None:
 
     size_mb = size / MB
     grep_best = min(grep_s, grep_s2)
-    parser_rate = size_mb / res["seconds"]
     grep_rate = size_mb / grep_best
-    ratio = parser_rate / grep_rate
+    ratio = res["rate"] / grep_rate
     print(f"log          : {size_mb:.1f} MB, {res['lines']} lines ({nfiles} fixtures x {reps})")
-    print(
-        f"parser       : {res['seconds']:.2f} s  {parser_rate:.1f} MB/s  "
-        f"({res['records']} records, {res['candidates']} candidates, "
-        f"{res['chosen']} with a chosen tactic, {res['warnings']} warnings)"
-    )
+    print(describe(f"default={res['used']}", res))
+    if python_small is not None:
+        print(describe("python", python_small) + f" [first {python_mb} MB]")
+    if res["used"] == "python":
+        print(
+            "native       : not measured: the C scanner is not available here (not built, or "
+            "REPROBUILD_PURE_PYTHON_PARSER is set); the default run above is the pure-Python one"
+        )
     print(
         f"grep -c Tactic: {grep_best:.2f} s  {grep_rate:.1f} MB/s  (count {grep_count}; "
-        f"median of 3 before the parse {grep_s:.2f} s, after {grep_s2:.2f} s; faster used)"
+        f"median of 3 before the parses {grep_s:.2f} s, after {grep_s2:.2f} s; faster used)"
     )
-    print(f"ratio        : {ratio:.3f} of grep's throughput (goal >= 0.333)")
+    print(
+        f"ratio        : {ratio:.3f} of grep's throughput with the default implementation "
+        f"(iter_file, native=None -> {res['used']}) (goal >= 0.333)"
+    )
+    if python_small is not None and res["used"] == "native":
+        print(
+            f"speed-up     : native {res['rate']:.1f} MB/s / python {python_small['rate']:.1f} "
+            f"MB/s = {res['rate'] / python_small['rate']:.1f}x"
+        )
+    if native_small is not None and python_small is not None:
+        same = all(native_small[k] == python_small[k] for k in COUNTS)
+        detail = ", ".join(f"{k} {native_small[k]}/{python_small[k]}" for k in COUNTS)
+        print(
+            f"same counts  : {'yes' if same else 'NO'} for native/python on the first "
+            f"{python_mb} MB ({detail}; native took {native_small['seconds']:.2f} s)"
+        )
     print(
         f"peak memory  : {res['peak_rss_kb'] / 1024:.1f} MB peak RSS (VmHWM) of the child process "
-        f"that only parses ({res['base_rss_kb'] / 1024:.1f} MB after imports, before parsing; "
-        "goal < 150 MB)"
+        f"that only parses, default implementation ({res['used']}) "
+        f"({res['base_rss_kb'] / 1024:.1f} MB after imports, before parsing; goal < 150 MB)"
+        + (
+            f"; pure-Python child {python_small['peak_rss_kb'] / 1024:.1f} MB"
+            if python_small is not None
+            else ""
+        )
     )
     print(f"load average : {load0:.2f} at start, {load1:.2f} at end ({os.cpu_count()} CPUs)")
-    print(f"temporary log deleted: {not path.exists()}")
+    print(f"temporary logs deleted: {not path.exists() and not small.exists()}")
 
 
 if __name__ == "__main__":
