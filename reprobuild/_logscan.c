@@ -285,6 +285,58 @@ typedef struct {
     uint64_t mag;  /* |value| when !big */
 } IntVal;
 
+/* End of the readable bytes around the current line (its buffer, or the carry buffer with
+ * its 64 bytes of slack): word and vector loads may run past the line up to here. */
+static U *cur_end;
+
+/* The run of ASCII digits at p, at most 8 and at most lim of them: returns the count and
+ * their value in *v. Eight bytes are tested and converted at once (SWAR): bytes after the
+ * run may be anything, since they are shifted out before the conversion. */
+ALWAYS_INLINE static int digits8(U *p, Py_ssize_t lim, uint64_t *v) {
+    if (lim <= 0) {
+        *v = 0;
+        return 0;
+    }
+    if (p + 8 > cur_end) {
+        int c = 0;
+        uint64_t m = 0;
+        while (c < 8 && c < lim && is_digit(p[c])) m = m * 10 + (uint64_t)(p[c++] - '0');
+        *v = m;
+        return c;
+    }
+    uint64_t w;
+    memcpy(&w, p, 8);
+    uint64_t t = w - 0x3030303030303030ULL;
+    uint64_t bad = ((t + 0x0606060606060606ULL) | t) & 0xF0F0F0F0F0F0F0F0ULL;
+    int c = bad ? __builtin_ctzll(bad) >> 3 : 8;
+    if (c > lim) c = (int)lim;
+    if (c == 0) {
+        *v = 0;
+        return 0;
+    }
+    t <<= 8 * (8 - c); /* the digits to the top bytes, zeros (leading zeros) below */
+    t = t * 10 + (t >> 8);
+    t = (((t & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+         (((t >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >> 32;
+    *v = t;
+    return c;
+}
+
+static const uint64_t POW10[] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL,
+                                 10000000ULL, 100000000ULL};
+
+/* digits at s[k..b): accumulates into *mant, returns how many (stops after 16) */
+ALWAYS_INLINE static Py_ssize_t digit_run(U *s, Py_ssize_t k, Py_ssize_t b, uint64_t *mant) {
+    Py_ssize_t n = 0;
+    for (;;) {
+        uint64_t v;
+        int c = digits8(s + k + n, b - k - n, &v);
+        *mant = *mant * POW10[c] + v;
+        n += c;
+        if (c < 8 || n > 16) return n;
+    }
+}
+
 /* digit values for bases 10 and 16; 0xFF for anything else */
 static unsigned char DIGVAL[256];
 
@@ -336,15 +388,19 @@ static int parse_int(U *s, Py_ssize_t a, Py_ssize_t b, int base, IntVal *v) {
     if (base == 16 && b - i >= 2 && s[i] == '0' && (s[i + 1] | 0x20) == 'x') i += 2;
     Py_ssize_t nd = b - i;
 #ifdef __SSE2__
-    if (base == 16 && nd == 16) { /* TensorRT's 0x%016x: sixteen digits at once */
+    if (base == 16 && nd > 0 && nd <= 16 && s + i + 16 <= cur_end) { /* sixteen at once */
         const __m128i x = _mm_loadu_si128((const __m128i *)(s + i));
         const __m128i d = _mm_sub_epi8(x, _mm_set1_epi8('0'));
         const __m128i l = _mm_sub_epi8(_mm_or_si128(x, _mm_set1_epi8(0x20)), _mm_set1_epi8('a'));
         const __m128i isd = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d);
         const __m128i isl = _mm_cmpeq_epi8(_mm_min_epu8(l, _mm_set1_epi8(5)), l);
-        if (_mm_movemask_epi8(_mm_or_si128(isd, isl)) == 0xFFFF) {
+        const unsigned want = nd == 16 ? 0xFFFFu : (1u << nd) - 1;
+        if ((_mm_movemask_epi8(_mm_or_si128(isd, isl)) & want) == want) {
             __m128i vals = _mm_or_si128(_mm_and_si128(isd, d),
                                         _mm_andnot_si128(isd, _mm_add_epi8(l, _mm_set1_epi8(10))));
+            /* zero the bytes past the token: the value is then the top nd nibbles */
+            const __m128i idx = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            vals = _mm_and_si128(vals, _mm_cmplt_epi8(idx, _mm_set1_epi8((char)nd)));
             /* 16-bit lane k holds digits 2k (low byte) and 2k+1: make (2k << 4) | 2k+1 */
             __m128i pairs = _mm_or_si128(
                 _mm_slli_epi16(_mm_and_si128(vals, _mm_set1_epi16(0x00FF)), 4),
@@ -352,13 +408,24 @@ static int parse_int(U *s, Py_ssize_t a, Py_ssize_t b, int base, IntVal *v) {
             __m128i packed = _mm_packus_epi16(pairs, pairs);
             uint64_t m;
             memcpy(&m, &packed, 8);
+            m = __builtin_bswap64(m) >> (4 * (16 - nd));
             v->ok = 1;
             v->neg = neg && m != 0;
-            v->mag = __builtin_bswap64(m);
+            v->mag = m;
             return 0;
         }
     }
 #endif
+    if (base == 10 && nd > 0 && nd <= 16) {
+        uint64_t m = 0;
+        if (digit_run(s, i, b, &m) == nd) {
+            v->ok = 1;
+            v->neg = neg && m != 0;
+            v->mag = m;
+            return 0;
+        }
+        return parse_int_slow(s, a, b, base, v);
+    }
     if (nd > 0 && nd <= (base == 16 ? 16 : 19)) { /* < 2**64 */
         uint64_t m = 0;
         Py_ssize_t k = i;
@@ -493,13 +560,12 @@ static int py_float(U *s, Py_ssize_t a, Py_ssize_t b, double *out) {
     int neg = 0;
     if (k < b && (s[k] == '-' || s[k] == '+')) neg = s[k++] == '-';
     uint64_t mant = 0;
-    Py_ssize_t d0 = k;
-    while (k < b && is_digit(s[k])) mant = mant * 10 + (uint64_t)(s[k++] - '0');
-    Py_ssize_t nd = k - d0, frac = 0;
-    if (k < b && s[k] == '.') {
-        Py_ssize_t f0 = ++k;
-        while (k < b && is_digit(s[k])) mant = mant * 10 + (uint64_t)(s[k++] - '0');
-        frac = k - f0;
+    Py_ssize_t nd = digit_run(s, k, b, &mant), frac = 0;
+    k += nd;
+    if (k < b && s[k] == '.' && nd <= 15) {
+        k++;
+        frac = digit_run(s, k, b, &mant);
+        k += frac;
         nd += frac;
     }
     if (k == b && nd > 0 && nd <= 15) {
@@ -2257,6 +2323,8 @@ static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
                    : 0;
     case 'a':
         return w == W4('a', 'c', 'h', 'e') ? F_ACHE : 0;
+    case 'c': /* the SSSE3/AVX2 scans report "ache" at its "ch" ("ac" starts every Tactic) */
+        return (p - line >= 1 && p[-1] == 'a' && p[1] == 'h' && p[2] == 'e') ? F_ACHE : 0;
     case '(':
         return (w == W4('(', 't', 'a', 'c') && r >= 12 && memcmp(p, "(tactic hash", 12) == 0)
                    ? F_TACHASH
@@ -2325,8 +2393,8 @@ ALWAYS_INLINE static unsigned trigram_mask(U *p) {
 /* SSSE3 "shufti": a byte's class bits are lo[low nibble] & hi[high nibble]. Bit k of the
  * first-byte classes marks the first byte of trigger k, bit k of the second-byte classes
  * the bytes allowed after it, so (first[i] & second[i + 1]) != 0 exactly where a
- * trigger's first two bytes stand ("Ta" "Ti" "Au" "Co" "Ch" "ac" "(t" "La", and "0x" for
- * ", 0x"): about
+ * trigger's first two bytes stand ("Ta" "Ti" "Au" "Co" "Ch" "(t" "La", and "0x" for ", 0x"
+ * and "ch" for "ache"): about
  * one instruction per byte, and the few hits are compared in full by flag_at. */
 static unsigned char SH_LO1[16], SH_HI1[16], SH_LO2[16], SH_HI2[16];
 static int have_ssse3, have_avx2;
@@ -2338,8 +2406,8 @@ static void sh_add(unsigned char *lo, unsigned char *hi, unsigned char c, unsign
 
 static void init_shufti(void) {
     /* ", 0x" is found by its "0x": commas are the commonest punctuation in a log */
-    static const char *pairs[] = {"Ta", "Ti", "0x", "Au", "Co", "Ch", "ac", "(t", "La"};
-    static const char firsts[] = "T0ACa(L";
+    static const char *pairs[] = {"Ta", "Ti", "0x", "Au", "Co", "Ch", "ch", "(t", "La"};
+    static const char firsts[] = "T0ACc(L";
     for (size_t k = 0; k < sizeof(pairs) / sizeof(pairs[0]); k++) {
         unsigned char bit = (unsigned char)(1u << (strchr(firsts, pairs[k][0]) - firsts));
         sh_add(SH_LO1, SH_HI1, (unsigned char)pairs[k][0], bit);
@@ -2487,11 +2555,8 @@ static unsigned flags_of(Scanner *S, U *s, Py_ssize_t n) {
     return f;
 }
 
-static int process_line(Scanner *S, U *s, Py_ssize_t n) {
-    S->lineno++;
-    if (n > 0 && s[n - 1] == '\r') n--;
-    if (n >= 2 && s[0] == '#' && s[1] == ' ') return separator(S);
-    unsigned f = flags_of(S, s, n);
+/* LogParser._line after the substring tests: dispatch in Python's order */
+static int dispatch(Scanner *S, U *s, Py_ssize_t n, unsigned f) {
     if (!f) return 0;
     int r;
     if ((f & F_TACTIC) && (r = tactic_family(S, s, n)) != 0) return r < 0 ? -1 : 0;
@@ -2504,6 +2569,78 @@ static int process_line(Scanner *S, U *s, Py_ssize_t n) {
     if (f & F_LAYER) return layer_misc(S, s, n);
     return 0;
 }
+
+static int process_line(Scanner *S, U *s, Py_ssize_t n) {
+    S->lineno++;
+    if (n > 0 && s[n - 1] == '\r') n--;
+    if (n >= 2 && s[0] == '#' && s[1] == ' ') return separator(S);
+    return dispatch(S, s, n, flags_of(S, s, n));
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define MAX_HITS 64
+
+/* process_line for a line whose trigger hits (absolute positions in the buffer) were
+ * found while looking for its newline */
+static int process_line_hits(Scanner *S, U *s, Py_ssize_t n, U *base, const Py_ssize_t *hits,
+                             int nh, int over) {
+    if (n > MAX_LINE || over) return process_line(S, s, n > MAX_LINE ? MAX_LINE : n);
+    S->lineno++;
+    if (n > 0 && s[n - 1] == '\r') n--;
+    if (n >= 2 && s[0] == '#' && s[1] == ' ') return separator(S);
+    S->occ.line = s;
+    S->occ.ntac = S->occ.nlay = S->occ.over = 0;
+    S->occ_chose = 0;
+    unsigned f = 0;
+    for (int k = 0; k < nh; k++) {
+        U *p = base + hits[k];
+        f |= flag_at(S, s, p, n - (p - s));
+    }
+    return dispatch(S, s, n, f);
+}
+
+/* Complete lines of data[pos:n), found together with their trigger hits in one AVX2 pass
+ * (the newline search and the trigger scan share the loads). Returns where the lines it
+ * did not reach start (the last one or two blocks are left to the scalar loop), or -1. */
+__attribute__((target("avx2"))) static Py_ssize_t feed_avx2(Scanner *S, U *data, Py_ssize_t pos,
+                                                           Py_ssize_t n) {
+    const __m256i nib = _mm256_set1_epi8(0x0F), nlv = _mm256_set1_epi8('\n');
+    const __m256i lo1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)SH_LO1));
+    const __m256i hi1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)SH_HI1));
+    const __m256i lo2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)SH_LO2));
+    const __m256i hi2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)SH_HI2));
+    Py_ssize_t hits[MAX_HITS];
+    int nh = 0, over = 0;
+    Py_ssize_t start = pos;
+    S->buf_end = cur_end = data + n;
+    for (Py_ssize_t q = pos; q + 33 <= n; q += 32) {
+        unsigned pm;
+        PAIR_MASK256(data + q, pm);
+        unsigned nl = (unsigned)_mm256_movemask_epi8(
+            _mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(data + q)), nlv));
+        while (nl) {
+            int e_off = __builtin_ctz(nl);
+            unsigned before = (1u << e_off) - 1; /* e_off < 32 */
+            for (unsigned take = pm & before; take; take &= take - 1) {
+                if (nh < MAX_HITS) hits[nh++] = q + __builtin_ctz(take);
+                else over = 1;
+            }
+            pm &= ~before;
+            Py_ssize_t e = q + e_off;
+            if (process_line_hits(S, data + start, e - start, data, hits, nh, over) < 0) return -1;
+            S->buf_end = cur_end = data + n;
+            nh = over = 0;
+            start = e + 1;
+            nl &= nl - 1;
+        }
+        for (; pm; pm &= pm - 1) {
+            if (nh < MAX_HITS) hits[nh++] = q + __builtin_ctz(pm);
+            else over = 1;
+        }
+    }
+    return start;
+}
+#endif
 
 /* ---- the Scanner type --------------------------------------------------------------------- */
 
@@ -2560,6 +2697,30 @@ static PyObject *Scanner_feed(Scanner *S, PyObject *arg) {
     U *data = view.buf;
     Py_ssize_t n = view.len, pos = 0;
     int err = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (have_avx2 && n > 64) {
+        if (S->carry_len) { /* finish the line the previous chunk left open */
+            U *nl = memchr(data, '\n', (size_t)n);
+            if (nl) {
+                Py_ssize_t end = nl - data;
+                if (carry_add(S, data, end) < 0) err = -1;
+                S->buf_end = cur_end = S->carry + S->carry_cap;
+                if (!err && process_line(S, S->carry, S->carry_len) < 0) err = -1;
+                S->carry_len = 0;
+                pos = end + 1;
+            } else {
+                pos = n;
+                err = carry_add(S, data, n);
+            }
+        }
+        if (!err && pos < n) {
+            Py_ssize_t r = feed_avx2(S, data, pos, n);
+            if (r < 0) err = -1;
+            else pos = r;
+        }
+    }
+    if (err) pos = n;
+#endif
     while (pos < n) {
         U *nl = memchr(data + pos, '\n', (size_t)(n - pos));
         if (!nl) {
@@ -2572,7 +2733,7 @@ static PyObject *Scanner_feed(Scanner *S, PyObject *arg) {
                 err = -1;
                 break;
             }
-            S->buf_end = S->carry + S->carry_cap;
+            S->buf_end = cur_end = S->carry + S->carry_cap;
             if (process_line(S, S->carry, S->carry_len) < 0) {
                 err = -1;
                 break;
@@ -2580,7 +2741,7 @@ static PyObject *Scanner_feed(Scanner *S, PyObject *arg) {
             S->carry_len = 0;
         } else {
             Py_ssize_t len = end - pos > MAX_LINE ? MAX_LINE : end - pos;
-            S->buf_end = data + n;
+            S->buf_end = cur_end = data + n;
             if (process_line(S, data + pos, len) < 0) {
                 err = -1;
                 break;
@@ -2600,7 +2761,7 @@ static PyObject *Scanner_finish(Scanner *S, PyObject *Py_UNUSED(ignored)) {
         if (S->carry_len) {
             Py_ssize_t len = S->carry_len;
             S->carry_len = 0;
-            S->buf_end = S->carry + S->carry_cap;
+            S->buf_end = cur_end = S->carry + S->carry_cap;
             if (process_line(S, S->carry, len) < 0) return NULL;
         }
         if (flush_op(S) < 0 || flush_blk(S) < 0) return NULL;

@@ -59,7 +59,7 @@ __all__ = [
     "parse_tactic",
 ]
 
-_CHUNK = 1 << 20  # bytes read per file read
+_CHUNK = 1 << 17  # bytes per read: small enough that the scanner finds them still in cache
 _MAX_LINE = 1 << 20  # longer lines are truncated (binary noise without newlines)
 _MAX_CANDIDATES = 100_000  # per block; real blocks hold a few hundred
 _MAX_ORPHANS = 4096  # candidate lines seen outside any block (excerpts starting mid-block)
