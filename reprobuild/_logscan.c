@@ -2294,6 +2294,12 @@ static uint32_t load32(U *p) {
  * word compares; the x86-64 and arm64 builds are little-endian); records where "Tactic"
  * and "Layer" occur */
 static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
+    /* the SSSE3/AVX2 scans report ", 0x" at its "0x" and "ache" at its "ch", which can
+     * stand within four bytes of the end */
+    if (p[0] == '0')
+        return (r >= 2 && p - line >= 2 && p[-2] == ',' && p[-1] == ' ' && p[1] == 'x') ? F_C0X : 0;
+    if (p[0] == 'c')
+        return (r >= 3 && p - line >= 1 && p[-1] == 'a' && p[1] == 'h' && p[2] == 'e') ? F_ACHE : 0;
     if (r < 4) return 0;
     uint32_t w = load32(p);
     Occ *o = &S->occ;
@@ -2309,8 +2315,7 @@ static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
         return 0;
     case ',':
         return w == W4(',', ' ', '0', 'x') ? F_C0X : 0;
-    case '0': /* the SSSE3 scan reports ", 0x" at its "0x" */
-        return (p - line >= 2 && p[-2] == ',' && p[-1] == ' ' && p[1] == 'x') ? F_C0X : 0;
+
     case 'A':
         return (w == W4('A', 'u', 't', 'o') && r >= 11 && memcmp(p, "Autotuning ", 11) == 0)
                    ? F_AUTOTUNING
@@ -2323,8 +2328,7 @@ static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
                    : 0;
     case 'a':
         return w == W4('a', 'c', 'h', 'e') ? F_ACHE : 0;
-    case 'c': /* the SSSE3/AVX2 scans report "ache" at its "ch" ("ac" starts every Tactic) */
-        return (p - line >= 1 && p[-1] == 'a' && p[1] == 'h' && p[2] == 'e') ? F_ACHE : 0;
+
     case '(':
         return (w == W4('(', 't', 'a', 'c') && r >= 12 && memcmp(p, "(tactic hash", 12) == 0)
                    ? F_TACHASH
@@ -2448,7 +2452,7 @@ __attribute__((target("ssse3"))) static unsigned flags_ssse3(Scanner *S, U *s, P
             mask &= mask - 1;
         }
     }
-    if (i + 3 < n) { /* the tail, padded with zeros to one more vector */
+    if (i + 1 < n) { /* the tail (a hit can stand two bytes from the end), padded with zeros */
         unsigned char tail[32] = {0};
         Py_ssize_t r = n - i;
         memcpy(tail, s + i, (size_t)r);
@@ -2495,7 +2499,8 @@ __attribute__((target("avx2"))) static unsigned flags_avx2(Scanner *S, U *s, Py_
             mask &= mask - 1;
         }
     }
-    if (i + 3 < n) { /* the tail: read on past the line when the buffer allows */
+    if (i + 1 < n) { /* the tail (a hit can stand two bytes from the end): read on past
+                      * the line when the buffer allows */
         Py_ssize_t r = n - i;
         if (s + i + 33 <= S->buf_end) {
             PAIR_MASK256(s + i, mask);
