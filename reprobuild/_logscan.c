@@ -175,12 +175,17 @@ static PyObject *k_invalid, *k_not_used, *k_error, *k_miss, *k_loaded, *k_in_use
 /* Kernel, runner and layer names repeat throughout a log (the same kernels are timed for
  * many layers), so decoded strings and tactic ints are memoised in small direct-mapped
  * tables: most values then cost a hash and a memcmp instead of an allocation. */
-#define STR_CACHE 4096
+/* Decoded strings by their bytes: 1024 sets of 4 ways, one cache line per set, each way
+ * with its length and a tag so that only a likely match is compared in full. */
+#define STR_SETS 1024
+#define STR_WAYS 4
 #define STR_CACHE_MAX 256
 static struct {
-    PyObject *str; /* an ASCII str: its bytes are the key */
-    uint64_t hash;
-} str_cache[STR_CACHE];
+    PyObject *str[STR_WAYS]; /* ASCII strs: their bytes are the key */
+    uint32_t len[STR_WAYS];
+    uint32_t tag[STR_WAYS];
+} str_sets[STR_SETS];
+static unsigned str_victim;
 
 #define INT_CACHE 1024
 static struct {
@@ -188,58 +193,43 @@ static struct {
     PyObject *obj;
 } int_cache[INT_CACHE];
 
-#if defined(__x86_64__)
-static int have_sse42;
-
-/* CRC32C, eight bytes per instruction, as the slot hash where the CPU has it */
-__attribute__((target("sse4.2"))) static uint64_t hash_crc(U *p, Py_ssize_t n) {
-    uint64_t h = (uint64_t)n;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = _mm_crc32_u64(h, w);
+/* length and the first, middle and last eight bytes: constant time whatever the length
+ * (names differing elsewhere share a set, which has four ways for them) */
+static uint64_t sample_hash(U *p, Py_ssize_t n) {
+    uint64_t a = 0, b = 0, c = 0;
+    if (n >= 8) {
+        memcpy(&a, p, 8);
+        memcpy(&b, p + n - 8, 8);
+        memcpy(&c, p + (n >> 1) - 4, 8);
+    } else {
+        memcpy(&a, p, (size_t)n);
     }
-    uint64_t w = 0;
-    memcpy(&w, p + i, (size_t)(n - i));
-    h = _mm_crc32_u64(h, w);
-    return h * 0x9E3779B97F4A7C15ULL >> 32;
-}
-#endif
-
-static uint64_t hash_bytes(U *p, Py_ssize_t n) {
-#if defined(__x86_64__)
-    if (have_sse42) return hash_crc(p, n);
-#endif
-    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 32;
-    }
-    uint64_t w = 0;
-    memcpy(&w, p + i, (size_t)(n - i));
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ULL;
-    return h ^ (h >> 29);
+    uint64_t h = (a ^ ((uint64_t)n << 56)) * 0x9E3779B97F4A7C15ULL;
+    h = (h ^ (h >> 29) ^ b) * 0xBF58476D1CE4E5B9ULL;
+    h = (h ^ (h >> 31) ^ c) * 0x94D049BB133111EBULL;
+    return h ^ (h >> 32);
 }
 
 static PyObject *mkstr(U *s, Py_ssize_t a, Py_ssize_t b) {
     if (b <= a) return Py_NewRef(empty_str);
     Py_ssize_t n = b - a;
     if (n > STR_CACHE_MAX) return PyUnicode_DecodeUTF8((const char *)s + a, n, "replace");
-    uint64_t h = hash_bytes(s + a, n);
-    size_t slot = (size_t)h & (STR_CACHE - 1);
-    PyObject *c = str_cache[slot].str;
-    if (c && str_cache[slot].hash == h && PyUnicode_GET_LENGTH(c) == n &&
-        memcmp(PyUnicode_DATA(c), s + a, (size_t)n) == 0)
-        return Py_NewRef(c);
+    uint64_t h = sample_hash(s + a, n);
+    unsigned set = (unsigned)h & (STR_SETS - 1);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (int w = 0; w < STR_WAYS; w++) {
+        if (str_sets[set].tag[w] == tag && str_sets[set].len[w] == (uint32_t)n) {
+            PyObject *c = str_sets[set].str[w];
+            if (c && memcmp(PyUnicode_DATA(c), s + a, (size_t)n) == 0) return Py_NewRef(c);
+        }
+    }
     PyObject *o = PyUnicode_DecodeUTF8((const char *)s + a, n, "replace");
     if (!o) return NULL;
     if (PyUnicode_IS_ASCII(o)) { /* then its data are the bytes it was made from */
-        Py_XSETREF(str_cache[slot].str, Py_NewRef(o));
-        str_cache[slot].hash = h;
+        int w = (int)(str_victim++ & (STR_WAYS - 1));
+        Py_XSETREF(str_sets[set].str[w], Py_NewRef(o));
+        str_sets[set].len[w] = (uint32_t)n;
+        str_sets[set].tag[w] = tag;
     }
     return o;
 }
@@ -938,11 +928,11 @@ static PyObject *new_candidate(Scanner *S, PyObject *ident, uint64_t tac, PyObje
     /* Candidate is a NamedTuple: a tuple subclass without __dict__, filled like
      * tuple.__new__ fills it. Steals ident and kernel. */
     PyTypeObject *t = (PyTypeObject *)S->cand_t;
-    PyObject *c = t->tp_alloc(t, 5);
     PyObject *h = mkint(tac);
     PyObject *f = opt_float_obj(has_cost, cost);
-    if (!c || !h || !f) {
-        Py_XDECREF(c);
+    /* allocated untracked and not zeroed: all five items are set right below */
+    PyObject *c = (h && f) ? (PyObject *)PyObject_GC_NewVar(PyTupleObject, t, 5) : NULL;
+    if (!c) {
         Py_XDECREF(h);
         Py_XDECREF(f);
         Py_XDECREF(ident);
@@ -954,10 +944,9 @@ static PyObject *new_candidate(Scanner *S, PyObject *ident, uint64_t tac, PyObje
     PyTuple_SET_ITEM(c, 2, kernel ? kernel : Py_NewRef(Py_None));
     PyTuple_SET_ITEM(c, 3, f);
     PyTuple_SET_ITEM(c, 4, Py_NewRef(runner ? runner : Py_None));
-    /* only None/int/float/str inside: no cycle can go through it, so the collector need
-     * not walk millions of these (CPython untracks such tuples itself, but only once a
-     * collection has visited them) */
-    PyObject_GC_UnTrack(c);
+    /* Never tracked: only None/int/float/str inside, so no cycle can go through it and the
+     * collector need not walk millions of these (CPython untracks such tuples itself, but
+     * only once a collection has visited them). */
     return c;
 }
 
@@ -2420,9 +2409,6 @@ static void init_shufti(void) {
     __builtin_cpu_init();
     have_ssse3 = __builtin_cpu_supports("ssse3");
     have_avx2 = __builtin_cpu_supports("avx2");
-#if defined(__x86_64__)
-    have_sse42 = __builtin_cpu_supports("sse4.2");
-#endif
 }
 
 #define PAIR_MASK(p, out)                                                                      \
@@ -2587,7 +2573,7 @@ static int process_line(Scanner *S, U *s, Py_ssize_t n) {
 
 /* process_line for a line whose trigger hits (absolute positions in the buffer) were
  * found while looking for its newline */
-static int process_line_hits(Scanner *S, U *s, Py_ssize_t n, U *base, const Py_ssize_t *hits,
+static int process_line_hits(Scanner *S, U *s, Py_ssize_t n, U *base, const int32_t *hits,
                              int nh, int over) {
     if (n > MAX_LINE || over) return process_line(S, s, n > MAX_LINE ? MAX_LINE : n);
     S->lineno++;
@@ -2614,7 +2600,7 @@ __attribute__((target("avx2"))) static Py_ssize_t feed_avx2(Scanner *S, U *data,
     const __m256i hi1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)SH_HI1));
     const __m256i lo2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)SH_LO2));
     const __m256i hi2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)SH_HI2));
-    Py_ssize_t hits[MAX_HITS];
+    int32_t hits[MAX_HITS];
     int nh = 0, over = 0;
     Py_ssize_t start = pos;
     S->buf_end = cur_end = data + n;
@@ -2627,7 +2613,7 @@ __attribute__((target("avx2"))) static Py_ssize_t feed_avx2(Scanner *S, U *data,
             int e_off = __builtin_ctz(nl);
             unsigned before = (1u << e_off) - 1; /* e_off < 32 */
             for (unsigned take = pm & before; take; take &= take - 1) {
-                if (nh < MAX_HITS) hits[nh++] = q + __builtin_ctz(take);
+                if (nh < MAX_HITS) hits[nh++] = (int32_t)(q + __builtin_ctz(take));
                 else over = 1;
             }
             pm &= ~before;
@@ -2639,7 +2625,7 @@ __attribute__((target("avx2"))) static Py_ssize_t feed_avx2(Scanner *S, U *data,
             nl &= nl - 1;
         }
         for (; pm; pm &= pm - 1) {
-            if (nh < MAX_HITS) hits[nh++] = q + __builtin_ctz(pm);
+            if (nh < MAX_HITS) hits[nh++] = (int32_t)(q + __builtin_ctz(pm));
             else over = 1;
         }
     }
@@ -2703,7 +2689,7 @@ static PyObject *Scanner_feed(Scanner *S, PyObject *arg) {
     Py_ssize_t n = view.len, pos = 0;
     int err = 0;
 #if defined(__x86_64__) || defined(__i386__)
-    if (have_avx2 && n > 64) {
+    if (have_avx2 && n > 64 && n < INT32_MAX) {
         if (S->carry_len) { /* finish the line the previous chunk left open */
             U *nl = memchr(data, '\n', (size_t)n);
             if (nl) {
@@ -2871,6 +2857,7 @@ static void Scanner_dealloc(Scanner *S) {
 }
 
 static PyMethodDef Scanner_methods[] = {
+
     {"feed", (PyCFunction)Scanner_feed, METH_O,
      "feed(data) -> list of records completed by these bytes (cut anywhere)"},
     {"finish", (PyCFunction)Scanner_finish, METH_NOARGS,
