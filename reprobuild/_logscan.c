@@ -19,6 +19,7 @@
 #define _GNU_SOURCE /* memrchr */
 #include <Python.h>
 #include <string.h>
+#include <math.h>
 #include <stdint.h>
 #include <structmember.h>
 #ifdef __SSE2__
@@ -234,7 +235,7 @@ static PyObject *mkstr(U *s, Py_ssize_t a, Py_ssize_t b) {
     return o;
 }
 
-static PyObject *mkint(uint64_t v) {
+ALWAYS_INLINE static PyObject *mkint(uint64_t v) {
     size_t slot = (size_t)((v * 0x9E3779B97F4A7C15ULL) >> 52) & (INT_CACHE - 1);
     if (int_cache[slot].obj && int_cache[slot].value == v) return Py_NewRef(int_cache[slot].obj);
     PyObject *o = PyLong_FromUnsignedLongLong(v);
@@ -369,7 +370,7 @@ static int parse_int_slow(U *s, Py_ssize_t a, Py_ssize_t b, int base, IntVal *v)
 
 /* int(text, base) (base 10 or 16), the way Python reads it. Returns -1 on a Python error.
  * Clean ASCII ([+-], 0x for base 16, digits that fit 64 bits) is read here. */
-static int parse_int(U *s, Py_ssize_t a, Py_ssize_t b, int base, IntVal *v) {
+ALWAYS_INLINE static int parse_int(U *s, Py_ssize_t a, Py_ssize_t b, int base, IntVal *v) {
     v->ok = v->neg = v->big = 0;
     v->mag = 0;
     Py_ssize_t i = a;
@@ -542,7 +543,7 @@ static int py_float_slow(U *s, Py_ssize_t a, Py_ssize_t b, double *out) {
  * decimals ([+-]d*.d*, at most 15 digits) are read here: the mantissa and 10**k are
  * exact doubles, so one division gives the correctly rounded value, the same double
  * strtod (and so float()) returns. */
-static int py_float(U *s, Py_ssize_t a, Py_ssize_t b, double *out) {
+ALWAYS_INLINE static int py_float(U *s, Py_ssize_t a, Py_ssize_t b, double *out) {
     static const double P10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                  1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
     Py_ssize_t k = a;
@@ -817,6 +818,157 @@ static PyObject *split_onnx(PyObject *py_split, U *s, Py_ssize_t a, Py_ssize_t b
     return t;
 }
 
+/* ---- Candidate ----------------------------------------------------------------------------
+ *
+ * One timed tactic. Logs hold millions, and each used to be a NamedTuple plus its float and
+ * int: a tuple subclass is made and freed through the generic heap-type paths. This is a
+ * small fixed object instead: its fields are only ever None, int, float or str (checked on
+ * construction), so it cannot be part of a reference cycle and is not tracked by the
+ * collector. Attribute access, equality, hashing, repr, tactic_hex and to_json() behave as
+ * the NamedTuple's did (logparse keeps that one where this module is not built). */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *tactic_id, *tactic_hash, *kernel, *cost_ms, *runner; /* never NULL */
+    uint64_t hash_u64;
+} CandObject;
+
+static PyTypeObject CandType;
+
+#define CAND(o) ((CandObject *)(o))
+
+static void Cand_dealloc(CandObject *c) {
+    Py_DECREF(c->tactic_id);
+    Py_DECREF(c->tactic_hash);
+    Py_DECREF(c->kernel);
+    Py_DECREF(c->cost_ms);
+    Py_DECREF(c->runner);
+    PyObject_Free(c);
+}
+
+static PyObject *Cand_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"tactic_id", "tactic_hash", "kernel", "cost_ms", "runner", NULL};
+    PyObject *tid, *th, *k, *cost, *runner = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|O:Candidate", kwlist, &tid, &th, &k, &cost,
+                                     &runner))
+        return NULL;
+    if ((tid != Py_None && !PyLong_CheckExact(tid)) || !PyLong_CheckExact(th) ||
+        (k != Py_None && !PyUnicode_CheckExact(k)) ||
+        (cost != Py_None && !PyFloat_CheckExact(cost) && !PyLong_CheckExact(cost)) ||
+        (runner != Py_None && !PyUnicode_CheckExact(runner))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Candidate(tactic_id: int | None, tactic_hash: int, kernel: str | None, "
+                        "cost_ms: float | None, runner: str | None = None)");
+        return NULL;
+    }
+    unsigned long long h = PyLong_AsUnsignedLongLong(th);
+    if (h == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "Candidate: tactic_hash must be in [0, 2**64)");
+        return NULL;
+    }
+    CandObject *c = PyObject_New(CandObject, type);
+    if (!c) return NULL;
+    c->tactic_id = Py_NewRef(tid);
+    c->tactic_hash = Py_NewRef(th);
+    c->kernel = Py_NewRef(k);
+    c->cost_ms = Py_NewRef(cost);
+    c->runner = Py_NewRef(runner);
+    c->hash_u64 = h;
+    return (PyObject *)c;
+}
+
+static PyObject *Cand_fields(CandObject *c) {
+    return PyTuple_Pack(5, c->tactic_id, c->tactic_hash, c->kernel, c->cost_ms, c->runner);
+}
+
+static PyObject *Cand_richcompare(PyObject *a, PyObject *b, int op) {
+    if (!Py_IS_TYPE(a, &CandType) || !Py_IS_TYPE(b, &CandType) || (op != Py_EQ && op != Py_NE))
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *ta = Cand_fields(CAND(a)), *tb = Cand_fields(CAND(b));
+    PyObject *r = (ta && tb) ? PyObject_RichCompare(ta, tb, op) : NULL;
+    Py_XDECREF(ta);
+    Py_XDECREF(tb);
+    return r;
+}
+
+static Py_hash_t Cand_hash(CandObject *c) {
+    PyObject *t = Cand_fields(c);
+    if (!t) return -1;
+    Py_hash_t h = PyObject_Hash(t);
+    Py_DECREF(t);
+    return h;
+}
+
+static PyObject *Cand_repr(CandObject *c) {
+    return PyUnicode_FromFormat("Candidate(tactic_id=%R, tactic_hash=%R, kernel=%R, cost_ms=%R, "
+                                "runner=%R)",
+                                c->tactic_id, c->tactic_hash, c->kernel, c->cost_ms, c->runner);
+}
+
+static PyObject *Cand_tactic_hex(CandObject *c, void *closure) {
+    return PyNumber_ToBase(c->tactic_hash, 16);
+}
+
+/* logparse._json_float: None unless a finite number */
+static PyObject *json_float(PyObject *v) {
+    if (PyFloat_Check(v) && !isfinite(PyFloat_AS_DOUBLE(v))) Py_RETURN_NONE;
+    return Py_NewRef(v);
+}
+
+static PyObject *Cand_to_json(CandObject *c, PyObject *Py_UNUSED(ignored)) {
+    PyObject *hex = Cand_tactic_hex(c, NULL), *cost = json_float(c->cost_ms);
+    PyObject *d = (hex && cost) ? Py_BuildValue("{sOsOsOsOsO}", "tactic_id", c->tactic_id,
+                                                "tactic_hash", hex, "kernel", c->kernel,
+                                                "cost_ms", cost, "runner", c->runner)
+                                : NULL;
+    Py_XDECREF(hex);
+    Py_XDECREF(cost);
+    return d;
+}
+
+static PyObject *Cand_reduce(CandObject *c, PyObject *Py_UNUSED(ignored)) {
+    PyObject *t = Cand_fields(c);
+    return t ? Py_BuildValue("(ON)", (PyObject *)Py_TYPE(c), t) : NULL;
+}
+
+static PyMemberDef Cand_members[] = {
+    {"tactic_id", T_OBJECT, offsetof(CandObject, tactic_id), READONLY,
+     "position in a sorted table (editable cache, Myelin); None elsewhere"},
+    {"tactic_hash", T_OBJECT, offsetof(CandObject, tactic_hash), READONLY,
+     "the tactic as TensorRT's unsigned 64-bit value"},
+    {"kernel", T_OBJECT, offsetof(CandObject, kernel), READONLY, "kernel name, if printed"},
+    {"cost_ms", T_OBJECT, offsetof(CandObject, cost_ms), READONLY, "timing in ms, if readable"},
+    {"runner", T_OBJECT, offsetof(CandObject, runner), READONLY, "runner (8.6-10.x logs)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef Cand_getset[] = {
+    {"tactic_hex", (getter)Cand_tactic_hex, NULL, "the tactic hash as 0x-hex", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Cand_methods[] = {
+    {"to_json", (PyCFunction)Cand_to_json, METH_NOARGS, "a JSON-ready dict"},
+    {"__reduce__", (PyCFunction)Cand_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CandType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "reprobuild.logparse.Candidate",
+    .tp_basicsize = sizeof(CandObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Candidate(tactic_id, tactic_hash, kernel, cost_ms, runner=None): one timed "
+              "tactic. tactic_id exists only in sorted tables (editable/Myelin).",
+    .tp_new = Cand_new,
+    .tp_dealloc = (destructor)Cand_dealloc,
+    .tp_richcompare = Cand_richcompare,
+    .tp_hash = (hashfunc)Cand_hash,
+    .tp_repr = (reprfunc)Cand_repr,
+    .tp_members = Cand_members,
+    .tp_getset = Cand_getset,
+    .tp_methods = Cand_methods,
+};
+
 /* ---- parser state ----------------------------------------------------------------------- */
 
 typedef struct {
@@ -923,15 +1075,12 @@ static int blk_open(Scanner *S, PyObject *layer, PyObject *formats, int reformat
     return (b->cands && b->onnx) ? 0 : -1;
 }
 
+/* a Candidate from the scanner's own values; steals ident and kernel */
 static PyObject *new_candidate(Scanner *S, PyObject *ident, uint64_t tac, PyObject *kernel,
                                int has_cost, double cost, PyObject *runner) {
-    /* Candidate is a NamedTuple: a tuple subclass without __dict__, filled like
-     * tuple.__new__ fills it. Steals ident and kernel. */
-    PyTypeObject *t = (PyTypeObject *)S->cand_t;
     PyObject *h = mkint(tac);
     PyObject *f = opt_float_obj(has_cost, cost);
-    /* allocated untracked and not zeroed: all five items are set right below */
-    PyObject *c = (h && f) ? (PyObject *)PyObject_GC_NewVar(PyTupleObject, t, 5) : NULL;
+    CandObject *c = (h && f) ? PyObject_New(CandObject, &CandType) : NULL;
     if (!c) {
         Py_XDECREF(h);
         Py_XDECREF(f);
@@ -939,19 +1088,15 @@ static PyObject *new_candidate(Scanner *S, PyObject *ident, uint64_t tac, PyObje
         Py_XDECREF(kernel);
         return NULL;
     }
-    PyTuple_SET_ITEM(c, 0, ident ? ident : Py_NewRef(Py_None));
-    PyTuple_SET_ITEM(c, 1, h);
-    PyTuple_SET_ITEM(c, 2, kernel ? kernel : Py_NewRef(Py_None));
-    PyTuple_SET_ITEM(c, 3, f);
-    PyTuple_SET_ITEM(c, 4, Py_NewRef(runner ? runner : Py_None));
-    /* Never tracked: only None/int/float/str inside, so no cycle can go through it and the
-     * collector need not walk millions of these (CPython untracks such tuples itself, but
-     * only once a collection has visited them). */
-    return c;
+    c->tactic_id = ident ? ident : Py_NewRef(Py_None);
+    c->tactic_hash = h;
+    c->kernel = kernel ? kernel : Py_NewRef(Py_None);
+    c->cost_ms = f;
+    c->runner = Py_NewRef(runner ? runner : Py_None);
+    c->hash_u64 = tac;
+    return (PyObject *)c;
 }
 
-
-/* TacticRecord(...), made like the other dataclasses (see make) */
 static int emit_record(Scanner *S, PyObject *layer, PyObject *key, PyObject *onnx,
                        PyObject *cands, int has_chosen, uint64_t chosen, PyObject *kernel,
                        int has_cost, double cost, int from_cache, PyObject *runner,
@@ -979,14 +1124,12 @@ static int emit_record(Scanner *S, PyObject *layer, PyObject *key, PyObject *onn
 
 static int cand_hash(PyObject *c, uint64_t *out) {
     /* our own non-negative ints below 2**64: the mask form is exact, and much cheaper */
-    unsigned long long v = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(c, 1));
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    *out = v;
+    *out = CAND(c)->hash_u64;
     return 0;
 }
 
 static double cand_cost_key(PyObject *c) {
-    PyObject *f = PyTuple_GET_ITEM(c, 3);
+    PyObject *f = CAND(c)->cost_ms;
     return f == Py_None ? Py_HUGE_VAL : PyFloat_AS_DOUBLE(f);
 }
 
@@ -1015,15 +1158,15 @@ static int emit_runner_block(Scanner *S, RunnerBlock *b, int has_chosen, uint64_
                 PyObject *c = PyList_GET_ITEM(b->cands, i);
                 uint64_t h;
                 if (cand_hash(c, &h) < 0) return -1;
-                if (h == chosen && (pass == 1 || opt_eq(PyTuple_GET_ITEM(c, 4), runner))) {
+                if (h == chosen && (pass == 1 || opt_eq(CAND(c)->runner, runner))) {
                     match = c;
                     break;
                 }
             }
         }
         if (match) {
-            kernel = PyTuple_GET_ITEM(match, 2);
-            PyObject *f = PyTuple_GET_ITEM(match, 3);
+            kernel = CAND(match)->kernel;
+            PyObject *f = CAND(match)->cost_ms;
             if (f != Py_None) {
                 has_cost = 1;
                 cost = PyFloat_AS_DOUBLE(f);
@@ -1094,7 +1237,7 @@ static int flush_blk(Scanner *S) {
             PyObject *c = PyList_GET_ITEM(b.cands, best);
             has = 1;
             if (cand_hash(c, &chosen) < 0) r = -1;
-            runner = PyTuple_GET_ITEM(c, 4);
+            runner = CAND(c)->runner;
             if (runner == Py_None) runner = NULL;
         }
         if (has && r == 0) r = emit_runner_block(S, &b, 1, chosen, runner);
@@ -1135,11 +1278,11 @@ static int flush_op(Scanner *S) {
                     break;
                 }
                 if (h == chosen) {
-                    kernel = PyTuple_GET_ITEM(c, 2);
+                    kernel = CAND(c)->kernel;
                     if (kernel == Py_None) kernel = NULL;
-                    if (!has_cost && PyTuple_GET_ITEM(c, 3) != Py_None) {
+                    if (!has_cost && CAND(c)->cost_ms != Py_None) {
                         has_cost = 1;
-                        cost = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(c, 3));
+                        cost = PyFloat_AsDouble(CAND(c)->cost_ms);
                     }
                     break;
                 }
@@ -2767,8 +2910,8 @@ static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTuple(args, "OO!O!OOOn:Scanner", &parser, &PyType_Type, &cand_t, &PyType_Type,
                           &rec_t, &warn_t, &layer_t, &split, &max_warnings))
         return -1;
-    if (!PyType_IsSubtype((PyTypeObject *)cand_t, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "Candidate must be a tuple subclass (NamedTuple)");
+    if (cand_t != (PyObject *)&CandType) {
+        PyErr_SetString(PyExc_TypeError, "Scanner makes reprobuild._logscan.Candidate objects");
         return -1;
     }
     PyObject *warnings = PyObject_GetAttr(parser, a_warnings);
@@ -2928,10 +3071,11 @@ PyMODINIT_FUNC PyInit__logscan(void) {
     INTERN(k_in_use, "cache-in-use");
     INTERN(k_local, "cache-local");
     INTERN(k_serialized, "cache-serialized");
-    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&CandType) < 0) return NULL;
     PyObject *m = PyModule_Create(&logscan_module);
     if (!m) return NULL;
-    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+    if (PyModule_AddObjectRef(m, "Scanner", (PyObject *)&ScannerType) < 0 ||
+        PyModule_AddObjectRef(m, "Candidate", (PyObject *)&CandType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

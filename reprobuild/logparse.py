@@ -101,11 +101,13 @@ def _float(text: str | None) -> float | None:
         return None
 
 
-class Candidate(NamedTuple):
+class _TupleCandidate(NamedTuple):
     """One timed tactic. ``tactic_id`` exists only in sorted tables (editable/Myelin).
 
-    A named tuple rather than a dataclass: logs hold millions of these, and the native
-    scanner creates tuples without a Python-level ``__init__`` call.
+    Where the C extension is built, ``Candidate`` is its type instead
+    (``reprobuild._logscan.Candidate``): the same fields, ``tactic_hex``, ``to_json``,
+    equality and hashing, in an object that costs a fraction of a tuple subclass to make
+    and free (logs hold millions). This one is the fallback.
     """
 
     tactic_id: int | None
@@ -126,6 +128,13 @@ class Candidate(NamedTuple):
             "cost_ms": _json_float(self.cost_ms),
             "runner": self.runner,
         }
+
+
+Candidate: Any
+try:
+    from reprobuild._logscan import Candidate  # type: ignore[attr-defined,no-redef]
+except ImportError:  # no C compiler at install time
+    Candidate = _TupleCandidate
 
 
 @dataclass(slots=True)
