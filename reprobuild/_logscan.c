@@ -19,6 +19,7 @@
 #define _GNU_SOURCE /* memrchr */
 #include <Python.h>
 #include <string.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdint.h>
 #include <structmember.h>
@@ -194,29 +195,57 @@ static struct {
     PyObject *obj;
 } int_cache[INT_CACHE];
 
-/* length and the first, middle and last eight bytes: constant time whatever the length
- * (names differing elsewhere share a set, which has four ways for them) */
-static uint64_t sample_hash(U *p, Py_ssize_t n) {
-    uint64_t a = 0, b = 0, c = 0;
-    if (n >= 8) {
-        memcpy(&a, p, 8);
-        memcpy(&b, p + n - 8, 8);
-        memcpy(&c, p + (n >> 1) - 4, 8);
-    } else {
-        memcpy(&a, p, (size_t)n);
+/* A hash of the whole string: kernel names differ anywhere (tile sizes, layouts), so
+ * sampling a few bytes crowds similar names into one set. CRC32C takes eight bytes per
+ * instruction where the CPU has it (three chains: its latency is three cycles). */
+#if defined(__x86_64__)
+static int have_sse42;
+
+__attribute__((target("sse4.2"))) static uint64_t hash_crc(U *p, Py_ssize_t n) {
+    uint64_t h0 = (uint64_t)n, h1 = 0x9E3779B9u, h2 = 0x85EBCA6Bu, w0, w1, w2;
+    Py_ssize_t i = 0;
+    for (; i + 24 <= n; i += 24) {
+        memcpy(&w0, p + i, 8);
+        memcpy(&w1, p + i + 8, 8);
+        memcpy(&w2, p + i + 16, 8);
+        h0 = _mm_crc32_u64(h0, w0);
+        h1 = _mm_crc32_u64(h1, w1);
+        h2 = _mm_crc32_u64(h2, w2);
     }
-    uint64_t h = (a ^ ((uint64_t)n << 56)) * 0x9E3779B97F4A7C15ULL;
-    h = (h ^ (h >> 29) ^ b) * 0xBF58476D1CE4E5B9ULL;
-    h = (h ^ (h >> 31) ^ c) * 0x94D049BB133111EBULL;
-    return h ^ (h >> 32);
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w0, p + i, 8);
+        h0 = _mm_crc32_u64(h0, w0);
+    }
+    w0 = 0;
+    memcpy(&w0, p + i, (size_t)(n - i));
+    h0 = _mm_crc32_u64(h0, w0);
+    return (h0 ^ (h1 << 21) ^ (h2 << 42)) * 0x9E3779B97F4A7C15ULL;
+}
+#endif
+
+static uint64_t str_hash(U *p, Py_ssize_t n) {
+#if defined(__x86_64__)
+    if (have_sse42) return hash_crc(p, n);
+#endif
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n, w;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        h ^= h >> 32;
+    }
+    w = 0;
+    memcpy(&w, p + i, (size_t)(n - i));
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 29);
 }
 
 static PyObject *mkstr(U *s, Py_ssize_t a, Py_ssize_t b) {
     if (b <= a) return Py_NewRef(empty_str);
     Py_ssize_t n = b - a;
     if (n > STR_CACHE_MAX) return PyUnicode_DecodeUTF8((const char *)s + a, n, "replace");
-    uint64_t h = sample_hash(s + a, n);
-    unsigned set = (unsigned)h & (STR_SETS - 1);
+    uint64_t h = str_hash(s + a, n);
+    unsigned set = (unsigned)(h >> 20) & (STR_SETS - 1);
     uint32_t tag = (uint32_t)(h >> 32);
     for (int w = 0; w < STR_WAYS; w++) {
         if (str_sets[set].tag[w] == tag && str_sets[set].len[w] == (uint32_t)n) {
@@ -2552,6 +2581,19 @@ static void init_shufti(void) {
     __builtin_cpu_init();
     have_ssse3 = __builtin_cpu_supports("ssse3");
     have_avx2 = __builtin_cpu_supports("avx2");
+#if defined(__x86_64__)
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+    /* REPROBUILD_LOGSCAN_ISA=sse2|ssse3 turns the newer paths off, so that tests can hold
+     * every path to the Python parser on one machine */
+    const char *isa = getenv("REPROBUILD_LOGSCAN_ISA");
+    if (isa && (strcmp(isa, "sse2") == 0 || strcmp(isa, "ssse3") == 0)) {
+        have_avx2 = 0;
+#if defined(__x86_64__)
+        have_sse42 = 0;
+#endif
+        if (strcmp(isa, "sse2") == 0) have_ssse3 = 0;
+    }
 }
 
 #define PAIR_MASK(p, out)                                                                      \
@@ -3022,9 +3064,24 @@ static PyTypeObject ScannerType = {
     .tp_methods = Scanner_methods,
 };
 
+static PyObject *logscan_isa(PyObject *m, PyObject *Py_UNUSED(ignored)) {
+#if defined(__x86_64__) || defined(__i386__)
+    return PyUnicode_FromString(have_avx2 ? "avx2" : have_ssse3 ? "ssse3" : "sse2");
+#elif defined(__SSE2__)
+    return PyUnicode_FromString("sse2");
+#else
+    return PyUnicode_FromString("scalar");
+#endif
+}
+
+static PyMethodDef logscan_methods[] = {
+    {"isa", logscan_isa, METH_NOARGS, "isa() -> the vector path in use: avx2, ssse3 or sse2"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef logscan_module = {
     PyModuleDef_HEAD_INIT, "_logscan",
-    "Native scanner for TensorRT builder logs (see reprobuild.logparse).", -1, NULL, NULL, NULL, NULL, NULL,
+    "Native scanner for TensorRT builder logs (see reprobuild.logparse).", -1, logscan_methods, NULL, NULL, NULL, NULL,
 };
 
 #define INTERN(var, text)                                                                       \

@@ -16,9 +16,12 @@ differing fields only, and the source lines it came from, so it can be reproduce
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
@@ -564,3 +567,67 @@ def test_trigger_word_lines_identical(lines: list[str], chunk: int) -> None:
     py = _compare(data, "trigger-word lines")
     nat = _outcome(_chunks(data, chunk), native=True)
     _assert_same(data, py, nat, f"trigger-word lines, chunks of {chunk}")
+
+
+# --- every vector path, and the build without the extension ----------------------------------
+
+
+@needs_native
+@pytest.mark.parametrize("isa", ["ssse3", "sse2"])
+def test_older_vector_paths_identical(isa: str) -> None:
+    """The scanner picks AVX2, SSSE3 or SSE2 code at import; CI machines have AVX2, so the
+    older paths are forced (REPROBUILD_LOGSCAN_ISA) and put through the same comparisons
+    in a child pytest: fixtures, every chunking, the edge inputs, the caps."""
+    env = {**os.environ, "REPROBUILD_LOGSCAN_ISA": isa}
+    probe = subprocess.run(
+        [sys.executable, "-c", "from reprobuild import _logscan; print(_logscan.isa())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == isa
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            __file__,
+            "-k",
+            "fixture_file_identical or any_chunking_native or streams_records or edge_inputs "
+            "or max_warnings_cap or size_caps",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert child.returncode == 0, child.stdout[-4000:] + child.stderr[-2000:]
+    assert " passed" in child.stdout and "skipped" not in child.stdout.splitlines()[-1]
+
+
+def test_without_the_extension_candidates_are_named_tuples() -> None:
+    """Where nothing could compile the extension, logparse falls back to the NamedTuple
+    Candidate and the pure-Python parser: same records, same JSON."""
+    code = (
+        "import json, sys\n"
+        "sys.modules['reprobuild._logscan'] = None  # as if it was never built\n"
+        "from reprobuild import logparse\n"
+        "assert logparse.Candidate is logparse._TupleCandidate, logparse.Candidate\n"
+        "assert not logparse.native_available()\n"
+        "out = {}\n"
+        "for path in sys.argv[1:]:\n"
+        "    out[path] = [r.to_json() for r in logparse.iter_file(path)]\n"
+        "print(json.dumps(out))\n"
+    )
+    paths = [str(p) for p in LOG_FIXTURES]
+    child = subprocess.run(
+        [sys.executable, "-c", code, *paths], capture_output=True, text=True, check=True
+    )
+    fallback = json.loads(child.stdout)
+    for path in paths:
+        here = [r.to_json() for r in iter_file(path)]
+        assert fallback[path] == here, path
+    assert sum(len(v) for v in fallback.values()) > 0
