@@ -1041,6 +1041,7 @@ typedef struct {
     U *line;
     Py_ssize_t tac[MAX_OCC], lay[MAX_OCC];
     int ntac, nlay, over; /* over: more than MAX_OCC of either; search instead */
+    Py_ssize_t c0x;       /* the last ", 0x" (position in the line), or -1 */
 } Occ;
 
 typedef struct {
@@ -1406,6 +1407,16 @@ ALWAYS_INLINE static Py_ssize_t find_occ(Scanner *S, U *s, Py_ssize_t from, Py_s
     return -1;
 }
 
+/* rfind(s, 0, i, "Tactic Name: ") from the recorded "Tactic" positions */
+static Py_ssize_t rfind_tac_name(Scanner *S, U *s, Py_ssize_t i) {
+    if (S->occ.over || S->occ.line != s) return rfind(s, 0, i, "Tactic Name: ");
+    for (int k = S->occ.ntac - 1; k >= 0; k--) {
+        Py_ssize_t p = S->occ.tac[k];
+        if (p + 13 <= i && memcmp(s + p + 6, " Name: ", 7) == 0) return p;
+    }
+    return -1;
+}
+
 #define FIND_TAC(s, from, n, before, after) find_occ(S, s, from, n, 0, before, after)
 #define FIND_LAY(s, from, n, before, after) find_occ(S, s, from, n, 1, before, after)
 
@@ -1648,7 +1659,7 @@ static int tactic_family(Scanner *S, U *s, Py_ssize_t n) {
             uint64_t tac;
             if (as_u64(&v, &tac)) {
                 PyObject *kernel = NULL;
-                Py_ssize_t k = rfind(s, 0, i, "Tactic Name: ");
+                Py_ssize_t k = rfind_tac_name(S, s, i);
                 if (k >= 0) {
                     Py_ssize_t a = k + 13, b = i;
                     strip(s, &a, &b);
@@ -1709,7 +1720,8 @@ static int tactic_family(Scanner *S, U *s, Py_ssize_t n) {
 
 /* _row: "<id>, <cost>, <ratio>, <correlation>, <kernel>, 0x<hash>, [<tunable>]" */
 static int row_line(Scanner *S, U *s, Py_ssize_t n) {
-    Py_ssize_t h = rfind(s, 0, n, ", 0x");
+    /* rfind(", 0x"): the scan recorded it (row_line only runs on the scanned line) */
+    Py_ssize_t h = (S->occ.line == s && S->occ.c0x >= 0) ? S->occ.c0x : rfind(s, 0, n, ", 0x");
     Py_ssize_t e = find(s, h + 2, n, ",");
     if (e < 0) return 0;
     /* line[:h].rsplit(",", 4) */
@@ -2457,8 +2469,13 @@ static uint32_t load32(U *p) {
 static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
     /* the SSSE3/AVX2 scans report ", 0x" at its "0x" and "ache" at its "ch", which can
      * stand within four bytes of the end */
-    if (p[0] == '0')
-        return (r >= 2 && p - line >= 2 && p[-2] == ',' && p[-1] == ' ' && p[1] == 'x') ? F_C0X : 0;
+    if (p[0] == '0') {
+        if (r >= 2 && p - line >= 2 && p[-2] == ',' && p[-1] == ' ' && p[1] == 'x') {
+            S->occ.c0x = p - 2 - line; /* hits come in order: this ends as the last one */
+            return F_C0X;
+        }
+        return 0;
+    }
     if (p[0] == 'c')
         return (r >= 3 && p - line >= 1 && p[-1] == 'a' && p[1] == 'h' && p[2] == 'e') ? F_ACHE : 0;
     if (r < 4) return 0;
@@ -2475,7 +2492,9 @@ static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
             return F_TIMING;
         return 0;
     case ',':
-        return w == W4(',', ' ', '0', 'x') ? F_C0X : 0;
+        if (w != W4(',', ' ', '0', 'x')) return 0;
+        S->occ.c0x = p - line;
+        return F_C0X;
 
     case 'A':
         return (w == W4('A', 'u', 't', 'o') && r >= 11 && memcmp(p, "Autotuning ", 11) == 0)
@@ -2699,6 +2718,7 @@ static unsigned flags_of(Scanner *S, U *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
     S->occ.line = s;
     S->occ.ntac = S->occ.nlay = S->occ.over = 0;
+    S->occ.c0x = -1;
     S->occ_chose = 0;
 #if defined(__x86_64__) || defined(__i386__)
     if (have_avx2) return flags_avx2(S, s, n);
@@ -2766,6 +2786,7 @@ static int process_line_hits(Scanner *S, U *s, Py_ssize_t n, U *base, const int3
     if (n >= 2 && s[0] == '#' && s[1] == ' ') return separator(S);
     S->occ.line = s;
     S->occ.ntac = S->occ.nlay = S->occ.over = 0;
+    S->occ.c0x = -1;
     S->occ_chose = 0;
     unsigned f = 0;
     for (int k = 0; k < nh; k++) {
