@@ -19,6 +19,7 @@
 #define _GNU_SOURCE /* memrchr */
 #include <Python.h>
 #include <string.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
 #include <stdint.h>
@@ -858,21 +859,36 @@ static PyObject *split_onnx(PyObject *py_split, U *s, Py_ssize_t a, Py_ssize_t b
 
 typedef struct {
     PyObject_HEAD
-    PyObject *tactic_id, *tactic_hash, *kernel, *cost_ms, *runner; /* never NULL */
-    uint64_t hash_u64;
+    PyObject *tactic_id, *kernel, *runner; /* never NULL */
+    PyObject *cost_obj;                    /* an int given as cost_ms, else NULL */
+    uint64_t hash_u64;                     /* tactic_hash, made into an int on access */
+    double cost;                           /* cost_ms, made into a float on access */
+    int has_cost;
 } CandObject;
 
 static PyTypeObject CandType;
 
 #define CAND(o) ((CandObject *)(o))
 
+/* freed candidates kept for reuse, as CPython keeps floats: the next ones are made in
+ * memory that is still in cache */
+#define CAND_FREE_MAX 4096
+static CandObject *cand_free[CAND_FREE_MAX];
+static int n_cand_free;
+
 static void Cand_dealloc(CandObject *c) {
     Py_DECREF(c->tactic_id);
-    Py_DECREF(c->tactic_hash);
     Py_DECREF(c->kernel);
-    Py_DECREF(c->cost_ms);
     Py_DECREF(c->runner);
-    PyObject_Free(c);
+    Py_XDECREF(c->cost_obj);
+    if (n_cand_free < CAND_FREE_MAX) cand_free[n_cand_free++] = c;
+    else PyObject_Free(c);
+}
+
+static CandObject *cand_alloc(void) {
+    if (n_cand_free)
+        return (CandObject *)PyObject_Init((PyObject *)cand_free[--n_cand_free], &CandType);
+    return PyObject_New(CandObject, &CandType);
 }
 
 static PyObject *Cand_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
@@ -895,19 +911,34 @@ static PyObject *Cand_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "Candidate: tactic_hash must be in [0, 2**64)");
         return NULL;
     }
-    CandObject *c = PyObject_New(CandObject, type);
+    CandObject *c = cand_alloc();
     if (!c) return NULL;
     c->tactic_id = Py_NewRef(tid);
-    c->tactic_hash = Py_NewRef(th);
     c->kernel = Py_NewRef(k);
-    c->cost_ms = Py_NewRef(cost);
     c->runner = Py_NewRef(runner);
     c->hash_u64 = h;
+    c->has_cost = cost != Py_None;
+    c->cost = PyFloat_CheckExact(cost) ? PyFloat_AS_DOUBLE(cost) : 0.0;
+    c->cost_obj = PyLong_CheckExact(cost) ? Py_NewRef(cost) : NULL;
     return (PyObject *)c;
 }
 
+static PyObject *Cand_get_hash(CandObject *c, void *closure) {
+    return PyLong_FromUnsignedLongLong(c->hash_u64);
+}
+
+static PyObject *Cand_get_cost(CandObject *c, void *closure) {
+    if (!c->has_cost) Py_RETURN_NONE;
+    if (c->cost_obj) return Py_NewRef(c->cost_obj);
+    return PyFloat_FromDouble(c->cost);
+}
+
 static PyObject *Cand_fields(CandObject *c) {
-    return PyTuple_Pack(5, c->tactic_id, c->tactic_hash, c->kernel, c->cost_ms, c->runner);
+    PyObject *h = Cand_get_hash(c, NULL), *cost = Cand_get_cost(c, NULL);
+    PyObject *t = (h && cost) ? PyTuple_Pack(5, c->tactic_id, h, c->kernel, cost, c->runner) : NULL;
+    Py_XDECREF(h);
+    Py_XDECREF(cost);
+    return t;
 }
 
 static PyObject *Cand_richcompare(PyObject *a, PyObject *b, int op) {
@@ -929,13 +960,21 @@ static Py_hash_t Cand_hash(CandObject *c) {
 }
 
 static PyObject *Cand_repr(CandObject *c) {
-    return PyUnicode_FromFormat("Candidate(tactic_id=%R, tactic_hash=%R, kernel=%R, cost_ms=%R, "
-                                "runner=%R)",
-                                c->tactic_id, c->tactic_hash, c->kernel, c->cost_ms, c->runner);
+    PyObject *h = Cand_get_hash(c, NULL), *cost = Cand_get_cost(c, NULL);
+    PyObject *r = (h && cost) ? PyUnicode_FromFormat(
+                                    "Candidate(tactic_id=%R, tactic_hash=%R, kernel=%R, "
+                                    "cost_ms=%R, runner=%R)",
+                                    c->tactic_id, h, c->kernel, cost, c->runner)
+                              : NULL;
+    Py_XDECREF(h);
+    Py_XDECREF(cost);
+    return r;
 }
 
 static PyObject *Cand_tactic_hex(CandObject *c, void *closure) {
-    return PyNumber_ToBase(c->tactic_hash, 16);
+    char buf[32];
+    snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)c->hash_u64);
+    return PyUnicode_FromString(buf);
 }
 
 /* logparse._json_float: None unless a finite number */
@@ -945,12 +984,14 @@ static PyObject *json_float(PyObject *v) {
 }
 
 static PyObject *Cand_to_json(CandObject *c, PyObject *Py_UNUSED(ignored)) {
-    PyObject *hex = Cand_tactic_hex(c, NULL), *cost = json_float(c->cost_ms);
+    PyObject *hex = Cand_tactic_hex(c, NULL), *raw = Cand_get_cost(c, NULL);
+    PyObject *cost = raw ? json_float(raw) : NULL;
     PyObject *d = (hex && cost) ? Py_BuildValue("{sOsOsOsOsO}", "tactic_id", c->tactic_id,
                                                 "tactic_hash", hex, "kernel", c->kernel,
                                                 "cost_ms", cost, "runner", c->runner)
                                 : NULL;
     Py_XDECREF(hex);
+    Py_XDECREF(raw);
     Py_XDECREF(cost);
     return d;
 }
@@ -963,15 +1004,15 @@ static PyObject *Cand_reduce(CandObject *c, PyObject *Py_UNUSED(ignored)) {
 static PyMemberDef Cand_members[] = {
     {"tactic_id", T_OBJECT, offsetof(CandObject, tactic_id), READONLY,
      "position in a sorted table (editable cache, Myelin); None elsewhere"},
-    {"tactic_hash", T_OBJECT, offsetof(CandObject, tactic_hash), READONLY,
-     "the tactic as TensorRT's unsigned 64-bit value"},
     {"kernel", T_OBJECT, offsetof(CandObject, kernel), READONLY, "kernel name, if printed"},
-    {"cost_ms", T_OBJECT, offsetof(CandObject, cost_ms), READONLY, "timing in ms, if readable"},
     {"runner", T_OBJECT, offsetof(CandObject, runner), READONLY, "runner (8.6-10.x logs)"},
     {NULL, 0, 0, 0, NULL},
 };
 
 static PyGetSetDef Cand_getset[] = {
+    {"tactic_hash", (getter)Cand_get_hash, NULL, "the tactic as TensorRT's unsigned 64-bit value",
+     NULL},
+    {"cost_ms", (getter)Cand_get_cost, NULL, "timing in ms, if readable", NULL},
     {"tactic_hex", (getter)Cand_tactic_hex, NULL, "the tactic hash as 0x-hex", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -1108,22 +1149,19 @@ static int blk_open(Scanner *S, PyObject *layer, PyObject *formats, int reformat
 /* a Candidate from the scanner's own values; steals ident and kernel */
 static PyObject *new_candidate(Scanner *S, PyObject *ident, uint64_t tac, PyObject *kernel,
                                int has_cost, double cost, PyObject *runner) {
-    PyObject *h = mkint(tac);
-    PyObject *f = opt_float_obj(has_cost, cost);
-    CandObject *c = (h && f) ? PyObject_New(CandObject, &CandType) : NULL;
+    CandObject *c = cand_alloc();
     if (!c) {
-        Py_XDECREF(h);
-        Py_XDECREF(f);
         Py_XDECREF(ident);
         Py_XDECREF(kernel);
         return NULL;
     }
     c->tactic_id = ident ? ident : Py_NewRef(Py_None);
-    c->tactic_hash = h;
     c->kernel = kernel ? kernel : Py_NewRef(Py_None);
-    c->cost_ms = f;
     c->runner = Py_NewRef(runner ? runner : Py_None);
+    c->cost_obj = NULL;
     c->hash_u64 = tac;
+    c->cost = cost;
+    c->has_cost = has_cost;
     return (PyObject *)c;
 }
 
@@ -1159,8 +1197,7 @@ static int cand_hash(PyObject *c, uint64_t *out) {
 }
 
 static double cand_cost_key(PyObject *c) {
-    PyObject *f = CAND(c)->cost_ms;
-    return f == Py_None ? Py_HUGE_VAL : PyFloat_AS_DOUBLE(f);
+    return CAND(c)->has_cost ? CAND(c)->cost : Py_HUGE_VAL; /* scanner-made: floats */
 }
 
 /* _attach_meta */
@@ -1196,10 +1233,9 @@ static int emit_runner_block(Scanner *S, RunnerBlock *b, int has_chosen, uint64_
         }
         if (match) {
             kernel = CAND(match)->kernel;
-            PyObject *f = CAND(match)->cost_ms;
-            if (f != Py_None) {
+            if (CAND(match)->has_cost) {
                 has_cost = 1;
-                cost = PyFloat_AS_DOUBLE(f);
+                cost = CAND(match)->cost;
             }
         }
         if (!has_cost) {
@@ -1310,9 +1346,9 @@ static int flush_op(Scanner *S) {
                 if (h == chosen) {
                     kernel = CAND(c)->kernel;
                     if (kernel == Py_None) kernel = NULL;
-                    if (!has_cost && CAND(c)->cost_ms != Py_None) {
+                    if (!has_cost && CAND(c)->has_cost) {
                         has_cost = 1;
-                        cost = PyFloat_AsDouble(CAND(c)->cost_ms);
+                        cost = CAND(c)->cost;
                     }
                     break;
                 }
