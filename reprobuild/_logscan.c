@@ -241,6 +241,27 @@ static uint64_t str_hash(U *p, Py_ssize_t n) {
     return h ^ (h >> 29);
 }
 
+/* memcmp(a, b, n) == 0 without a library call (n is usually 20-120 here) */
+ALWAYS_INLINE static int bytes_eq(U *a, U *b, Py_ssize_t n) {
+#ifdef __SSE2__
+    if (n >= 16) {
+        Py_ssize_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(a + i));
+            __m128i y = _mm_loadu_si128((const __m128i *)(b + i));
+            if (_mm_movemask_epi8(_mm_cmpeq_epi8(x, y)) != 0xFFFF) return 0;
+        }
+        if (i < n) { /* the last 16 bytes, overlapping */
+            __m128i x = _mm_loadu_si128((const __m128i *)(a + n - 16));
+            __m128i y = _mm_loadu_si128((const __m128i *)(b + n - 16));
+            if (_mm_movemask_epi8(_mm_cmpeq_epi8(x, y)) != 0xFFFF) return 0;
+        }
+        return 1;
+    }
+#endif
+    return memcmp(a, b, (size_t)n) == 0;
+}
+
 static PyObject *mkstr(U *s, Py_ssize_t a, Py_ssize_t b) {
     if (b <= a) return Py_NewRef(empty_str);
     Py_ssize_t n = b - a;
@@ -251,7 +272,7 @@ static PyObject *mkstr(U *s, Py_ssize_t a, Py_ssize_t b) {
     for (int w = 0; w < STR_WAYS; w++) {
         if (str_sets[set].tag[w] == tag && str_sets[set].len[w] == (uint32_t)n) {
             PyObject *c = str_sets[set].str[w];
-            if (c && memcmp(PyUnicode_DATA(c), s + a, (size_t)n) == 0) return Py_NewRef(c);
+            if (c && bytes_eq(PyUnicode_1BYTE_DATA(c), s + a, n)) return Py_NewRef(c);
         }
     }
     PyObject *o = PyUnicode_DecodeUTF8((const char *)s + a, n, "replace");
