@@ -2581,6 +2581,17 @@ static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
     return 0;
 }
 
+/* flag_at for every set bit of a hit mask covering s[i..] */
+ALWAYS_INLINE static unsigned flag_bits(Scanner *S, U *s, Py_ssize_t n, Py_ssize_t i,
+                                        unsigned mask) {
+    unsigned f = 0;
+    for (; mask; mask &= mask - 1) {
+        int b = __builtin_ctz(mask);
+        f |= flag_at(S, s, s + i + b, n - i - b);
+    }
+    return f;
+}
+
 /* the first three bytes of each trigger: "Tac" "Tim" ", 0" "Aut" "Com" "Cho" "ach" "(ta"
  * "Lay" */
 static int trigram(U *p) {
@@ -2693,11 +2704,7 @@ __attribute__((target("ssse3"))) static unsigned flags_ssse3(Scanner *S, U *s, P
     Py_ssize_t i = 0;
     for (; i + 17 <= n; i += 16) {
         PAIR_MASK(s + i, mask);
-        while (mask) {
-            int b = __builtin_ctz(mask);
-            f |= flag_at(S, s, s + i + b, n - i - b);
-            mask &= mask - 1;
-        }
+        f |= flag_bits(S, s, n, i, mask);
     }
     if (i + 1 < n) { /* the tail (a hit can stand two bytes from the end), padded with zeros */
         unsigned char tail[32] = {0};
@@ -2705,11 +2712,7 @@ __attribute__((target("ssse3"))) static unsigned flags_ssse3(Scanner *S, U *s, P
         memcpy(tail, s + i, (size_t)r);
         PAIR_MASK(tail, mask);
         mask &= (1u << r) - 1;
-        while (mask) {
-            int b = __builtin_ctz(mask);
-            f |= flag_at(S, s, s + i + b, n - i - b);
-            mask &= mask - 1;
-        }
+        f |= flag_bits(S, s, n, i, mask);
     }
     return f;
 }
@@ -2740,11 +2743,7 @@ __attribute__((target("avx2"))) static unsigned flags_avx2(Scanner *S, U *s, Py_
     Py_ssize_t i = 0;
     for (; i + 33 <= n; i += 32) {
         PAIR_MASK256(s + i, mask);
-        while (mask) {
-            int b = __builtin_ctz(mask);
-            f |= flag_at(S, s, s + i + b, n - i - b);
-            mask &= mask - 1;
-        }
+        f |= flag_bits(S, s, n, i, mask);
     }
     if (i + 1 < n) { /* the tail (a hit can stand two bytes from the end): read on past
                       * the line when the buffer allows */
@@ -2757,11 +2756,7 @@ __attribute__((target("avx2"))) static unsigned flags_avx2(Scanner *S, U *s, Py_
             PAIR_MASK256(tail, mask);
         }
         if (r < 32) mask &= (1u << r) - 1;
-        while (mask) {
-            int b = __builtin_ctz(mask);
-            f |= flag_at(S, s, s + i + b, n - i - b);
-            mask &= mask - 1;
-        }
+        f |= flag_bits(S, s, n, i, mask);
     }
     return f;
 }
@@ -2784,22 +2779,14 @@ static unsigned flags_of(Scanner *S, U *s, Py_ssize_t n) {
 #ifdef __SSE2__
     for (; i + 18 <= n; i += 16) {
         unsigned mask = trigram_mask(s + i);
-        while (mask) {
-            int b = __builtin_ctz(mask);
-            f |= flag_at(S, s, s + i + b, n - i - b);
-            mask &= mask - 1;
-        }
+        f |= flag_bits(S, s, n, i, mask);
     }
     if (i + 3 < n) { /* the tail, padded with zeros to one more vector */
         unsigned char tail[32] = {0};
         Py_ssize_t r = n - i;
         memcpy(tail, s + i, (size_t)r);
         unsigned mask = trigram_mask(tail) & ((1u << (r < 16 ? r : 16)) - 1);
-        while (mask) {
-            int b = __builtin_ctz(mask);
-            f |= flag_at(S, s, s + i + b, n - i - b);
-            mask &= mask - 1;
-        }
+        f |= flag_bits(S, s, n, i, mask);
         i = n;
     }
 #endif

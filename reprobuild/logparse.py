@@ -26,6 +26,12 @@ printed by TensorRT) end any open block, so excerpts of unrelated blocks are not
 
 Memory stays flat: the parser holds only the blocks being read, the engine layers of the
 most recent engine, and at most ``max_warnings`` warnings; files are read in chunks.
+
+Two implementations: ``LogParser`` below (pure Python; the specification, and what
+``feed()`` uses for lines arriving one at a time) and the C scanner
+``reprobuild._logscan`` (the same state machine over bytes, used by ``iter_file`` and
+``iter_chunks`` when it was built). ASCII semantics throughout (``_WS``, ``re.ASCII``) so
+that both read every byte alike; ``tests/test_logscan.py`` holds them to identical output.
 """
 
 from __future__ import annotations
