@@ -37,6 +37,7 @@ that both read every byte alike; ``tests/test_logscan.py`` holds them to identic
 from __future__ import annotations
 
 import codecs
+import itertools
 import math
 import os
 import re
@@ -1022,12 +1023,19 @@ def iter_chunks(
             "compiler is present, or unset REPROBUILD_PURE_PYTHON_PARSER"
         )
     if scanner is not None:
-        for chunk in chunks:
-            out = scanner.feed(chunk)
-            if out:
-                yield from out
-        yield from scanner.finish()
-        return
+        # Records flow from the scanner's lists through C-level iterators: no Python frame
+        # is resumed per record.
+        return itertools.chain(
+            itertools.chain.from_iterable(map(scanner.feed, chunks)), _finish(scanner)
+        )
+    return _iter_python(chunks, p)
+
+
+def _finish(scanner: Any) -> Iterator[TacticRecord]:
+    yield from scanner.finish()
+
+
+def _iter_python(chunks: Iterable[bytes], p: LogParser) -> Iterator[TacticRecord]:
     line_fn = p._line
     for lines in _split_chunks(chunks):
         for line in lines:
