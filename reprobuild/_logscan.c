@@ -16,7 +16,9 @@
  * own int()/float(), so their odd corners match by construction.
  */
 #define PY_SSIZE_T_CLEAN
-#define _GNU_SOURCE /* memrchr */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* memrchr; the value pyconfig.h gives it */
+#endif
 #include <Python.h>
 #include <string.h>
 #include <stdio.h>
@@ -401,10 +403,16 @@ static int parse_int_slow(U *s, Py_ssize_t a, Py_ssize_t b, int base, IntVal *v)
         }
         return -1;
     }
-    int sign = _PyLong_Sign(num);
+    PyObject *zero = PyLong_FromLong(0);
+    int neg = zero ? PyObject_RichCompareBool(num, zero, Py_LT) : -1;
+    Py_XDECREF(zero);
+    if (neg < 0) {
+        Py_DECREF(num);
+        return -1;
+    }
     v->ok = 1;
-    v->neg = sign < 0;
-    PyObject *absval = sign < 0 ? PyNumber_Negative(num) : Py_NewRef(num);
+    v->neg = neg;
+    PyObject *absval = neg ? PyNumber_Negative(num) : Py_NewRef(num);
     Py_DECREF(num);
     if (!absval) return -1;
     unsigned long long m = PyLong_AsUnsignedLongLong(absval);
