@@ -543,7 +543,10 @@ static int tactic_to_int(U *s, Py_ssize_t a, Py_ssize_t b, uint64_t *out) {
             Py_DECREF(stripped);
             return -1;
         }
+        U *end = cur_end;
+        cur_end = NULL; /* not the line's buffer: no word or vector loads past its end */
         int r = tac_tok((U *)u, 0, len, out);
+        cur_end = end;
         Py_DECREF(stripped);
         return r;
     }
