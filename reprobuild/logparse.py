@@ -32,6 +32,8 @@ Two implementations: ``LogParser`` below (pure Python; the specification, and wh
 ``reprobuild._logscan`` (the same state machine over bytes, used by ``iter_file`` and
 ``iter_chunks`` when it was built). ASCII semantics throughout (``_WS``, ``re.ASCII``) so
 that both read every byte alike; ``tests/test_logscan.py`` holds them to identical output.
+One known difference: a line longer than ``_MAX_LINE`` (1 MiB; only binary noise is) is cut
+to its first 1 MiB of bytes by the scanner and of characters here.
 """
 
 from __future__ import annotations
