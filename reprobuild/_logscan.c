@@ -2534,7 +2534,7 @@ static uint32_t load32(U *p) {
 /* the test at one position where a trigger's first three bytes were seen (little-endian
  * word compares; the x86-64 and arm64 builds are little-endian); records where "Tactic"
  * and "Layer" occur */
-static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
+ALWAYS_INLINE static unsigned flag_at(Scanner *S, U *line, U *p, Py_ssize_t r) {
     /* the SSSE3/AVX2 scans report ", 0x" at its "0x" and "ache" at its "ch", which can
      * stand within four bytes of the end */
     if (p[0] == '0') {
