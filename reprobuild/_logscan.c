@@ -14,6 +14,16 @@
  * (UTF-8, errors="replace") for values that end up in records. Integers and floats with
  * anything unusual in them (underscores, Unicode digits, "inf") are handed to Python's
  * own int()/float(), so their odd corners match by construction.
+ *
+ * Where the time goes, and so how the file is laid out: most lines need only be looked at
+ * once, so a single vector pass per chunk (feed_avx2; flags_ssse3 / the SSE2 trigram scan
+ * where the CPU lacks AVX2, or REPROBUILD_LOGSCAN_ISA says so) finds each newline and
+ * the places where a trigger word of LogParser._line may start; flag_at confirms them and
+ * records where "Tactic", "Layer" and ", 0x" stand, so the handlers compare at those
+ * positions instead of searching again. What remains is making Python objects: strings and
+ * ints come from small caches (kernel names repeat all through a log), Candidate is a C
+ * type with its numbers unboxed and a free list, and the record classes are filled
+ * without running their __init__.
  */
 #define PY_SSIZE_T_CLEAN
 #ifndef _GNU_SOURCE
