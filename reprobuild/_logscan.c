@@ -133,6 +133,13 @@ ALWAYS_INLINE static int contains(U *s, Py_ssize_t a, Py_ssize_t b, const char *
     return find(s, a, b, needle) >= 0;
 }
 
+/* every byte of s[a:b] ASCII: then str.strip() and friends act as our ASCII versions */
+static int is_ascii(U *s, Py_ssize_t a, Py_ssize_t b) {
+    unsigned char acc = 0;
+    for (Py_ssize_t i = a; i < b; i++) acc |= s[i];
+    return acc < 0x80;
+}
+
 static void strip(U *s, Py_ssize_t *a, Py_ssize_t *b) {
     while (*a < *b && is_ws(s[*a])) (*a)++;
     while (*b > *a && is_ws(s[*b - 1])) (*b)--;
@@ -538,9 +545,7 @@ static int tac_tok(U *s, Py_ssize_t a, Py_ssize_t b, uint64_t *out) {
 static int tactic_to_int(U *s, Py_ssize_t a, Py_ssize_t b, uint64_t *out) {
     Py_ssize_t a2 = a, b2 = b;
     strip(s, &a2, &b2);
-    int ascii = 1;
-    for (Py_ssize_t k = a; k < b; k++) ascii &= s[k] < 0x80;
-    if (!ascii) {
+    if (!is_ascii(s, a, b)) {
         /* str.strip() removes Unicode whitespace too: let Python strip, then decide */
         PyObject *text = mkstr(s, a, b);
         if (!text) return -1;
@@ -856,9 +861,7 @@ static int append_steal(PyObject *list, PyObject *item) {
 /* layerinfo.split_onnx_layers(s[a:b]) for ASCII text (Python's str.strip would also
  * remove Unicode spaces, so anything else goes to the Python function) */
 static PyObject *split_onnx(PyObject *py_split, U *s, Py_ssize_t a, Py_ssize_t b) {
-    int ascii = 1;
-    for (Py_ssize_t i = a; i < b; i++) ascii &= s[i] < 0x80;
-    if (!ascii) {
+    if (!is_ascii(s, a, b)) {
         PyObject *text = mkstr(s, a, b);
         if (!text) return NULL;
         PyObject *r = PyObject_CallOneArg(py_split, text);
@@ -1131,7 +1134,7 @@ typedef struct {
     PyObject_HEAD
     Occ occ;
     int occ_chose; /* the line contains "Chose Runner Type" */
-    PyObject *parser, *cand_t, *rec_t, *warn_t, *layer_t, *split_onnx;
+    PyObject *parser, *rec_t, *warn_t, *layer_t, *split_onnx;
     Maker warn_m, layer_m, rec_m;
     Py_ssize_t max_warnings;
     Py_ssize_t lineno;
@@ -1189,7 +1192,7 @@ static int blk_open(Scanner *S, PyObject *layer, PyObject *formats, int reformat
 }
 
 /* a Candidate from the scanner's own values; steals ident and kernel */
-static PyObject *new_candidate(Scanner *S, PyObject *ident, uint64_t tac, PyObject *kernel,
+static PyObject *new_candidate(PyObject *ident, uint64_t tac, PyObject *kernel,
                                int has_cost, double cost, PyObject *runner) {
     CandObject *c = cand_alloc();
     if (!c) {
@@ -1440,7 +1443,7 @@ static int candidate(Scanner *S, uint64_t tac, U *s, Py_ssize_t ta, Py_ssize_t t
         clear_pending(S);
     }
     if (!has_hex_prefix(s, ta, tb)) S->legacy = 1;
-    PyObject *c = new_candidate(S, NULL, tac, kernel, has_cost, cost,
+    PyObject *c = new_candidate(NULL, tac, kernel, has_cost, cost,
                                 S->blk.open ? S->blk.runner : NULL);
     if (!c) return -1;
     if (S->blk.open) {
@@ -1762,7 +1765,7 @@ static int tactic_family(Scanner *S, U *s, Py_ssize_t n) {
                 if (S->blk.open && !S->op.open && !S->has_pending) {
                     if (!(tb - ta >= 2 && s[ta + 1] == 'x')) S->legacy = 1;
                     if (PyList_GET_SIZE(S->blk.cands) < MAX_CANDIDATES) {
-                        PyObject *c = new_candidate(S, NULL, tac, kernel, has_cost, cost, S->blk.runner);
+                        PyObject *c = new_candidate(NULL, tac, kernel, has_cost, cost, S->blk.runner);
                         if (append_steal(S->blk.cands, c) < 0) return -1;
                     } else {
                         Py_XDECREF(kernel);
@@ -1840,7 +1843,7 @@ static int row_line(Scanner *S, U *s, Py_ssize_t n) {
             Py_DECREF(ident);
             return -1;
         }
-        PyObject *c = new_candidate(S, ident, tac, kernel, 1, cost, NULL);
+        PyObject *c = new_candidate(ident, tac, kernel, 1, cost, NULL);
         if (append_steal(S->op.cands, c) < 0) return -1;
     }
     return 1;
@@ -2783,16 +2786,21 @@ __attribute__((target("avx2"))) static unsigned flags_avx2(Scanner *S, U *s, Py_
 }
 #endif
 
+/* forget the positions recorded for the previous line */
+static void occ_reset(Scanner *S, U *line) {
+    S->occ.line = line;
+    S->occ.ntac = S->occ.nlay = S->occ.over = 0;
+    S->occ.c0x = -1;
+    S->occ_chose = 0;
+}
+
 /* One pass over the line: which of _line's substring tests hold, and where "Tactic" and
  * "Layer" occur. With SSE2, sixteen positions at a time are matched against the
  * triggers' first three bytes, and only the (rare) hits are compared in full. */
 static unsigned flags_of(Scanner *S, U *s, Py_ssize_t n) {
     unsigned f = 0;
     Py_ssize_t i = 0;
-    S->occ.line = s;
-    S->occ.ntac = S->occ.nlay = S->occ.over = 0;
-    S->occ.c0x = -1;
-    S->occ_chose = 0;
+    occ_reset(S, s);
 #if defined(__x86_64__) || defined(__i386__)
     if (have_avx2) return flags_avx2(S, s, n);
     if (have_ssse3) return flags_ssse3(S, s, n);
@@ -2831,28 +2839,22 @@ static int dispatch(Scanner *S, U *s, Py_ssize_t n, unsigned f) {
     return 0;
 }
 
-static int process_line(Scanner *S, U *s, Py_ssize_t n) {
-    S->lineno++;
-    if (n > 0 && s[n - 1] == '\r') n--;
-    if (n >= 2 && s[0] == '#' && s[1] == ' ') return separator(S);
-    return dispatch(S, s, n, flags_of(S, s, n));
-}
-
-#if defined(__x86_64__) || defined(__i386__)
 #define MAX_HITS 64
 
-/* process_line for a line whose trigger hits (absolute positions in the buffer) were
- * found while looking for its newline */
-static int process_line_hits(Scanner *S, U *s, Py_ssize_t n, U *base, const int32_t *hits,
-                             int nh, int over) {
-    if (n > MAX_LINE || over) return process_line(S, s, n > MAX_LINE ? MAX_LINE : n);
+/* LogParser._line for one line (its newline already cut off). `hits` are the positions
+ * (offsets from `base`) where triggers may start, found together with the newline; with
+ * `over` set (too many, or none looked for) the line is scanned here instead. */
+static int process_line_at(Scanner *S, U *s, Py_ssize_t n, U *base, const int32_t *hits, int nh,
+                           int over) {
+    if (n > MAX_LINE) { /* cut like a carried line; its hits past the cut do not count */
+        n = MAX_LINE;
+        over = 1;
+    }
     S->lineno++;
     if (n > 0 && s[n - 1] == '\r') n--;
     if (n >= 2 && s[0] == '#' && s[1] == ' ') return separator(S);
-    S->occ.line = s;
-    S->occ.ntac = S->occ.nlay = S->occ.over = 0;
-    S->occ.c0x = -1;
-    S->occ_chose = 0;
+    if (over) return dispatch(S, s, n, flags_of(S, s, n));
+    occ_reset(S, s);
     unsigned f = 0;
     for (int k = 0; k < nh; k++) {
         U *p = base + hits[k];
@@ -2861,6 +2863,11 @@ static int process_line_hits(Scanner *S, U *s, Py_ssize_t n, U *base, const int3
     return dispatch(S, s, n, f);
 }
 
+static int process_line(Scanner *S, U *s, Py_ssize_t n) {
+    return process_line_at(S, s, n, NULL, NULL, 0, 1);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
 /* Complete lines of data[pos:n), found together with their trigger hits in one AVX2 pass
  * (the newline search and the trigger scan share the loads). Returns where the lines it
  * did not reach start (the last one or two blocks are left to the scalar loop), or -1. */
@@ -2889,7 +2896,7 @@ __attribute__((target("avx2"))) static Py_ssize_t feed_avx2(Scanner *S, U *data,
             }
             pm &= ~before;
             Py_ssize_t e = q + e_off;
-            if (process_line_hits(S, data + start, e - start, data, hits, nh, over) < 0) return -1;
+            if (process_line_at(S, data + start, e - start, data, hits, nh, over) < 0) return -1;
             S->buf_end = cur_end = data + n;
             nh = over = 0;
             start = e + 1;
@@ -2946,6 +2953,26 @@ static int carry_add(Scanner *S, U *p, Py_ssize_t len) {
     return 0;
 }
 
+/* The line of data[pos:n) that starts at pos: processed when its newline is in this chunk
+ * (completing the carried part, if any), else carried to the next. Returns where the next
+ * line starts (n when the rest was carried), or -1 on error. */
+static Py_ssize_t feed_line(Scanner *S, U *data, Py_ssize_t pos, Py_ssize_t n) {
+    U *nl = memchr(data + pos, '\n', (size_t)(n - pos));
+    if (!nl) return carry_add(S, data + pos, n - pos) < 0 ? -1 : n;
+    Py_ssize_t end = nl - data;
+    int r;
+    if (S->carry_len) {
+        if (carry_add(S, data + pos, end - pos) < 0) return -1;
+        S->buf_end = cur_end = S->carry + S->carry_cap;
+        r = process_line(S, S->carry, S->carry_len);
+        S->carry_len = 0;
+    } else {
+        S->buf_end = cur_end = data + n;
+        r = process_line(S, data + pos, end - pos);
+    }
+    return r < 0 ? -1 : end + 1;
+}
+
 static PyObject *Scanner_feed(Scanner *S, PyObject *arg) {
     if (S->finished) {
         PyErr_SetString(PyExc_ValueError, "feed() after finish()");
@@ -2958,62 +2985,15 @@ static PyObject *Scanner_feed(Scanner *S, PyObject *arg) {
     int gc_was_on = PyGC_Disable();
     U *data = view.buf;
     Py_ssize_t n = view.len, pos = 0;
-    int err = 0;
+    if (S->carry_len && n) pos = feed_line(S, data, 0, n); /* the line left open */
 #if defined(__x86_64__) || defined(__i386__)
-    if (have_avx2 && n > 64 && n < INT32_MAX) {
-        if (S->carry_len) { /* finish the line the previous chunk left open */
-            U *nl = memchr(data, '\n', (size_t)n);
-            if (nl) {
-                Py_ssize_t end = nl - data;
-                if (carry_add(S, data, end) < 0) err = -1;
-                S->buf_end = cur_end = S->carry + S->carry_cap;
-                if (!err && process_line(S, S->carry, S->carry_len) < 0) err = -1;
-                S->carry_len = 0;
-                pos = end + 1;
-            } else {
-                pos = n;
-                err = carry_add(S, data, n);
-            }
-        }
-        if (!err && pos < n) {
-            Py_ssize_t r = feed_avx2(S, data, pos, n);
-            if (r < 0) err = -1;
-            else pos = r;
-        }
-    }
-    if (err) pos = n;
+    if (have_avx2 && pos >= 0 && pos < n && n < INT32_MAX) pos = feed_avx2(S, data, pos, n);
 #endif
-    while (pos < n) {
-        U *nl = memchr(data + pos, '\n', (size_t)(n - pos));
-        if (!nl) {
-            err = carry_add(S, data + pos, n - pos);
-            break;
-        }
-        Py_ssize_t end = nl - data;
-        if (S->carry_len) {
-            if (carry_add(S, data + pos, end - pos) < 0) {
-                err = -1;
-                break;
-            }
-            S->buf_end = cur_end = S->carry + S->carry_cap;
-            if (process_line(S, S->carry, S->carry_len) < 0) {
-                err = -1;
-                break;
-            }
-            S->carry_len = 0;
-        } else {
-            Py_ssize_t len = end - pos > MAX_LINE ? MAX_LINE : end - pos;
-            S->buf_end = cur_end = data + n;
-            if (process_line(S, data + pos, len) < 0) {
-                err = -1;
-                break;
-            }
-        }
-        pos = end + 1;
-    }
+    while (pos >= 0 && pos < n) pos = feed_line(S, data, pos, n);
+    int err = pos < 0;
     PyBuffer_Release(&view);
     if (gc_was_on) PyGC_Enable();
-    if (err < 0 || sync_parser(S) < 0) return NULL;
+    if (err || sync_parser(S) < 0) return NULL;
     return take_out(S);
 }
 
@@ -3055,7 +3035,6 @@ static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
         return -1;
     }
     Py_XSETREF(S->parser, Py_NewRef(parser));
-    Py_XSETREF(S->cand_t, Py_NewRef(cand_t));
     Py_XSETREF(S->rec_t, Py_NewRef(rec_t));
     Py_XSETREF(S->warn_t, Py_NewRef(warn_t));
     Py_XSETREF(S->layer_t, Py_NewRef(layer_t));
@@ -3078,7 +3057,6 @@ static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
 
 static int Scanner_traverse(Scanner *S, visitproc visit, void *arg) {
     Py_VISIT(S->parser);
-    Py_VISIT(S->cand_t);
     Py_VISIT(S->rec_t);
     Py_VISIT(S->warn_t);
     Py_VISIT(S->layer_t);
@@ -3097,7 +3075,6 @@ static int Scanner_traverse(Scanner *S, visitproc visit, void *arg) {
 
 static int Scanner_clear(Scanner *S) {
     Py_CLEAR(S->parser);
-    Py_CLEAR(S->cand_t);
     Py_CLEAR(S->rec_t);
     Py_CLEAR(S->warn_t);
     Py_CLEAR(S->layer_t);

@@ -306,7 +306,7 @@ def _strip_prefix(line: str) -> str:
 class _RunnerBlock:
     """A format combination (or reformat) being timed, runner by runner."""
 
-    __slots__ = ("layer", "formats", "line", "kind", "cands", "runner", "fastest", "onnx", "legacy")
+    __slots__ = ("layer", "formats", "line", "kind", "cands", "runner", "fastest", "onnx")
 
     def __init__(self, layer: str, formats: str | None, line: int, kind: str) -> None:
         self.layer = layer
@@ -317,7 +317,6 @@ class _RunnerBlock:
         self.runner: str | None = None
         self.fastest: list[tuple[str | None, int, float | None]] = []
         self.onnx: tuple[str, ...] = ()
-        self.legacy = False
 
 
 class _OpBlock:
@@ -648,7 +647,7 @@ class LogParser:
         if blk.kind == "reformat":
             fmt = "reformat"
         else:
-            fmt = "legacy" if (blk.legacy or self._legacy) else "runner"
+            fmt = "legacy" if self._legacy else "runner"
         self._emit(
             TacticRecord(
                 layer=layer,
