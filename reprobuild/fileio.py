@@ -64,3 +64,14 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
             f"{path}: another reprobuild process holds {lock_path} for over {timeout:.0f}s; "
             "wait for it, or delete the .lck file if no process is running"
         ) from err
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (models and caches can be gigabytes)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
