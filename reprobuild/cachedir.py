@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
-from reprobuild.backends.base import BuildSettings, Environment
+from reprobuild.backends.base import Backend, TimingCache
 from reprobuild.errors import CacheError, UsageError
+from reprobuild.types import BuildSettings, Environment
 
 DEFAULT_CACHE_DIR = "caches"
 _SHA_RE = re.compile(r"[0-9a-f]{16,64}")
@@ -67,3 +69,40 @@ def save_cache_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             f"{path}: cannot write the timing cache ({err.strerror}); "
             "check that the cache directory is writable"
         ) from None
+
+
+def get_or_record(
+    backend: Backend,
+    path: Path | None,
+    record: Callable[[TimingCache], None],
+    warnings: list[str],
+    *,
+    reject: Callable[[TimingCache], str | None] | None = None,
+) -> tuple[TimingCache, bool]:
+    """The stored recording cache, or a fresh one filled by ``record`` and stored.
+
+    The one place that decides whether a stored cache can be trusted: a corrupted or foreign
+    file is reported and re-recorded, never used. ``reject`` may refuse a cache that loaded
+    (it returns the reason, reported as a warning, or ``""`` to re-record silently). Returns
+    the cache and whether it was recorded now.
+    """
+    cache: TimingCache | None = None
+    if path is not None:
+        try:
+            data = load_cache_bytes(path)
+            cache = None if data is None else backend.create_timing_cache(data)
+        except CacheError as err:
+            warnings.append(f"ignored timing cache {path}: {err}; re-recording")
+    if cache is not None and reject is not None:
+        why = reject(cache)
+        if why is not None:
+            if why:
+                warnings.append(f"timing cache {path} {why}; re-recording")
+            cache = None
+    if cache is not None:
+        return cache, False
+    cache = backend.create_timing_cache(b"")
+    record(cache)
+    if path is not None:
+        save_cache_bytes(path, cache.serialize())
+    return cache, True

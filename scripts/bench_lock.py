@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from reprobuild.backends.base import BuildSettings, Environment
-from reprobuild.lockfile import LayerEntry, Lock, LockCandidate, ModelInfo, save_lock
+from reprobuild.lock.model import LayerEntry, Lock, LockCandidate, ModelInfo
+from reprobuild.lock.yamlio import save_lock
+from reprobuild.types import BuildSettings, Environment
 
 
 def make_lock(n: int, shift: int = 0) -> Lock:

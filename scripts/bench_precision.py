@@ -18,7 +18,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from reprobuild import precision
+from reprobuild.precision.apply import apply_plan
+from reprobuild.precision.calibration import load_calibration
+from reprobuild.precision.measure import plan_error
+from reprobuild.precision.options import validate_options
+from reprobuild.precision.rules import derive_plan
 
 
 def _arange_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -44,18 +48,18 @@ def main() -> None:
     path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{args.model}.onnx"
     model = onnx.load(path)
     if args.seeded:
-        feeds, desc = precision.load_calibration(None, model, seed=0)
+        feeds, desc = load_calibration(None, model, seed=0)
     else:
         feeds, desc = _arange_feeds(model), "arange"
-    settings = precision.validate_options("fp16", [], [], args.max_output, None, False)
+    settings = validate_options("fp16", [], [], args.max_output, None, False)
 
     derive_t, apply_t = [], []
     plan = mixed = None
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        plan = precision.derive_plan(model, "fp16", settings, feeds, desc)
+        plan = derive_plan(model, "fp16", settings, feeds, desc)
         t1 = time.perf_counter()
-        mixed = precision.apply_plan(model, plan)
+        mixed = apply_plan(model, plan)
         t2 = time.perf_counter()
         derive_t.append(t1 - t0)
         apply_t.append(t2 - t1)
@@ -63,7 +67,7 @@ def main() -> None:
     t0 = time.perf_counter()
     onnx.checker.check_model(mixed, full_check=True)
     check_t = time.perf_counter() - t0
-    err = precision.plan_error(model, mixed, feeds)
+    err = plan_error(model, mixed, feeds)
 
     rules = collections.Counter(f"{n.precision}/{n.rule}" for n in plan.nodes)
     casts = sum(1 for n in mixed.graph.node if n.op_type == "Cast")

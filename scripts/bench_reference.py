@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import ReferenceBackend
+from reprobuild.types import BuildSettings
 
 LIGHT = Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data" / "light"
 

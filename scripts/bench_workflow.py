@@ -33,8 +33,8 @@ from typing import Any
 import onnx
 
 from reprobuild.precision import validate_options
-from reprobuild.verification import verify
-from reprobuild.workflow import BuildResult, PrecisionRequest, build
+from reprobuild.workflow.build import BuildResult, PrecisionRequest, build
+from reprobuild.workflow.verify import verify
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 EXAMPLES = Path(__file__).resolve().parent.parent / "reprobuild" / "examples"

@@ -5,7 +5,7 @@ Usage:
     python scripts/trt_api_names.py --json
     python scripts/trt_api_names.py --wheel path/to/tensorrt_cu12_bindings-10.16...whl
 
-The names come from an AST scan of the backend (see reprobuild/backends/trt/apinames.py);
+The names come from an AST scan of the backend (see tests/tools/trt_names.py, test tooling);
 the wheels are read as bytes, never imported. Exit 1 if a name is missing from every wheel,
 or naming-convention violations were found.
 """
@@ -17,7 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from reprobuild.backends.trt import apinames
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the scanner lives in tests/
+from tests.tools import trt_names as apinames  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

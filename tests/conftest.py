@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from reprobuild.backends.base import BuildSettings, Environment
-from reprobuild.lockfile import LayerEntry, Lock, LockCandidate, ModelInfo, save_lock
+from reprobuild.lock.model import LayerEntry, Lock, LockCandidate, ModelInfo
+from reprobuild.lock.yamlio import save_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "reprobuild" / "examples"

@@ -21,8 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 from reprobuild.backends import get_backend
 from reprobuild.backends.base import Backend, BuildOutput, BuildSettings
 from reprobuild.backends.reference import ReferenceBackend, kernels
-from reprobuild.backends.reference.builder import timing_knob_from_env
 from reprobuild.backends.reference.engine import read_engine, write_engine
+from reprobuild.backends.reference.knob import parse_timing_knob
 from reprobuild.errors import BuildError, EngineError, UsageError
 
 PREFIX = r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[V\] \[REF\] "
@@ -307,7 +307,7 @@ def test_fp16_layer_is_autotuned_with_both_accumulations(backend, tmp_path, monk
     feeds = inputs_for(path)
     results = {}
     for prefer in ("f32acc", "f16acc"):
-        monkeypatch.setenv("REPROBUILD_REF_TIMING", f"prefer:{prefer}")
+        backend = ReferenceBackend(timing=f"prefer:{prefer}")
         out, lines, _ = build(backend, path)
         (block,) = parse_blocks(lines).values()
         names = {r[3] for r in block["rows"]}
@@ -338,7 +338,7 @@ def test_two_tactics_of_one_layer_give_different_bits(backend, tmp_path, monkeyp
     feeds = inputs_for(path)
     runs = {}
     for prefer in ("im2col_blas", "splitk4"):
-        monkeypatch.setenv("REPROBUILD_REF_TIMING", f"prefer:{prefer}")
+        backend = ReferenceBackend(timing=f"prefer:{prefer}")
         out, _, cache = build(backend, path)
         runs[prefer] = (tactic_names(out), backend.run(out.engine, feeds)["y"], cache.tactic_map())
     (t1, y1, m1), (t2, y2, m2) = runs.values()
@@ -354,15 +354,15 @@ def test_forced_timings_change_engines_deterministically(backend, tmp_path, monk
     path = cnn_model(tmp_path)
     maps = {}
     for seed in (1, 2, 3, 1):
-        monkeypatch.setenv("REPROBUILD_REF_TIMING", f"seed:{seed}")
+        backend = ReferenceBackend(timing=f"seed:{seed}")
         out, lines, cache = build(backend, path)
-        assert any(f"REPROBUILD_REF_TIMING=seed:{seed}" in ln for ln in lines)
+        assert any(f"timing knob seed:{seed}" in ln for ln in lines)
         if seed in maps:
             assert cache.tactic_map() == maps[seed]  # the same seed decides the same way
         maps[seed] = cache.tactic_map()
     assert len({tuple(sorted(m.items())) for m in maps.values()}) == 3
     assert len({tuple(sorted(m)) for m in maps.values()}) == 1  # the keys never change
-    monkeypatch.setenv("REPROBUILD_REF_TIMING", "reverse")
+    backend = ReferenceBackend(timing="reverse")
     _, lines, _ = build(backend, path)
     for block in parse_blocks(lines).values():
         assert block["selected"][0] == block["rows"][0][4]
@@ -371,17 +371,17 @@ def test_forced_timings_change_engines_deterministically(backend, tmp_path, monk
 def test_timing_knob_semantics() -> None:
     names = ["k_blas", "k_split2", "k_tree"]
     measured = [1.0, 2.0, 5.0]
-    assert timing_knob_from_env("").apply("0xk", names, measured) == measured
-    assert timing_knob_from_env("reverse").apply("0xk", names, measured) == [5.0, 4.0, 1.0]
-    preferred = timing_knob_from_env("prefer:tree").apply("0xk", names, measured)
+    assert parse_timing_knob("").apply("0xk", names, measured) == measured
+    assert parse_timing_knob("reverse").apply("0xk", names, measured) == [5.0, 4.0, 1.0]
+    preferred = parse_timing_knob("prefer:tree").apply("0xk", names, measured)
     assert preferred[2] == pytest.approx(5e-6) and preferred[:2] == measured[:2]
-    seeded = timing_knob_from_env("seed:4").apply("0xk", names, measured)
+    seeded = parse_timing_knob("seed:4").apply("0xk", names, measured)
     factors = sorted(round(p / m) for p, m in zip(seeded, measured, strict=True))
     assert factors == [1, 1000, 1000**2]
     # a seed's choice holds for any realistic measurement noise, and seeds disagree somewhere
     choices = set()
     for seed in range(8):
-        knob = timing_knob_from_env(f"seed:{seed}")
+        knob = parse_timing_knob(f"seed:{seed}")
         picks = {
             min(range(3), key=knob.apply("0xk", names, noisy).__getitem__)
             for noisy in ([1.0, 2.0, 5.0], [9.0, 1.0, 1.0], [1.0, 1.0, 30.0])
@@ -390,18 +390,18 @@ def test_timing_knob_semantics() -> None:
         choices |= picks
     assert len(choices) > 1
     for bad in ("seed:x", "prefer:", "fastest"):
-        with pytest.raises(UsageError, match="REPROBUILD_REF_TIMING"):
-            timing_knob_from_env(bad)
+        with pytest.raises(UsageError, match="timing knob"):
+            parse_timing_knob(bad)
 
 
 def test_cached_build_times_nothing_and_reproduces(backend, tmp_path, monkeypatch) -> None:
     path = cnn_model(tmp_path)
     feeds = inputs_for(path)
-    monkeypatch.setenv("REPROBUILD_REF_TIMING", "seed:7")
+    backend = ReferenceBackend(timing="seed:7")
     first, _, cache = build(backend, path)
     recorded = cache.tactic_map()
     # another machine state: timings that would choose differently
-    monkeypatch.setenv("REPROBUILD_REF_TIMING", "seed:8")
+    backend = ReferenceBackend(timing="seed:8")
     fresh = backend.create_timing_cache(cache.serialize())
     second, lines, cache2 = build(backend, path, cache=fresh)
     assert not any("Autotuning op" in ln or "Sorted table" in ln for ln in lines)
@@ -483,10 +483,9 @@ def test_dynamic_inputs_need_profile_shapes(backend, tmp_path) -> None:
     np.testing.assert_allclose(y, np.ones((6, 64)) @ w, rtol=1e-5, atol=1e-5)
 
 
-def test_bad_timing_knob_is_a_usage_error(backend, tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("REPROBUILD_REF_TIMING", "fastest-please")
-    with pytest.raises(UsageError, match="REPROBUILD_REF_TIMING"):
-        build(backend, mlp_model(tmp_path))
+def test_bad_timing_knob_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="timing knob 'fastest-please' is not understood"):
+        ReferenceBackend(timing="fastest-please")
 
 
 def test_bad_model_paths_are_usage_errors(backend, tmp_path) -> None:

@@ -21,8 +21,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from reprobuild.backends.base import BuildSettings, Environment, TimingValue
-from reprobuild.backends.trt import cuda_probe
-from reprobuild.backends.trt.logger import LogRouter, trt_make_logger
+from reprobuild.backends.tensorrt import cuda_probe
+from reprobuild.backends.tensorrt.logger import LogRouter, trt_make_logger
 from reprobuild.errors import (
     EXIT_DIFFERENT,
     EXIT_ENV,
@@ -34,8 +34,9 @@ from reprobuild.errors import (
     EngineError,
     UsageError,
 )
-from reprobuild.lockfile import LayerEntry, Lock, LockCandidate, ModelInfo, save_lock
-from tests.conftest import EXAMPLES
+from reprobuild.lock.model import LayerEntry, Lock, LockCandidate, ModelInfo
+from reprobuild.lock.yamlio import save_lock
+from tests.conftest import EXAMPLES, ROOT
 from tests.trt_standin import make_module
 
 A100 = cuda_probe.CudaInfo(
@@ -85,7 +86,7 @@ def no_tensorrt(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def backend():
-    from reprobuild.backends.tensorrt_backend import TensorRTBackend
+    from reprobuild.backends.tensorrt.backend import TensorRTBackend
 
     return TensorRTBackend()
 
@@ -213,7 +214,7 @@ def test_identical_layers_get_their_own_keys(trt: ModuleType, tmp_path: Path) ->
 
 
 def test_layer_info_is_inspector_json_with_selected_kernels(trt: ModuleType) -> None:
-    from reprobuild.backends.tensorrt_backend import cross_check_kernels
+    from reprobuild.pinning import cross_check_kernels
 
     be = backend()
     _, lines, out = record(be, MLP)
@@ -237,11 +238,7 @@ def test_layer_info_uses_io_tensors_on_11x(install: Callable[..., ModuleType]) -
 
 
 def test_pins_survive_a_pinned_build_and_change_the_kernels(trt: ModuleType) -> None:
-    from reprobuild.backends.tensorrt_backend import (
-        apply_pins,
-        check_no_drift,
-        cross_check_kernels,
-    )
+    from reprobuild.pinning import apply_pins, check_no_drift, cross_check_kernels
 
     be = backend()
     cache, lines, _ = record(be, MLP)
@@ -269,7 +266,7 @@ def test_pins_survive_a_pinned_build_and_change_the_kernels(trt: ModuleType) -> 
 
 
 def test_two_recordings_differ_but_the_lock_makes_builds_identical(trt: ModuleType) -> None:
-    from reprobuild.backends.tensorrt_backend import apply_pins
+    from reprobuild.pinning import apply_pins
 
     be = backend()
     selections = []
@@ -288,7 +285,7 @@ def test_two_recordings_differ_but_the_lock_makes_builds_identical(trt: ModuleTy
 
 
 def test_update_of_a_missing_key_is_a_build_error_naming_layer_and_key(trt: ModuleType) -> None:
-    from reprobuild.backends.tensorrt_backend import apply_pins
+    from reprobuild.pinning import apply_pins
 
     be = backend()
     cache, lines, _ = record(be, MLP)
@@ -304,7 +301,7 @@ def test_update_of_a_missing_key_is_a_build_error_naming_layer_and_key(trt: Modu
 
 
 def test_update_with_an_invalid_value_is_a_build_error(trt: ModuleType) -> None:
-    from reprobuild.backends.tensorrt_backend import apply_pins
+    from reprobuild.pinning import apply_pins
 
     be = backend()
     cache, lines, _ = record(be, MLP)
@@ -350,7 +347,7 @@ def test_a_tactic_the_layer_cannot_use_fails_at_the_next_build(trt: ModuleType) 
 
 
 def test_a_timing_cache_miss_in_the_pinned_build_is_drift(trt: ModuleType) -> None:
-    from reprobuild.backends.tensorrt_backend import check_no_drift, tactic_map_drift
+    from reprobuild.pinning import check_no_drift, tactic_map_drift
 
     be = backend()
     cache, lines, _ = record(be, MLP)
@@ -367,7 +364,7 @@ def test_a_timing_cache_miss_in_the_pinned_build_is_drift(trt: ModuleType) -> No
 
 
 def test_tactic_map_drift_reports_removed_and_changed_keys() -> None:
-    from reprobuild.backends.tensorrt_backend import tactic_map_drift
+    from reprobuild.pinning import tactic_map_drift
 
     a, b, c = ("0x" + d * 32 for d in "abc")
     problems = tactic_map_drift({a: 1, b: 2}, {a: 3, c: 4})
@@ -383,7 +380,8 @@ def test_tactic_map_drift_reports_removed_and_changed_keys() -> None:
 
 
 def test_refuses_without_tensorrt(no_tensorrt: None) -> None:
-    from reprobuild.backends import get_backend, tensorrt_backend
+    from reprobuild.backends import get_backend
+    from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
     with pytest.raises(BackendUnavailable, match="TensorRT is not installed") as err:
         backend()
@@ -397,7 +395,7 @@ def test_refuses_without_tensorrt(no_tensorrt: None) -> None:
 
 
 def test_refuses_tensorrt_older_than_10_8(install: Callable[..., ModuleType]) -> None:
-    from reprobuild.backends import tensorrt_backend
+    from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
     install("10.7.0.23")
     expected = (
@@ -413,7 +411,7 @@ def test_refuses_tensorrt_older_than_10_8(install: Callable[..., ModuleType]) ->
 
 
 def test_accepts_10_8(install: Callable[..., ModuleType]) -> None:
-    from reprobuild.backends import tensorrt_backend
+    from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
     install("10.8.0.43")
     assert tensorrt_backend.is_usable()
@@ -433,7 +431,7 @@ def test_refuses_optimization_level_0(trt: ModuleType) -> None:
 
 
 def test_refuses_weak_typing(install: Callable[..., ModuleType]) -> None:
-    from reprobuild.backends.tensorrt_backend import TensorRTBackend
+    from reprobuild.backends.tensorrt.backend import TensorRTBackend
 
     install("10.13.3.9")
     with pytest.raises(UsageError, match="weak typing .* put precision in the ONNX graph"):
@@ -444,7 +442,7 @@ def test_refuses_weak_typing(install: Callable[..., ModuleType]) -> None:
 
 
 def test_refuses_without_a_gpu(install: Callable[..., ModuleType]) -> None:
-    from reprobuild.backends import tensorrt_backend
+    from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
     install(cuda=NO_GPU)
     with pytest.raises(BackendUnavailable, match="no NVIDIA GPU visible .*CUDA_ERROR_NO_DEVICE"):
@@ -686,7 +684,7 @@ def test_sink_exceptions_surface_after_the_build(trt: ModuleType) -> None:
 
 
 def test_cross_check_matches_myelin_fused_and_profile_names() -> None:
-    from reprobuild.backends.tensorrt_backend import cross_check_kernels, engine_layer_matches
+    from reprobuild.pinning import cross_check_kernels, engine_layer_matches
 
     assert engine_layer_matches("matMul1", "matMul1_myl0_0")
     assert engine_layer_matches("matMul1", "matMul1_myl11_3 [profile 1]")
@@ -720,9 +718,9 @@ def test_cross_check_matches_myelin_fused_and_profile_names() -> None:
 
 
 def test_cross_check_on_a_real_exported_layer_info_file() -> None:
-    from reprobuild.backends.tensorrt_backend import cross_check_kernels
+    from reprobuild.pinning import cross_check_kernels
 
-    path = Path("/work/shared/fixtures/trt-logs/trt84_trex_resnet_a100_fp16_exportLayerInfo.json")
+    path = ROOT / "tests/fixtures/trt-logs/trt84_trex_resnet_a100_fp16_exportLayerInfo.json"
     if not path.exists():
         pytest.skip("shared TensorRT fixtures are not available in this checkout")
     text = path.read_text().split("\n", 1)[1]  # line 1 is the collector's '# source:' note
@@ -871,7 +869,8 @@ def test_export_cache_refusals(trt: ModuleType, cli, tmp_path: Path) -> None:
 
 @pytest.mark.tensorrt
 def test_real_tensorrt_records_and_pins(tmp_path: Path) -> None:
-    from reprobuild.backends import tensorrt_backend
+    from reprobuild import pinning
+    from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
     reason = tensorrt_backend.unusable_reason()
     if reason:
@@ -883,11 +882,11 @@ def test_real_tensorrt_records_and_pins(tmp_path: Path) -> None:
     records = parse_log(lines)
     assert records and set(records) <= set(cache.query_keys())
     entries = entries_from(records, pick=1)
-    tensorrt_backend.apply_pins(cache, entries)
+    pinning.apply_pins(cache, entries)
     before = cache.tactic_map()
     pinned = be.build(str(MLP), BuildSettings(), cache, lambda line: None)
-    tensorrt_backend.check_no_drift(before, cache.tactic_map())
-    assert tensorrt_backend.cross_check_kernels(pinned.layer_info, entries) == []
+    pinning.check_no_drift(before, cache.tactic_map())
+    assert pinning.cross_check_kernels(pinned.layer_info, entries) == []
     x = np.random.default_rng(0).standard_normal((8, 1024)).astype(np.float32)
     a = be.run(pinned.engine, {"input": x})
     b = be.run(pinned.engine, {"input": x})

@@ -1,6 +1,6 @@
 """The tensorrt backend and the stand-in use only names the real TensorRT bindings have.
 
-How the names are collected (no hand-typed list): ``reprobuild.backends.trt.apinames`` scans
+How the names are collected (no hand-typed list): ``tests.tools.trt_names`` scans
 the backend's source files with ``ast``. TensorRT objects live only in names spelled
 ``trt``/``trt_*``/``_trt_*`` (a convention the same scan enforces, see
 ``test_backend_follows_the_naming_convention``), so every attribute, method, enum member and
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from reprobuild.backends.trt import apinames
-from reprobuild.backends.trt.apinames import (
+from tests.tools import trt_names as apinames
+from tests.tools.trt_names import (
     WHEELS,
     BindingNames,
     IndexUnreachable,
@@ -68,9 +68,9 @@ def test_backend_follows_the_naming_convention(scan: apinames.ScanResult) -> Non
 
 def test_the_scan_covers_the_backend_files() -> None:
     names = {p.name for p in scanned_paths()}
-    assert {"tensorrt_backend.py", "cache.py", "logger.py", "trt_cmds.py"} <= names
-    package = Path(apinames.__file__).parent
-    unscanned = {p.name for p in package.glob("*.py")} - names - {"__init__.py", "apinames.py"}
+    assert {"backend.py", "cache.py", "logger.py", "cuda_probe.py", "trt_cmds.py"} <= names
+    package = apinames.PACKAGE_ROOT / "backends" / "tensorrt"
+    unscanned = {p.name for p in package.glob("*.py")} - names - {"__init__.py"}
     assert unscanned == set(), "new backend modules must be added to SCANNED_FILES"
 
 

@@ -1,6 +1,6 @@
 """End-to-end: build --lock, verify and bisect on the reference backend.
 
-The reference backend really times its kernels; REPROBUILD_REF_TIMING forces different
+The reference backend really times its kernels; its ``timing`` knob forces different
 choices deterministically, standing in for the machine noise of a real GPU build.
 """
 
@@ -15,13 +15,12 @@ import pytest
 
 from reprobuild.backends.reference import ReferenceBackend
 from reprobuild.errors import DriftError, EnvironmentMismatch, UsageError
-from reprobuild.lockfile import load_lock, save_lock
-from reprobuild.verification import bisect, verify
-from reprobuild.workflow import build
+from reprobuild.lock.yamlio import load_lock, save_lock
+from reprobuild.workflow.bisect import bisect
+from reprobuild.workflow.build import build
+from reprobuild.workflow.verify import verify
 
 from .conftest import EXAMPLES
-
-KNOB = "REPROBUILD_REF_TIMING"
 
 
 @pytest.fixture
@@ -30,7 +29,6 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("mlp.onnx", "cnn.onnx"):
         shutil.copy(EXAMPLES / name, tmp_path / name)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(KNOB, raising=False)
     return tmp_path
 
 
@@ -46,8 +44,9 @@ def _outputs(engine: Path, seed: int = 0) -> np.ndarray:
     return ReferenceBackend().run(engine.read_bytes(), {"input": x})["output"]
 
 
-def _build(model: str, lock: str, out: str, **kw):
-    return build(model, lock=lock, out=out, backend="reference", cache_dir="caches", **kw)
+def _build(model: str, lock: str, out: str, timing: str = "", **kw):
+    be = ReferenceBackend(timing=timing)
+    return build(model, lock=lock, out=out, backend=be, cache_dir="caches", **kw)
 
 
 def test_record_writes_lock_report_and_cache(work: Path) -> None:
@@ -64,25 +63,21 @@ def test_record_writes_lock_report_and_cache(work: Path) -> None:
     assert _engine_layers(Path("cnn.engine")) == {e.layer: e.kernel for e in lock.layers}
 
 
-def test_lock_reproduces_under_different_timings(work: Path, monkeypatch) -> None:
-    monkeypatch.setenv(KNOB, "seed:1")
-    _build("mlp.onnx", "t.lock", "a.engine")
+def test_lock_reproduces_under_different_timings(work: Path) -> None:
+    _build("mlp.onnx", "t.lock", "a.engine", timing="seed:1")
     lock_bytes = Path("t.lock").read_bytes()
-    monkeypatch.setenv(KNOB, "reverse")
     shutil.rmtree("caches")  # no warm cache: the recording step runs under other timings
-    r = _build("mlp.onnx", "t.lock", "b.engine")
+    r = _build("mlp.onnx", "t.lock", "b.engine", timing="reverse")
     assert not r.recorded and r.timed == 0 and r.cache_hits == 2
     assert Path("t.lock").read_bytes() == lock_bytes
     assert _engine_layers(Path("a.engine")) == _engine_layers(Path("b.engine"))
     assert _outputs(Path("a.engine")).tobytes() == _outputs(Path("b.engine")).tobytes()
 
 
-def test_without_a_lock_timings_change_the_bits(work: Path, monkeypatch) -> None:
+def test_without_a_lock_timings_change_the_bits(work: Path) -> None:
     """The problem reprobuild solves: noise picks other kernels, other bits come out."""
-    monkeypatch.setenv(KNOB, "seed:1")
-    _build("mlp.onnx", "a.lock", "a.engine")
-    monkeypatch.setenv(KNOB, "seed:2")
-    _build("mlp.onnx", "b.lock", "b.engine")
+    _build("mlp.onnx", "a.lock", "a.engine", timing="seed:1")
+    _build("mlp.onnx", "b.lock", "b.engine", timing="seed:2")
     assert _engine_layers(Path("a.engine")) != _engine_layers(Path("b.engine"))
     a, b = _outputs(Path("a.engine")), _outputs(Path("b.engine"))
     assert a.tobytes() != b.tobytes()
@@ -164,7 +159,7 @@ def test_lock_from_another_environment_is_exit_3(work: Path, cli) -> None:
     before = Path("t.lock").read_bytes()
     r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
     assert r.code == 3
-    assert "recorded on another environment (gpu: 'NVIDIA H100 80GB HBM3'" in r.err
+    assert "recorded on another environment (gpu: lock 'NVIDIA H100 80GB HBM3', here " in r.err
     assert "--allow-env-change" in r.err
     assert Path("t.lock").read_bytes() == before
     r = cli(
@@ -190,14 +185,13 @@ def test_lock_from_another_backend_is_exit_3(work: Path) -> None:
         _build("cnn.onnx", "t.lock", "cnn.engine")
 
 
-def test_corrupted_cache_is_rerecorded_not_trusted(work: Path, monkeypatch) -> None:
+def test_corrupted_cache_is_rerecorded_not_trusted(work: Path) -> None:
     _build("cnn.onnx", "t.lock", "a.engine")
     (cache_file,) = Path("caches").glob("*.cache")
     data = bytearray(cache_file.read_bytes())
     data[len(data) // 2] ^= 0xFF
     cache_file.write_bytes(bytes(data))
-    monkeypatch.setenv(KNOB, "reverse")
-    r = _build("cnn.onnx", "t.lock", "b.engine")
+    r = _build("cnn.onnx", "t.lock", "b.engine", timing="reverse")
     assert any("ignored timing cache" in w and "re-recording" in w for w in r.warnings), r.warnings
     assert _engine_layers(Path("a.engine")) == _engine_layers(Path("b.engine"))
     # The re-recorded cache replaced the corrupted one and loads again.
@@ -238,20 +232,21 @@ def test_verify_with_npz_inputs(work: Path) -> None:
 
 
 def _hash(arr: np.ndarray) -> str:
-    from reprobuild.verification import _output_hashes
+    from reprobuild.workflow.outputs import output_hashes
 
-    return _output_hashes({"o": arr})["o"]
+    return output_hashes({"o": arr})["o"]
 
 
 class _SneakyBackend(ReferenceBackend):
     """Changes one layer's tactic in the cache right before a pinned build."""
 
     def __init__(self, layer_key: str, tactic: int) -> None:
-        self.layer_key, self.tactic = layer_key, tactic
+        super().__init__()
+        self.layer_key, self.sneaky_tactic = layer_key, tactic
 
     def build(self, model_path, settings, cache, log):
         if self.layer_key in cache.tactic_map():
-            cache.update(self.layer_key, self.tactic, 0.001)
+            cache.update(self.layer_key, self.sneaky_tactic, 0.001)
         return super().build(model_path, settings, cache, log)
 
 
@@ -330,7 +325,8 @@ def test_auto_backend_says_which(work: Path, cli) -> None:
 
 
 def test_accuracy_counts_non_finite_outputs_as_infinite_error(work: Path) -> None:
-    from reprobuild.verification import VerifyResult, _accuracy
+    from reprobuild.workflow.outputs import engine_accuracy as _accuracy
+    from reprobuild.workflow.verify import VerifyResult
 
     x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
     import onnxruntime as ort

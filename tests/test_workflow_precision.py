@@ -20,8 +20,8 @@ import pytest
 
 from reprobuild import precision as P
 from reprobuild.backends.reference import ReferenceBackend
-from reprobuild.lockfile import load_lock, save_lock
-from reprobuild.verification import load_inputs
+from reprobuild.lock.yamlio import load_lock, save_lock
+from reprobuild.workflow.outputs import load_inputs
 
 from .conftest import EXAMPLES
 
@@ -51,8 +51,20 @@ RULE_PLAN = [
 ]
 
 
-def _build(cli, tmp: Path, model: Path, *extra: str, lock: str, out: str, cache: str = "caches"):
-    """``reprobuild build`` with the lock ``tmp/<lock>.lock`` and outputs ``tmp/<out>.*``."""
+def _build(
+    cli,
+    tmp: Path,
+    model: Path,
+    *extra: str,
+    lock: str,
+    out: str,
+    cache: str = "caches",
+    timing: str = "",
+):
+    """``reprobuild build`` with the lock ``tmp/<lock>.lock`` and outputs ``tmp/<out>.*``;
+    ``timing`` is the reference backend's timing knob (hidden ``--ref-timing``)."""
+    if timing:
+        extra = (*extra, "--ref-timing", timing)
     return cli(
         "build",
         str(model),
@@ -92,7 +104,6 @@ def _same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 @pytest.fixture
 def tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("REPROBUILD_REF_TIMING", raising=False)
     return tmp_path
 
 
@@ -196,7 +207,6 @@ def test_new_calibration_with_lock_keeps_plan_and_bits(
     # mode and settings only, so the calibration is accepted and the lock's plan applied
     # verbatim. Reversed timings and a fresh cache directory make the recording step that
     # creates the keys choose other tactics; the pins must still win.
-    monkeypatch.setenv("REPROBUILD_REF_TIMING", "reverse")
     r = _build(
         cli,
         tmp,
@@ -207,6 +217,7 @@ def test_new_calibration_with_lock_keeps_plan_and_bits(
         lock="a",
         out="second",
         cache="fresh",
+        timing="reverse",
     )
     assert r.code == 0, r
     assert "locked build" in r.out and "(unchanged)" in r.out
@@ -216,12 +227,13 @@ def test_new_calibration_with_lock_keeps_plan_and_bits(
     assert _same_bits(first, second)
 
     # Without the lock, the same reversed timings choose other kernels: the pins mattered.
-    r = _build(cli, tmp, CNN, *RULE_OPTS, lock="unlocked", out="unlocked", cache="fresh2")
+    r = _build(
+        cli, tmp, CNN, *RULE_OPTS, lock="unlocked", out="unlocked", cache="fresh2", timing="reverse"
+    )
     assert r.code == 0, r
     assert _kernels(tmp / "unlocked.lock") != _kernels(tmp / "a.lock")
 
     # verify rebuilds from the lock (its plan, not re-derived) and agrees bit for bit.
-    monkeypatch.delenv("REPROBUILD_REF_TIMING")
     r = cli(
         "verify",
         "--lock",
@@ -259,9 +271,21 @@ def test_fp32_accumulate_changes_only_matrix_layers(
 ) -> None:
     # Kernels whose name contains "f16acc" (ref_*_splitk4_f16_f16acc, ref_*_k16_f16_f16acc)
     # round every partial sum to FP16; prefer them wherever a layer has one.
-    monkeypatch.setenv("REPROBUILD_REF_TIMING", "prefer:f16acc")
-    assert _build(cli, tmp, CNN, "--precision", "fp16", lock="f16", out="f16").code == 0
-    r = _build(cli, tmp, CNN, "--precision", "fp16", "--fp32-accumulate", lock="acc32", out="acc32")
+    knob = "prefer:f16acc"
+    assert (
+        _build(cli, tmp, CNN, "--precision", "fp16", lock="f16", out="f16", timing=knob).code == 0
+    )
+    r = _build(
+        cli,
+        tmp,
+        CNN,
+        "--precision",
+        "fp16",
+        "--fp32-accumulate",
+        lock="acc32",
+        out="acc32",
+        timing=knob,
+    )
     assert r.code == 0, r
     plan16 = load_lock(tmp / "f16.lock").precision
     plan32 = load_lock(tmp / "acc32.lock").precision
@@ -290,11 +314,20 @@ def test_fp32_accumulate_changes_only_matrix_layers(
     # accumulating BLAS kernel (exact upcast, FP32 sums, one rounding) and the
     # --fp32-accumulate plan on the FP32 BLAS kernel (Cast up, FP32, Cast down) agree bit for
     # bit, so every other node computes the same in both graphs.
-    monkeypatch.setenv("REPROBUILD_REF_TIMING", "prefer:blas_f16_f32acc")
-    assert _build(cli, tmp, CNN, "--precision", "fp16", lock="f16b", out="f16b").code == 0
-    monkeypatch.setenv("REPROBUILD_REF_TIMING", "prefer:blas_f32")
+    knob = "prefer:blas_f16_f32acc"
+    assert (
+        _build(cli, tmp, CNN, "--precision", "fp16", lock="f16b", out="f16b", timing=knob).code == 0
+    )
     r = _build(
-        cli, tmp, CNN, "--precision", "fp16", "--fp32-accumulate", lock="acc32b", out="acc32b"
+        cli,
+        tmp,
+        CNN,
+        "--precision",
+        "fp16",
+        "--fp32-accumulate",
+        lock="acc32b",
+        out="acc32b",
+        timing="prefer:blas_f32",
     )
     assert r.code == 0, r
     assert set(_kernels(tmp / "f16b.lock").values()) == {

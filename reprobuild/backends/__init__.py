@@ -30,22 +30,25 @@ __all__ = [
 ]
 
 
-def get_backend(name: str) -> Backend:
-    """Return a backend instance by name; ``auto`` prefers TensorRT when it can really run."""
-    if name == "auto":
-        from reprobuild.backends import tensorrt_backend
+def get_backend(name: str, *, ref_timing: str = "") -> Backend:
+    """Return a backend instance by name; ``auto`` prefers TensorRT when it can really run.
+
+    ``ref_timing`` is the reference backend's timing knob (tests and demos); asking for it
+    picks the reference backend under ``auto`` and is refused with ``tensorrt``.
+    """
+    if name == "auto" and not ref_timing:
+        from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
         if tensorrt_backend.is_usable():
             return tensorrt_backend.TensorRTBackend()
+    if name in ("auto", "reference"):
         from reprobuild.backends.reference import ReferenceBackend
 
-        return ReferenceBackend()
-    if name == "reference":
-        from reprobuild.backends.reference import ReferenceBackend
-
-        return ReferenceBackend()
+        return ReferenceBackend(timing=ref_timing)
+    if ref_timing and name == "tensorrt":
+        raise UsageError("--ref-timing perturbs the reference backend only; drop it")
     if name == "tensorrt":
-        from reprobuild.backends import tensorrt_backend
+        from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
         reason = tensorrt_backend.unusable_reason()
         if reason:

@@ -77,6 +77,13 @@ class Backend(Protocol):
         """The fingerprint of this machine for this backend (GPU, versions)."""
         ...
 
+    def check_settings(self, settings: BuildSettings) -> None:
+        """Raise ``UsageError`` for a setting this backend cannot build or lock with.
+
+        The backend says what it accepts; the workflow asks before any work starts.
+        """
+        ...
+
     def create_timing_cache(self, data: bytes = b"") -> TimingCache:
         """An empty cache, or one deserialized from ``data``.
 

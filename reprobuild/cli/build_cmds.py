@@ -7,51 +7,29 @@ flags across.
 
 from __future__ import annotations
 
-import json
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from reprobuild.cli.render import Progress, print_json
 from reprobuild.errors import UsageError
-from reprobuild.lockfile import DEFAULT_LOCK
+from reprobuild.lock.model import DEFAULT_LOCK
 
 BACKEND_HELP = (
     "auto (TensorRT if importable and a GPU is visible, else reference), tensorrt, reference."
 )
+# Hidden: the reference backend's timing knob, for demos of drift and bisect.
+RefTimingOpt = typer.Option("", "--ref-timing", hidden=True)
 
 
-class Progress:
-    """Step lines on stderr; per-layer updates rewrite one line on a terminal only."""
+def _backend(name: str, ref_timing: str) -> Any:
+    """The backend name, or a perturbed reference backend when the demo knob is given."""
+    if not ref_timing:
+        return name
+    from reprobuild.backends import get_backend
 
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.tty = sys.stderr.isatty()
-        self.t0 = time.perf_counter()
-        self.partial = False
-
-    def __call__(self, message: str) -> None:
-        if self.quiet:
-            return
-        stamp = f"[{time.perf_counter() - self.t0:6.1f}s]"
-        if ": " in message and message.split(": ", 1)[1].endswith(" layers"):
-            if self.tty:
-                sys.stderr.write(f"\r{stamp} {message}\x1b[K")
-                sys.stderr.flush()
-                self.partial = True
-            return
-        if self.partial:
-            sys.stderr.write("\n")
-            self.partial = False
-        sys.stderr.write(f"{stamp} {message}\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.partial:
-            sys.stderr.write("\n")
-            self.partial = False
+    return get_backend(name, ref_timing=ref_timing)
 
 
 def _size(text: str) -> int:
@@ -142,10 +120,6 @@ def _settings(
     )
 
 
-def _print(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2))
-
-
 def build(
     model: Path = typer.Argument(..., help="ONNX model to build."),
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to record or apply."),
@@ -211,6 +185,7 @@ def build(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    ref_timing: str = RefTimingOpt,
 ) -> None:
     """Build an engine; record the lock, or apply it and check that nothing drifted.
 
@@ -224,8 +199,8 @@ def build(
       reprobuild build model.onnx --lock tactics.lock --backend reference
       reprobuild build model.onnx --lock tactics.lock --frozen          # in CI
     """
-    from reprobuild.workflow import PrecisionRequest
-    from reprobuild.workflow import build as run
+    from reprobuild.workflow.build import build as run
+    from reprobuild.workflow.prepare import PrecisionRequest
 
     settings = _settings(
         opt_level,
@@ -269,7 +244,7 @@ def build(
         model,
         lock=lock,
         out=out,
-        backend=backend,
+        backend=_backend(backend, ref_timing),
         settings=settings,
         frozen=frozen,
         cache_dir=cache_dir,
@@ -280,11 +255,10 @@ def build(
     )
     prog.done()
     if as_json:
-        _print(result.to_json())
+        print_json(result.to_json())
         return
     for w in result.warnings:
-        if not w.startswith("log line"):
-            typer.echo(f"warning: {w}", err=True)
+        typer.echo(f"warning: {w}", err=True)
     kind = "recording build" if result.recorded else "locked build"
     typer.echo(
         f"{kind} with backend {result.backend}: {result.layers} layers, "
@@ -322,6 +296,7 @@ def verify(
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    ref_timing: str = RefTimingOpt,
 ) -> None:
     """Rebuild from the lock N times and prove the outputs bit-identical (exit 1 if not).
 
@@ -332,8 +307,8 @@ def verify(
     Example:
       reprobuild verify --lock tactics.lock --rebuilds 3 --report verify.json
     """
-    from reprobuild.lockedit import format_table
-    from reprobuild.verification import verify as run
+    from reprobuild.cli.render import format_table
+    from reprobuild.workflow.verify import verify as run
 
     prog = Progress(quiet or as_json)
     result = run(
@@ -342,14 +317,14 @@ def verify(
         rebuilds=rebuilds,
         inputs=inputs,
         report=report,
-        backend=backend,
+        backend=_backend(backend, ref_timing),
         cache_dir=cache_dir,
         seed=seed,
         progress=prog,
     )
     prog.done()
     if as_json:
-        _print(result.to_json())
+        print_json(result.to_json())
     else:
         for b in result.builds:
             hashes = ", ".join(f"{n}={h[:16]}" for n, h in b.output_sha256.items())
@@ -395,6 +370,7 @@ def bisect(
     inputs: Path | None = typer.Option(None, "--inputs", help=".npz or Polygraphy JSON inputs."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    ref_timing: str = RefTimingOpt,
 ) -> None:
     """Find the smallest set of layers whose tactics make two locks' outputs differ.
 
@@ -404,22 +380,22 @@ def bisect(
     Example:
       reprobuild bisect --lock good.lock --against bad.lock
     """
-    from reprobuild.lockedit import format_table
-    from reprobuild.verification import bisect as run
+    from reprobuild.cli.render import format_table
+    from reprobuild.workflow.bisect import bisect as run
 
     prog = Progress(quiet or as_json)
     result = run(
         model,
         lock=lock,
         against=against,
-        backend=backend,
+        backend=_backend(backend, ref_timing),
         cache_dir=cache_dir,
         inputs=inputs,
         progress=prog,
     )
     prog.done()
     if as_json:
-        _print(result.to_json())
+        print_json(result.to_json())
     else:
         for s in result.steps:
             typer.echo(s)

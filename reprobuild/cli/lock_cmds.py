@@ -5,19 +5,15 @@ Only light modules are imported here: these commands must start fast (no numpy/o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
-from reprobuild.lockfile import DEFAULT_LOCK
+from reprobuild.cli.render import print_json
+from reprobuild.lock.model import DEFAULT_LOCK
 
 LockOpt = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to read/edit.")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
-
-
-def _echo_json(data: object) -> None:
-    typer.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
 def pin(
@@ -38,11 +34,11 @@ def pin(
     Example:
       reprobuild pin layer=conv1 tactic=0x665ded9abbf88 layer=fc tactic=ref_gemm_blas
     """
-    from reprobuild.lockedit import edit_lock
+    from reprobuild.lock.edit import edit_lock
 
     changes = edit_lock(lock, selections, force=force)
     if as_json:
-        _echo_json({"lock": str(lock), "pinned": [c.to_json() for c in changes]})
+        print_json({"lock": str(lock), "pinned": [c.to_json() for c in changes]})
         return
     for c in changes:
         was = "" if c.old_tactic == c.new_tactic else f" (was 0x{c.old_tactic:x})"
@@ -62,11 +58,11 @@ def unpin(
     Example:
       reprobuild unpin layer=conv1 key=0x1814870c44ff0f8574df6e3dda04cbd7
     """
-    from reprobuild.lockedit import edit_lock
+    from reprobuild.lock.edit import edit_lock
 
     changes = edit_lock(lock, selections, unpin=True)
     if as_json:
-        _echo_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
+        print_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
         return
     for c in changes:
         typer.echo(f"unpinned {c.layer} [{c.key}] (tactic 0x{c.new_tactic:x} kept)")
@@ -83,14 +79,15 @@ def show(
     Example:
       reprobuild show --lock tactics.lock --json
     """
-    from reprobuild.lockedit import format_table, show_rows
-    from reprobuild.lockfile import load_lock
+    from reprobuild.cli.render import format_table, print_json
+    from reprobuild.lock.edit import show_rows
+    from reprobuild.lock.yamlio import load_lock
 
     data = load_lock(lock)
     if precision:
         plan = data.precision
         if as_json:
-            _echo_json({"lock": str(lock), "precision": plan.to_dict() if plan else None})
+            print_json({"lock": str(lock), "precision": plan.to_dict() if plan else None})
         elif plan is None:
             typer.echo(f"{lock}: no precision plan (the model was built as it is)")
         else:
@@ -112,7 +109,7 @@ def show(
         return
     rows = show_rows(data)
     if as_json:
-        _echo_json(
+        print_json(
             {
                 "lock": str(lock),
                 "model": {"path": data.model.path, "sha256": data.model.sha256},
@@ -148,12 +145,13 @@ def diff(
     Example:
       reprobuild diff main.lock tactics.lock --json
     """
-    from reprobuild.lockedit import diff_locks, format_table
-    from reprobuild.lockfile import load_lock
+    from reprobuild.cli.render import format_table
+    from reprobuild.lock.diff import diff_locks
+    from reprobuild.lock.yamlio import load_lock
 
     d = diff_locks(load_lock(a), load_lock(b))
     if as_json:
-        _echo_json(d.to_json())
+        print_json(d.to_json())
     else:
         if d.model_changed:
             typer.echo("model: different sha256")

@@ -84,7 +84,8 @@ def show(
       reprobuild log build.log
       reprobuild log build.log --json > records.json
     """
-    from reprobuild.logparse import LogParser, iter_file
+    from reprobuild.logs.parser import LogParser
+    from reprobuild.logs.reader import iter_file
 
     _check_readable(file)
     parser = LogParser(source=str(file))
@@ -161,7 +162,8 @@ def diff(
       reprobuild log diff build-monday.log build-tuesday.log
       reprobuild log diff a.log b.log --json
     """
-    from reprobuild.logparse import diff_records, iter_file
+    from reprobuild.logs.diff import diff_records
+    from reprobuild.logs.reader import iter_file
 
     _check_readable(a)
     _check_readable(b)

@@ -28,6 +28,23 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from reprobuild import __version__
+
+        typer.echo(f"reprobuild {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Reproducible TensorRT engine builds."""
+
+
 def _register_all() -> None:
     from reprobuild.cli import build_cmds, lock_cmds, log_cmds, trt_cmds
 

@@ -6,20 +6,16 @@ Only light modules are imported at startup; TensorRT is imported inside the comm
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from reprobuild.cachedir import DEFAULT_CACHE_DIR
-from reprobuild.lockfile import DEFAULT_LOCK
+from reprobuild.cli.render import print_json
+from reprobuild.lock.model import DEFAULT_LOCK
 
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
-
-
-def _echo_json(data: object) -> None:
-    typer.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
 def export_cache(
@@ -44,12 +40,14 @@ def export_cache(
       reprobuild export-cache --lock tactics.lock -o pinned.cache
       trtexec --onnx=model.onnx --timingCacheFile=pinned.cache --builderOptimizationLevel=3
     """
-    from reprobuild.backends.trt.export import export_pinned_cache
+    from reprobuild.workflow.export import export_pinned_cache
 
     result = export_pinned_cache(lock, output, cache_dir, model=model)
     if as_json:
-        _echo_json(result.to_dict())
+        print_json(result.to_dict())
         return
+    for w in result.warnings:
+        typer.echo(f"warning: {w}", err=True)
     how = "recorded now" if result.recorded_now else "reused"
     typer.echo(
         f"wrote {result.output}: {result.entries} entries, {result.locked} locked "
@@ -84,9 +82,8 @@ def doctor(
     Example:
       reprobuild doctor --lock tactics.lock
     """
-    from reprobuild.backends import tensorrt_backend
-    from reprobuild.backends.trt import cuda_probe
-    from reprobuild.backends.trt.export import environment_differences
+    from reprobuild.backends.tensorrt import backend as tensorrt_backend
+    from reprobuild.backends.tensorrt import cuda_probe
     from reprobuild.errors import EnvironmentMismatch
 
     cuda = cuda_probe.probe_cuda()
@@ -103,7 +100,7 @@ def doctor(
     }
     diffs: list[str] = []
     if lock is not None:
-        from reprobuild.lockfile import load_lock
+        from reprobuild.lock.yamlio import load_lock
 
         recorded = load_lock(lock).environment
         here = (
@@ -113,7 +110,7 @@ def doctor(
             if recorded.backend == "reference"
             else None
         )
-        diffs = environment_differences(recorded, here)
+        diffs = recorded.differences(here)
         report["lock"] = {
             "path": str(lock),
             "backend": recorded.backend,
@@ -123,7 +120,7 @@ def doctor(
             "here": here.to_dict() if here is not None else None,
         }
     if as_json:
-        _echo_json(report)
+        print_json(report)
     else:
         _print_doctor(report)
     if diffs:

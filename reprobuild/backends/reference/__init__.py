@@ -9,8 +9,8 @@ TensorRT's editable-cache semantics, the build log follows TensorRT 10.8+'s verb
 with a ``[REF]`` tag (:mod:`.builder`), and the engine file (:mod:`.engine`) holds the model,
 every layer's tactic and the environment.
 
-Test-only knob, environment variable ``REPROBUILD_REF_TIMING`` (read at each build; never
-part of keys or fingerprints, so caches from perturbed builds stay interchangeable):
+Test and demo knob, ``ReferenceBackend(timing=...)`` (the CLI's hidden ``--ref-timing``;
+never part of keys or fingerprints, so caches from perturbed builds stay interchangeable):
 
 - unset or empty: real measurements decide;
 - ``reverse``: costs are reflected (``max + min - cost``), so the slowest candidate wins;

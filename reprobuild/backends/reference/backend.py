@@ -58,6 +58,16 @@ class ReferenceBackend:
 
     name = "reference"
 
+    def __init__(self, *, timing: str = "") -> None:
+        """``timing`` perturbs the measured costs (tests and demos; see the package docs).
+
+        It is never part of keys or fingerprints, so caches from perturbed builds stay
+        interchangeable with real ones.
+        """
+        from reprobuild.backends.reference.knob import parse_timing_knob
+
+        self.timing = parse_timing_knob(timing)
+
     def environment(self) -> Environment:
         return machine_environment()
 
@@ -87,7 +97,10 @@ class ReferenceBackend:
             raise BuildError(
                 "the timing cache belongs to another environment: create it on this machine"
             )
-        return build_engine(str(model_path), settings, cache, log, self.environment())
+        return build_engine(str(model_path), settings, cache, log, self.environment(), self.timing)
+
+    def check_settings(self, settings: BuildSettings) -> None:
+        """Every setting is accepted; level 0 builds with default tactics, as TensorRT's."""
 
     def run(self, engine: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
         from reprobuild.backends.reference.engine import check_inputs, load_engine

@@ -26,11 +26,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,168 +38,22 @@ import onnx
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
 from reprobuild.backends.reference import engine as engine_mod
 from reprobuild.backends.reference import kernels
+from reprobuild.backends.reference.buildlog import (
+    BuildLog,
+    autotune_lines,
+    tensor_format,
+    tensor_info,
+)
+from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError, ReprobuildError, UsageError
 
-TIMING_ENV_VAR = "REPROBUILD_REF_TIMING"
 DEFAULT_TIMING_REPS = 3
-LOG_TAG = "REF"
 FAST_SKIP_FACTOR = 4.0  # a warm-up this many times slower than the best so far is not repeated
-_SEED_STEP = 1000.0  # seed mode: each rank is this many times slower than the previous one
 
-_TRT_TYPE_NAMES = {
-    "float32": ("Float", "FP32"),
-    "float16": ("Half", "FP16"),
-    "bfloat16": ("BFloat16", "BF16"),
-    "float64": ("Double", "FP64"),
-    "int8": ("Int8", "Int8"),
-    "uint8": ("UInt8", "UInt8"),
-    "int32": ("Int32", "Int32"),
-    "int64": ("Int64", "Int64"),
-    "bool": ("Bool", "Bool"),
-}
 _LAYER_TYPES = {"Conv": "RefConvolution", "MatMul": "RefMatrixMultiply", "Gemm": "RefGemm"}
 
 
-# -- the test-only timing knob ----------------------------------------------------------------
-@dataclass(frozen=True)
-class TimingKnob:
-    """How measured costs are perturbed before the fastest is picked (tests only).
-
-    ``mode`` "" leaves timings alone; "reverse" reflects them (the slowest wins);
-    "seed" multiplies each by ``1000 ** rank`` where ``rank`` orders the layer's candidates
-    by sha256(seed, key, kernel): a deterministic choice for each (seed, key);
-    "prefer" divides the cost of kernels whose name contains ``prefer`` by 1e6.
-    """
-
-    mode: str = ""
-    seed: int = 0
-    prefer: str = ""
-
-    @property
-    def active(self) -> bool:
-        return bool(self.mode)
-
-    def describe(self) -> str:
-        return {
-            "reverse": "reverse",
-            "seed": f"seed:{self.seed}",
-            "prefer": f"prefer:{self.prefer}",
-        }.get(self.mode, "")
-
-    def apply(self, key: str, names: Sequence[str], costs: Sequence[float]) -> list[float]:
-        if self.mode == "reverse":
-            hi, lo = max(costs), min(costs)
-            return [hi + lo - c for c in costs]
-        if self.mode == "seed":
-            digests = [
-                hashlib.sha256(f"{self.seed}\0{key}\0{name}".encode()).digest() for name in names
-            ]
-            ranks = {i: r for r, i in enumerate(sorted(range(len(names)), key=digests.__getitem__))}
-            return [c * _SEED_STEP ** ranks[i] for i, c in enumerate(costs)]
-        if self.mode == "prefer":
-            return [c * 1e-6 if self.prefer in n else c for n, c in zip(names, costs, strict=True)]
-        return list(costs)
-
-
-def timing_knob_from_env(value: str | None = None) -> TimingKnob:
-    """Parse ``REPROBUILD_REF_TIMING`` (``reverse``, ``seed:N``, ``prefer:SUBSTRING``)."""
-    raw = os.environ.get(TIMING_ENV_VAR, "") if value is None else value
-    raw = raw.strip()
-    if not raw:
-        return TimingKnob()
-    if raw == "reverse":
-        return TimingKnob("reverse")
-    if raw.startswith("seed:"):
-        try:
-            return TimingKnob("seed", seed=int(raw[5:]))
-        except ValueError:
-            pass
-    if raw.startswith("prefer:") and raw[7:]:
-        return TimingKnob("prefer", prefer=raw[7:])
-    raise UsageError(
-        f"{TIMING_ENV_VAR}={raw!r} is not understood: use 'reverse', 'seed:<int>' or "
-        "'prefer:<kernel-name substring>', or unset it"
-    )
-
-
-# -- log lines --------------------------------------------------------------------------------
-@dataclass
-class BuildLog:
-    """Writes TensorRT-style lines ``[MM/DD/YYYY-HH:MM:SS] [V] [REF] <message>`` to the sink."""
-
-    sink: LogSink
-    lines: int = 0
-
-    def _emit(self, severity: str, message: str) -> None:
-        stamp = datetime.now().strftime("%m/%d/%Y-%H:%M:%S")
-        self.sink(f"[{stamp}] [{severity}] [{LOG_TAG}] {message}")
-        self.lines += 1
-
-    def verbose(self, message: str) -> None:
-        self._emit("V", message)
-
-    def info(self, message: str) -> None:
-        self._emit("I", message)
-
-    def warning(self, message: str) -> None:
-        self._emit("W", message)
-
-
-def trt_type_name(dtype: np.dtype) -> str:
-    return _TRT_TYPE_NAMES.get(str(dtype), (str(dtype), str(dtype)))[0]
-
-
-def tensor_format(value: Any) -> str:
-    """TensorRT's ``Float(150528,50176,224,1)`` notation: type and linear strides."""
-    arr = np.asarray(value)
-    strides = [1] * arr.ndim
-    for i in range(arr.ndim - 2, -1, -1):
-        strides[i] = strides[i + 1] * arr.shape[i + 1]
-    return f"{trt_type_name(arr.dtype)}({','.join(str(s) for s in strides)})"
-
-
-def _tensor_info(name: str, value: Any) -> dict[str, Any]:
-    arr = np.asarray(value) if value is not None else None
-    if arr is None:
-        return {"Name": name, "Location": "Device", "Dimensions": [], "Format/Datatype": "None"}
-    precision = _TRT_TYPE_NAMES.get(str(arr.dtype), (str(arr.dtype), str(arr.dtype)))[1]
-    return {
-        "Name": name,
-        "Location": "Device",
-        "Dimensions": [int(d) for d in arr.shape],
-        "Format/Datatype": f"Row major linear {precision}",
-    }
-
-
-def autotune_lines(
-    layer: str,
-    key: str,
-    rows: Sequence[tuple[int, float, kernels.KernelSpec]],
-) -> list[str]:
-    """The TensorRT 10.8+ editable-cache block for one layer; rows sorted by cost."""
-    fastest = rows[0][1]
-    lines = [
-        f"Autotuning op {layer}(key: {key}): [ONNX Layer: {layer}]",
-        "Sorted table of all evaluated tactics:",
-        "tactic_id, cost(in ms), cost/fastest_cost, prediction_correlation, kernel_name, "
-        "tactic_hash, tunable_parameter",
-    ]
-    for tactic_id, cost, spec in rows:
-        ratio = cost / fastest if fastest > 0 else 1.0
-        lines.append(
-            f"{tactic_id:4d}, {cost:.7f}, {ratio:.5f}, {1.0:.5f}, {spec.name}, "
-            f"0x{spec.tactic_hash:x},"
-        )
-    best = rows[0][2]
-    lines.append(
-        f"The selected tactic is (tactic hash, cost(in ms)):0x{best.tactic_hash:x}, {fastest:.6f}"
-    )
-    lines.append(f"Writing the best tactic (0x{best.tactic_hash:x}) to cache")
-    return lines
-
-
-# -- keys -------------------------------------------------------------------------------------
 def layer_key(
     layer: engine_mod.Layer, inputs: Sequence[Any], environment_fp: str, settings_fp: str
 ) -> str:
@@ -439,9 +291,9 @@ class Builder:
             "Name": layer.name,
             "LayerType": layer_type,
             "Inputs": [
-                _tensor_info(n, v) for n, v in zip(layer.node.input, inputs, strict=True) if n
+                tensor_info(n, v) for n, v in zip(layer.node.input, inputs, strict=True) if n
             ],
-            "Outputs": [_tensor_info(n, v) for n, v in zip(out_names, outputs, strict=False)],
+            "Outputs": [tensor_info(n, v) for n, v in zip(out_names, outputs, strict=False)],
             "ParameterType": layer.op,
             "TacticName": kernel,
             "TacticValue": f"0x{value:016x}",
@@ -490,10 +342,11 @@ def build_engine(
     cache: ReferenceTimingCache,
     sink: LogSink,
     environment: Environment,
+    knob: TimingKnob | None = None,
 ) -> BuildOutput:
     started = time.perf_counter()
     _check_settings(settings)
-    knob = timing_knob_from_env()
+    knob = knob or TimingKnob()
     log = BuildLog(sink)
     model, model_bytes, file_sha = load_model(model_path)
     try:
@@ -517,7 +370,7 @@ def build_engine(
         if len(cache):
             log.info(f"Loaded {len(cache)} timing cache entries")
     if knob.active:
-        log.warning(f"{TIMING_ENV_VAR}={knob.describe()}: measured costs are perturbed (test knob)")
+        log.warning(f"timing knob {knob.describe()}: measured costs are perturbed (test knob)")
     log.verbose(f"Folded {prepared.folded} constant nodes; {len(prepared.layers)} layers remain")
     builder = Builder(settings, cache, log, environment, knob)
     builder.run(prepared, feeds)

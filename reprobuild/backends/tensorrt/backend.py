@@ -1,0 +1,488 @@
+"""The ``tensorrt`` backend: editable-timing-cache builds with TensorRT 10.8 to 11.x.
+
+Written to the real Python bindings (checked name by name against the 10.13 and 11.4 wheels
+by ``tests/test_trt_conformance.py``). Conventions that the conformance test relies on:
+
+- The ``tensorrt`` module is obtained only through :func:`_trt` and bound to a name ``trt``
+  (or an attribute ``_trt_module``); tests inject a stand-in by putting it in
+  ``sys.modules["tensorrt"]``.
+- Every variable, attribute or function that holds or returns a TensorRT object is named
+  ``trt``/``trt_*``/``_trt_*``; plain values taken from TensorRT are wrapped in ``str()``,
+  ``int()``, ``float()``, ``bool()`` or ``bytes()``. So every attribute read on a TensorRT
+  object is visible to an AST scan (see ``tests.tools.trt_names``).
+- Names that exist in only one supported TensorRT version are used only behind
+  ``hasattr``/``getattr(..., default)``.
+
+Build recipe: ONNX parser -> strongly typed network (the creation flag on 10.x, the default
+on 11.x) -> builder config with ``EDITABLE_TIMING_CACHE``, ``ProfilingVerbosity.DETAILED``
+and every candidate-changing setting from ``BuildSettings`` -> the caller's timing cache
+attached with ``set_timing_cache(cache, ignore_mismatch=False)`` -> ``build_serialized_network``
+-> engine inspector JSON. The verbose log goes to the caller's sink with trtexec's prefix.
+
+``run`` uses Polygraphy's ``TrtRunner`` (a dependency): it allocates device buffers through
+Polygraphy's own CUDA wrapper, so no cuda-python is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink, TimingCache
+from reprobuild.backends.tensorrt import cuda_probe
+from reprobuild.backends.tensorrt.cache import TrtTimingCache
+from reprobuild.backends.tensorrt.logger import LogRouter, trt_make_logger
+from reprobuild.errors import (
+    BackendUnavailable,
+    BuildError,
+    CacheError,
+    EngineError,
+    UsageError,
+)
+
+__all__ = [
+    "MIN_VERSION",
+    "TensorRTBackend",
+    "TensorRTInfo",
+    "TensorRTNotInstalled",
+    "TrtTimingCache",
+    "is_usable",
+    "machine_environment",
+    "probe_tensorrt",
+    "unusable_reason",
+]
+
+MIN_VERSION = (10, 8)
+INSTALL_HINT = (
+    "pip install --extra-index-url https://pypi.nvidia.com 'tensorrt-cu12>=10.8' "
+    "(or tensorrt-cu13 for CUDA 13)"
+)
+
+
+class TensorRTNotInstalled(BackendUnavailable):
+    """No ``tensorrt`` module at all (as opposed to one that fails to load)."""
+
+
+def _trt() -> ModuleType:
+    """The ``tensorrt`` module (or the test stand-in in ``sys.modules``); imported lazily."""
+    try:
+        return importlib.import_module("tensorrt")
+    except ImportError as err:
+        if getattr(err, "name", None) == "tensorrt":
+            raise TensorRTNotInstalled(f"TensorRT is not installed: {INSTALL_HINT}") from None
+        raise BackendUnavailable(
+            f"TensorRT is installed but cannot be loaded ({err}); reinstall it: {INSTALL_HINT}"
+        ) from None
+    except Exception as err:  # e.g. OSError for missing libnvinfer, CUDA init failures
+        raise BackendUnavailable(
+            f"TensorRT is installed but cannot be loaded ({type(err).__name__}: {err}); "
+            f"reinstall it: {INSTALL_HINT}"
+        ) from None
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = re.findall(r"\d+", version)
+    return tuple(int(p) for p in parts[:4])
+
+
+def _version(trt: ModuleType) -> str:
+    if hasattr(trt, "__version__"):
+        return str(trt.__version__)
+    from importlib import metadata
+
+    for dist in ("tensorrt", "tensorrt-cu13", "tensorrt-cu12"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def _editable_cache_refusal(trt: ModuleType) -> str | None:
+    version = _version(trt)
+    parts = _version_tuple(version)
+    too_old = bool(parts) and parts[:2] < MIN_VERSION  # unparsable: trust the flag check
+    if too_old or not hasattr(trt.BuilderFlag, "EDITABLE_TIMING_CACHE"):
+        return (
+            f"TensorRT {version} has no editable timing cache; upgrade to >= 10.8; "
+            "`reprobuild log` still parses its logs"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class TensorRTInfo:
+    """What ``doctor`` reports about the TensorRT install (works without TensorRT)."""
+
+    installed: bool
+    version: str | None
+    editable_timing_cache: bool
+    weak_typing_available: bool
+    problem: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "installed": self.installed,
+            "version": self.version,
+            "editable_timing_cache": self.editable_timing_cache,
+            "weak_typing_available": self.weak_typing_available,
+            "problem": self.problem,
+        }
+
+
+def probe_tensorrt() -> TensorRTInfo:
+    try:
+        trt = _trt()
+    except BackendUnavailable as err:
+        installed = not isinstance(err, TensorRTNotInstalled)
+        return TensorRTInfo(installed, None, False, False, str(err))
+    refusal = _editable_cache_refusal(trt)
+    return TensorRTInfo(
+        installed=True,
+        version=_version(trt),
+        editable_timing_cache=refusal is None,
+        weak_typing_available=hasattr(trt.BuilderFlag, "FP16"),
+        problem=refusal,
+    )
+
+
+def unusable_reason() -> str | None:
+    """Why the backend cannot run here (one line), or None when it can."""
+    try:
+        trt = _trt()
+    except BackendUnavailable as err:
+        return str(err)
+    refusal = _editable_cache_refusal(trt)
+    if refusal:
+        return refusal
+    return cuda_probe.probe_cuda().no_gpu_reason
+
+
+def is_usable() -> bool:
+    return unusable_reason() is None
+
+
+def machine_environment(cuda: cuda_probe.CudaInfo | None = None) -> Environment:
+    """This machine's ``tensorrt`` environment; fields are None where unknown (no GPU/TRT)."""
+    info = cuda if cuda is not None else cuda_probe.probe_cuda()
+    try:
+        version: str | None = _version(_trt())
+    except BackendUnavailable:
+        version = None
+    gpu = info.gpus[0] if info.gpus else None
+    return Environment(
+        backend="tensorrt",
+        tensorrt_version=version,
+        gpu=gpu.name if gpu else None,
+        compute_capability=gpu.compute_capability if gpu else None,
+        cuda_version=info.runtime_version,
+        driver_version=info.driver_version,
+    )
+
+
+def _check_settings(settings: BuildSettings) -> None:
+    level = settings.optimization_level
+    if level == 0:
+        raise UsageError(
+            "builder optimization level 0 ignores the timing cache, so tactics cannot be "
+            "locked; use a level from 1 to 5 (default 3)"
+        )
+    if level < 0:
+        raise UsageError(f"builder optimization level {level} is invalid; use 1 to 5 (default 3)")
+    for field_name in ("workspace", "max_num_tactics", "avg_timing_iterations", "max_aux_streams"):
+        value = getattr(settings, field_name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise UsageError(f"setting {field_name}={value!r} must be an integer")
+    if settings.workspace is not None and settings.workspace <= 0:
+        raise UsageError(f"workspace={settings.workspace} must be a positive number of bytes")
+
+
+class TensorRTBackend:
+    """Builds and runs engines with the real TensorRT; one builder and logger per instance."""
+
+    name = "tensorrt"
+
+    def __init__(self, *, strongly_typed: bool = True) -> None:
+        trt = _trt()
+        refusal = _editable_cache_refusal(trt)
+        if refusal:
+            raise BackendUnavailable(refusal)
+        if not strongly_typed:
+            weak = hasattr(trt.BuilderFlag, "FP16")
+            raise UsageError(
+                "weak typing lets TensorRT pick precisions and formats per build even with "
+                "the same timing cache, so it cannot be locked; "
+                + (
+                    "reprobuild builds strongly typed networks: put precision in the ONNX "
+                    "graph (Cast nodes, tensor types)"
+                    if weak
+                    else f"TensorRT {_version(trt)} is always strongly typed anyway"
+                )
+            )
+        self._cuda = cuda_probe.probe_cuda()
+        reason = self._cuda.no_gpu_reason
+        if reason:
+            raise BackendUnavailable(f"backend 'tensorrt' cannot run here: {reason}")
+        self._trt_module = trt
+        self._router = LogRouter()
+        self._trt_logger = trt_make_logger(trt, self._router)
+        self._trt_builder_obj: Any = None
+
+    def check_settings(self, settings: BuildSettings) -> None:
+        """Refuse settings that cannot be locked here (level 0 ignores the timing cache)."""
+        _check_settings(settings)
+
+    # ------------------------------------------------------------------ environment
+
+    @property
+    def version(self) -> str:
+        return _version(self._trt_module)
+
+    def environment(self) -> Environment:
+        return machine_environment(self._cuda)
+
+    def _trt_builder(self) -> Any:
+        if self._trt_builder_obj is None:
+            mark = self._router.error_mark()
+            self._trt_builder_obj = self._trt_module.Builder(self._trt_logger)
+            if self._trt_builder_obj is None:
+                errors = self._router.errors_since(mark)
+                raise BackendUnavailable(
+                    "TensorRT could not create a builder"
+                    + (f": {errors[-1]}" if errors else "")
+                    + "; check the GPU driver with `reprobuild doctor`"
+                )
+        return self._trt_builder_obj
+
+    # ------------------------------------------------------------------ timing caches
+
+    def create_timing_cache(self, data: bytes = b"") -> TrtTimingCache:
+        trt_config = self._trt_builder().create_builder_config()
+        mark = self._router.error_mark()
+        try:
+            trt_cache = trt_config.create_timing_cache(bytes(data))
+        except (RuntimeError, TypeError, ValueError) as err:
+            raise CacheError(
+                f"TensorRT {self.version} cannot load this timing cache ({err}); "
+                "delete the cache file so a recording build re-creates it"
+            ) from None
+        errors = self._router.errors_since(mark)
+        if trt_cache is None or errors:
+            detail = f" ({errors[-1]})" if errors else ""
+            raise CacheError(
+                f"timing cache is corrupted or from another TensorRT version{detail}; "
+                "delete the cache file so a recording build re-creates it"
+            )
+        return TrtTimingCache(self._trt_module, trt_cache, trt_config, self.create_timing_cache)
+
+    def _trt_cache_of(self, cache: TimingCache) -> Any:
+        if isinstance(cache, TrtTimingCache):
+            return cache.trt_cache
+        raise UsageError(
+            "the timing cache was not created by the tensorrt backend; "
+            "create it with TensorRTBackend.create_timing_cache()"
+        )
+
+    # ------------------------------------------------------------------ building
+
+    def network_flags(self) -> int:
+        """Creation flags for a strongly typed network on this TensorRT version."""
+        trt = self._trt_module
+        if hasattr(trt.BuilderFlag, "FP16"):
+            # 10.x still has weak typing (precision builder flags): ask for strong typing.
+            return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+        # 11.x: always strongly typed; the old flag is deprecated and ignored.
+        return 0
+
+    def _trt_enum_member(self, trt_enum: Any, name: str, what: str) -> Any:
+        trt_members = trt_enum.__members__
+        if name not in trt_members:
+            choices = ", ".join(sorted(str(trt_name) for trt_name in trt_members))
+            raise UsageError(
+                f"unknown {what} {name!r} for TensorRT {self.version}; choose one of {choices}"
+            )
+        return trt_members[name]
+
+    def _configure(
+        self, trt_builder: Any, trt_network: Any, trt_config: Any, settings: BuildSettings
+    ) -> dict[str, Any]:
+        """Apply every candidate-changing setting; return what was applied, by name."""
+        trt = self._trt_module
+        trt_config.set_flag(trt.BuilderFlag.EDITABLE_TIMING_CACHE)
+        trt_config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
+        trt_config.builder_optimization_level = int(settings.optimization_level)
+        if settings.workspace is not None:
+            trt_config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(settings.workspace))
+        if settings.tactic_sources is not None:
+            mask = 0
+            for source in settings.tactic_sources:
+                trt_source = self._trt_enum_member(trt.TacticSource, source, "tactic source")
+                mask |= 1 << int(trt_source)
+            if not bool(trt_config.set_tactic_sources(mask)):
+                raise UsageError(
+                    f"TensorRT rejected tactic sources {list(settings.tactic_sources)}; "
+                    "fix tactic_sources in the build settings"
+                )
+        if settings.tf32:
+            trt_config.set_flag(trt.BuilderFlag.TF32)
+        else:
+            trt_config.clear_flag(trt.BuilderFlag.TF32)
+        if settings.max_num_tactics is not None:
+            trt_config.max_num_tactics = int(settings.max_num_tactics)
+        if settings.avg_timing_iterations is not None:
+            trt_config.avg_timing_iterations = int(settings.avg_timing_iterations)
+        if settings.tiling_optimization_level is not None:
+            if not hasattr(trt, "TilingOptimizationLevel"):
+                raise UsageError(
+                    f"TensorRT {self.version} has no tiling optimization level; "
+                    "remove tiling_optimization_level from the build settings"
+                )
+            trt_config.tiling_optimization_level = self._trt_enum_member(
+                trt.TilingOptimizationLevel,
+                settings.tiling_optimization_level,
+                "tiling optimization level",
+            )
+        if settings.max_aux_streams is not None:
+            trt_config.max_aux_streams = int(settings.max_aux_streams)
+        if settings.hardware_compatibility_level is not None:
+            trt_config.hardware_compatibility_level = self._trt_enum_member(
+                trt.HardwareCompatibilityLevel,
+                settings.hardware_compatibility_level,
+                "hardware compatibility level",
+            )
+        if settings.input_shapes:
+            self._add_profile(trt_builder, trt_network, trt_config, settings)
+        trt_flags = trt.BuilderFlag.__members__
+        applied: dict[str, Any] = {
+            "tensorrt_version": self.version,
+            # Names, never integers: flag values changed between 10.x and 11.x.
+            "builder_flags": [
+                name
+                for name in sorted(str(trt_name) for trt_name in trt_flags)
+                if bool(trt_config.get_flag(trt_flags[name]))
+            ],
+            "strongly_typed": True,
+        }
+        if hasattr(trt_config, "build_route"):
+            # 11.1+: a candidate-changing setting; recorded so a change is visible.
+            applied["build_route"] = str(trt_config.build_route)
+        return applied
+
+    def _add_profile(
+        self, trt_builder: Any, trt_network: Any, trt_config: Any, settings: BuildSettings
+    ) -> None:
+        inputs = {str(trt_network.get_input(i).name) for i in range(int(trt_network.num_inputs))}
+        trt_profile = trt_builder.create_optimization_profile()
+        for name, mn, opt, mx in settings.input_shapes:
+            if name not in inputs:
+                raise UsageError(
+                    f"input_shapes names {name!r}, which is not a network input "
+                    f"(inputs: {', '.join(sorted(inputs))}); fix the build settings"
+                )
+            trt_profile.set_shape(name, tuple(mn), tuple(opt), tuple(mx))
+        if int(trt_config.add_optimization_profile(trt_profile)) < 0:
+            raise UsageError(
+                "TensorRT rejected the optimization profile from input_shapes "
+                "(each needs min <= opt <= max and the input's rank); fix the build settings"
+            )
+
+    def _trt_parse(self, trt_network: Any, path: Path) -> Any:
+        trt_parser = self._trt_module.OnnxParser(trt_network, self._trt_logger)
+        if bool(trt_parser.parse_from_file(str(path))):
+            return trt_parser
+        problems = []
+        for i in range(int(trt_parser.num_errors)):
+            trt_error = trt_parser.get_error(i)
+            node = int(trt_error.node())
+            where = ""
+            if node >= 0:
+                where = f" at node {node} {str(trt_error.node_name())!r} "
+                where += f"({str(trt_error.node_operator())})"
+            problems.append(f"{str(trt_error.desc())}{where}")
+        detail = "; ".join(problems) if problems else "no error description"
+        raise BuildError(f"{path}: the TensorRT ONNX parser failed: {detail}")
+
+    def build(
+        self,
+        model_path: str,
+        settings: BuildSettings,
+        cache: TimingCache,
+        log: LogSink,
+    ) -> BuildOutput:
+        _check_settings(settings)
+        path = Path(model_path)
+        if not path.is_file():
+            raise UsageError(f"{path}: no such ONNX model file; check the path")
+        trt_cache = self._trt_cache_of(cache)
+        self._router.start(log)
+        try:
+            trt_builder = self._trt_builder()
+            trt_network = trt_builder.create_network(self.network_flags())
+            # The parser owns the weights the network points to: keep it until the build ends.
+            trt_parser = self._trt_parse(trt_network, path)
+            trt_config = trt_builder.create_builder_config()
+            applied = self._configure(trt_builder, trt_network, trt_config, settings)
+            if not bool(trt_config.set_timing_cache(trt_cache, ignore_mismatch=False)):
+                raise CacheError(
+                    "the timing cache was recorded on another GPU or TensorRT version; "
+                    "delete the cache file so a recording build re-creates it"
+                )
+            mark = self._router.error_mark()
+            trt_serialized = trt_builder.build_serialized_network(trt_network, trt_config)
+            if trt_serialized is None:
+                errors = self._router.errors_since(mark)
+                detail = " | ".join(errors[-3:]) if errors else "no error was logged"
+                raise BuildError(
+                    f"{path}: TensorRT failed to build the engine: {detail}; if a pinned tactic "
+                    "is named, unpin it or pin one of the layer's recorded candidates"
+                )
+            engine = bytes(trt_serialized)
+            del trt_serialized, trt_parser
+            layer_info = self._layer_info(engine)
+        finally:
+            lines = self._router.stop()
+        return BuildOutput(engine=engine, layer_info=layer_info, log_lines=lines, extra=applied)
+
+    def _layer_info(self, engine: bytes) -> str:
+        trt = self._trt_module
+        trt_runtime = trt.Runtime(self._trt_logger)
+        trt_engine = trt_runtime.deserialize_cuda_engine(engine)
+        if trt_engine is None:
+            raise BuildError("TensorRT could not load the engine it just built; see the log")
+        trt_inspector = trt_engine.create_engine_inspector()
+        info = str(trt_inspector.get_engine_information(trt.LayerInformationFormat.JSON))
+        del trt_inspector, trt_engine  # before the runtime that created them
+        return info
+
+    # ------------------------------------------------------------------ running
+
+    def _trt_load_engine(self, engine: bytes) -> tuple[Any, Any]:
+        trt_runtime = self._trt_module.Runtime(self._trt_logger)
+        mark = self._router.error_mark()
+        trt_engine = trt_runtime.deserialize_cuda_engine(bytes(engine))
+        if trt_engine is None:
+            errors = self._router.errors_since(mark)
+            detail = f" ({errors[-1]})" if errors else ""
+            raise EngineError(
+                f"the engine is not a TensorRT {self.version} engine for this GPU{detail}; "
+                "rebuild it with `reprobuild build` on this machine"
+            )
+        return trt_runtime, trt_engine
+
+    def run(self, engine: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Run with Polygraphy's TrtRunner (device buffers via Polygraphy's CUDA wrapper)."""
+        import numpy as np
+        from polygraphy.backend.trt import TrtRunner
+
+        trt_runtime, trt_engine = self._trt_load_engine(engine)
+        feed = {str(k): np.ascontiguousarray(v) for k, v in inputs.items()}
+        with TrtRunner(trt_engine) as runner:
+            outputs = runner.infer(feed_dict=feed)
+            result = {str(k): np.array(v, copy=True) for k, v in outputs.items()}
+        del trt_engine, trt_runtime
+        return result

@@ -1,0 +1,87 @@
+"""How the CLI shows results and progress to people: the core decides, the CLI renders.
+
+Tables are plain aligned columns (no box drawing, no colour) so that output stays
+greppable, diffable and independent of the terminal width. JSON goes to stdout with a stable
+field order. Progress events from the core go to stderr: on a terminal, steps print as lines
+and per-layer counts drive one live ``rich`` status line; elsewhere (CI logs, pipes) only the
+steps print, one plain timestamped line each. ``--json`` and ``--quiet`` print no progress.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import typer
+
+from reprobuild.events import Event, LayersDone, Step
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    """Plain aligned columns: greppable, diffable, no terminal-width surprises."""
+    widths = [len(h) for h in headers]
+    for r in rows:
+        for i, cell in enumerate(r):
+            widths[i] = max(widths[i], len(cell))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def print_json(data: object) -> None:
+    """One JSON document on stdout, indented, in the fields' own order."""
+    typer.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+class Progress:
+    """A callable progress sink for the workflow; call :meth:`done` when the work ends."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.perf_counter()
+        self._live: Any = None
+        self._task: Any = None
+
+    def _stamp(self) -> str:
+        return f"[{time.perf_counter() - self.t0:6.1f}s]"
+
+    def __call__(self, event: Event) -> None:
+        if self.quiet:
+            return
+        if isinstance(event, LayersDone):
+            if self.tty:
+                self._count(event)
+            return
+        if isinstance(event, Step):
+            line = f"{self._stamp()} {event.message}"
+            if self._live is not None:
+                self._live.console.print(line, highlight=False, markup=False)
+            else:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+
+    def _count(self, event: LayersDone) -> None:
+        if self._live is None:
+            from rich.console import Console
+            from rich.progress import Progress as RichProgress
+            from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._live = RichProgress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._live.start()
+            self._task = self._live.add_task("")
+        self._live.update(self._task, description=f"{event.build}: {event.layers} layers")
+
+    def done(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

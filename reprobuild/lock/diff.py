@@ -1,0 +1,102 @@
+"""Comparing two locks: the logic under ``reprobuild diff``.
+
+Entries match by timing-cache key; across environments (a new GPU gives every layer a new
+key) they fall back to matching by layer name where the name is unique on both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from reprobuild.lock.model import LayerEntry, Lock
+
+
+@dataclass
+class LockDiff:
+    added: list[LayerEntry]
+    removed: list[LayerEntry]
+    changed: list[tuple[LayerEntry, LayerEntry]]  # (a, b) with a different tactic
+    settings_changed: list[str]
+    model_changed: bool
+    environment_changed: list[str]
+
+    @property
+    def differs(self) -> bool:
+        return bool(
+            self.added
+            or self.removed
+            or self.changed
+            or self.settings_changed
+            or self.model_changed
+            or self.environment_changed
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        def row(e: LayerEntry) -> dict[str, Any]:
+            return {"layer": e.layer, "key": e.key, "tactic": f"0x{e.tactic:x}", "kernel": e.kernel}
+
+        return {
+            "differs": self.differs,
+            "added": [row(e) for e in self.added],
+            "removed": [row(e) for e in self.removed],
+            "changed": [
+                {
+                    "layer": b.layer,
+                    "key_a": a.key,
+                    "key_b": b.key,
+                    "tactic_a": f"0x{a.tactic:x}",
+                    "tactic_b": f"0x{b.tactic:x}",
+                    "kernel_a": a.kernel,
+                    "kernel_b": b.kernel,
+                    "pinned_b": b.pinned,
+                }
+                for a, b in self.changed
+            ],
+            "model_changed": self.model_changed,
+            "settings_changed": self.settings_changed,
+            "environment_changed": self.environment_changed,
+        }
+
+
+def diff_locks(a: Lock, b: Lock) -> LockDiff:
+    """Match entries by key; then, across environments (keys all differ), by unique name."""
+    bkeys = b.by_key()
+    changed: list[tuple[LayerEntry, LayerEntry]] = []
+    only_a: list[LayerEntry] = []
+    matched_b: set[str] = set()
+    for e in a.layers:
+        other = bkeys.get(e.key)
+        if other is None:
+            only_a.append(e)
+            continue
+        matched_b.add(e.key)
+        if other.tactic != e.tactic:
+            changed.append((e, other))
+    only_b = [e for e in b.layers if e.key not in matched_b]
+    # Fallback by layer name, only where the name is unique on both sides.
+    a_names = _unique_names(only_a)
+    b_names = _unique_names(only_b)
+    for name in sorted(set(a_names) & set(b_names)):
+        ea, eb = a_names[name], b_names[name]
+        only_a.remove(ea)
+        only_b.remove(eb)
+        if ea.tactic != eb.tactic:
+            changed.append((ea, eb))
+    ad, bd = a.settings.to_dict(), b.settings.to_dict()
+    ae, be = a.environment.to_dict(), b.environment.to_dict()
+    return LockDiff(
+        added=only_b,
+        removed=only_a,
+        changed=sorted(changed, key=lambda p: (p[1].layer, p[1].key)),
+        settings_changed=[k for k in ad if ad[k] != bd.get(k)],
+        model_changed=a.model.sha256 != b.model.sha256,
+        environment_changed=[k for k in ae if ae[k] != be.get(k)],
+    )
+
+
+def _unique_names(entries: list[LayerEntry]) -> dict[str, LayerEntry]:
+    counts: dict[str, int] = {}
+    for e in entries:
+        counts[e.layer] = counts.get(e.layer, 0) + 1
+    return {e.layer: e for e in entries if counts[e.layer] == 1}

@@ -1,0 +1,215 @@
+"""Editing a lock: the logic under ``pin``, ``unpin`` and ``show``.
+
+Kept apart from the CLI so the Python API and tests use exactly what the commands do; the
+CLI only renders what these return.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from reprobuild.errors import UsageError
+from reprobuild.fileio import exclusive
+from reprobuild.lock.model import LayerEntry, Lock
+from reprobuild.lock.schema import HEX_RE, KEY_RE
+from reprobuild.lock.yamlio import load_lock, save_lock
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One ``layer=NAME`` or ``key=0x...`` selector, with the tactic to pin (if any)."""
+
+    layer: str | None = None
+    key: str | None = None
+    tactic: str | None = None
+
+    def describe(self) -> str:
+        return f"key={self.key}" if self.key else f"layer={self.layer}"
+
+
+def parse_selections(tokens: list[str], need_tactic: bool) -> list[Selection]:
+    """Parse ``layer=A tactic=T key=0x.. tactic=U`` into selections, in order."""
+    out: list[Selection] = []
+    current: dict[str, str] = {}
+
+    def flush() -> None:
+        if not current:
+            return
+        if need_tactic and "tactic" not in current:
+            raise UsageError(
+                f"{_sel(current)} has no tactic=...; write e.g. layer=conv1 tactic=0x1a"
+            )
+        out.append(Selection(current.get("layer"), current.get("key"), current.get("tactic")))
+        current.clear()
+
+    for tok in tokens:
+        name, sep, value = tok.partition("=")
+        if not sep or not value or name not in ("layer", "key", "tactic"):
+            allowed = (
+                "layer=NAME, key=0x... and tactic=TACTIC"
+                if need_tactic
+                else "layer=NAME and key=0x..."
+            )
+            raise UsageError(f"cannot read argument {tok!r}: expected {allowed}")
+        if name == "tactic":
+            if not need_tactic:
+                raise UsageError(f"unexpected {tok!r}: unpin takes only layer=NAME or key=0x...")
+            if not current or "tactic" in current:
+                raise UsageError(f"{tok!r} must follow a layer=NAME or key=0x... argument")
+            current["tactic"] = value
+            continue
+        flush()
+        if name == "key" and not KEY_RE.fullmatch(value):
+            raise UsageError(f"malformed key {value!r}: expected '0x' followed by 32 hex digits")
+        current[name] = value if name == "layer" else "0x" + value[2:].lower()
+    flush()
+    if not out:
+        raise UsageError(
+            "nothing to do: give at least one layer=NAME"
+            + (" tactic=TACTIC" if need_tactic else "")
+        )
+    return out
+
+
+def _sel(d: dict[str, str]) -> str:
+    return f"key={d['key']}" if "key" in d else f"layer={d.get('layer')}"
+
+
+def find_entry(lock: Lock, sel: Selection, lock_path: str) -> LayerEntry:
+    """Resolve a selector to exactly one entry, with suggestions when it does not."""
+    if sel.key is not None:
+        for e in lock.layers:
+            if e.key == sel.key:
+                return e
+        raise UsageError(
+            f"{lock_path}: no layer has key {sel.key}; `reprobuild show` lists the keys"
+        )
+    matches = [e for e in lock.layers if e.layer == sel.layer]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        names = sorted({e.layer for e in lock.layers})
+        close = difflib.get_close_matches(sel.layer or "", names, n=3, cutoff=0.5)
+        hint = (
+            f"did you mean {', '.join(repr(c) for c in close)}?"
+            if close
+            else "`reprobuild show` lists the layers"
+        )
+        raise UsageError(f"{lock_path}: no layer named {sel.layer!r}; {hint}")
+    keys = ", ".join(e.key for e in matches)
+    raise UsageError(
+        f"{lock_path}: layer name {sel.layer!r} is ambiguous ({len(matches)} layers: {keys}); "
+        f"select one with key=0x..."
+    )
+
+
+def resolve_tactic(
+    entry: LayerEntry, tactic: str, force: bool, lock_path: str
+) -> tuple[int, str | None]:
+    """Turn a hash or a kernel name into (hash, kernel), checked against the candidates."""
+    where = f"{lock_path}: layer {entry.layer!r} ({entry.key})"
+    if HEX_RE.fullmatch(tactic) or tactic.isdigit():
+        value = int(tactic, 16) if tactic.lower().startswith("0x") else int(tactic)
+        if not 0 <= value < 2**64:
+            raise UsageError(f"tactic {tactic} does not fit in 64 bits")
+        cand = entry.candidate(value)
+        if cand is not None:
+            return value, cand.kernel
+        if force:
+            return value, None
+        raise UsageError(
+            f"{where}: tactic {tactic} is not one of its {len(entry.candidates)} recorded "
+            f"candidates ({_cand_list(entry)}); use --force to pin it anyway"
+        )
+    by_kernel = [c for c in entry.candidates if c.kernel == tactic]
+    if len(by_kernel) == 1:
+        return by_kernel[0].tactic, tactic
+    if len(by_kernel) > 1:
+        hashes = ", ".join(f"0x{c.tactic:x}" for c in by_kernel)
+        raise UsageError(
+            f"{where}: kernel {tactic!r} has several tactics ({hashes}); pin one by hash"
+        )
+    kernels = sorted({c.kernel for c in entry.candidates if c.kernel})
+    close = difflib.get_close_matches(tactic, kernels, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise UsageError(
+        f"{where}: no candidate kernel named {tactic!r}; {hint}give a tactic hash "
+        f"(0x...) or one of: {_cand_list(entry)}"
+    )
+
+
+def _cand_list(entry: LayerEntry, limit: int = 6) -> str:
+    items = [f"0x{c.tactic:x}" + (f" {c.kernel}" if c.kernel else "") for c in entry.candidates]
+    more = f", ... {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more if items else "none recorded"
+
+
+@dataclass
+class Change:
+    layer: str
+    key: str
+    old_tactic: int
+    new_tactic: int
+    kernel: str | None
+    pinned: bool
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["old_tactic"] = f"0x{self.old_tactic:x}"
+        d["new_tactic"] = f"0x{self.new_tactic:x}"
+        return d
+
+
+def apply_pins(lock: Lock, sels: list[Selection], force: bool, lock_path: str) -> list[Change]:
+    changes: list[Change] = []
+    for sel in sels:
+        entry = find_entry(lock, sel, lock_path)
+        assert sel.tactic is not None
+        value, kernel = resolve_tactic(entry, sel.tactic, force, lock_path)
+        changes.append(Change(entry.layer, entry.key, entry.tactic, value, kernel, True))
+        entry.tactic, entry.kernel, entry.pinned = value, kernel, True
+    return changes
+
+
+def apply_unpins(lock: Lock, sels: list[Selection], lock_path: str) -> list[Change]:
+    changes: list[Change] = []
+    for sel in sels:
+        entry = find_entry(lock, sel, lock_path)
+        entry.pinned = False
+        changes.append(
+            Change(entry.layer, entry.key, entry.tactic, entry.tactic, entry.kernel, False)
+        )
+    return changes
+
+
+def edit_lock(
+    path: str | Path, tokens: list[str], *, unpin: bool = False, force: bool = False
+) -> list[Change]:
+    """Read-modify-write under an inter-process lock; any error leaves the file as it was."""
+    sels = parse_selections(tokens, need_tactic=not unpin)
+    with exclusive(path):
+        lock = load_lock(path)
+        changes = (
+            apply_unpins(lock, sels, str(path))
+            if unpin
+            else apply_pins(lock, sels, force, str(path))
+        )
+        save_lock(lock, path)
+    return changes
+
+
+def show_rows(lock: Lock) -> list[dict[str, Any]]:
+    return [
+        {
+            "layer": e.layer,
+            "key": e.key,
+            "tactic": f"0x{e.tactic:x}",
+            "kernel": e.kernel,
+            "pinned": e.pinned,
+            "candidates": len(e.candidates),
+        }
+        for e in lock.layers
+    ]

@@ -1,0 +1,228 @@
+"""The canonical form of a lock as YAML events, written by PyYAML's emitter.
+
+The lock's bytes are a contract (reviewed diffs, ``--frozen`` CI checks), so every choice
+PyYAML would otherwise make is fixed here: a string is plain only when it is an
+identifier-like word that no YAML reader could take for anything else, otherwise it is
+double-quoted; hex hashes are always quoted; candidate and plan rows are flow mappings;
+lines never wrap.
+
+Events rather than ``yaml.dump`` and representers: the lock is a fixed shape, and building
+events directly (constant events shared) is several times faster than representing a node
+tree on a 10,000-layer lock, which ``reprobuild pin`` rewrites on every call.
+
+PyYAML's emitters (C and pure) differ from the format as first written in four places,
+restored by ``restyle``: no comments (the header is prepended), block sequences inside a
+mapping are not indented, escapes use YAML's short forms (``\\x01``, ``\\e``, ``\\N``,
+uppercase hex, ``\\U`` for characters beyond U+FFFF) instead of JSON's ``\\u00XX`` forms,
+and keys over 128 characters or with line breaks become ``? key`` complex keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+from yaml import (
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+
+from reprobuild.lock.model import Lock
+
+HEADER = (
+    "# reprobuild lockfile: written by `reprobuild build`, edited with `reprobuild pin`.\n"
+    "# Review changes like code; timings live in the build report, not here.\n"
+)
+WIDTH = 1 << 30  # lines never wrap (libyaml's own "unlimited" is not honoured by pure PyYAML)
+
+_PLAIN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]*")
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "none"}
+
+# Events carry no identity, so constant ones are shared between all places they occur.
+_BLOCK_MAP = MappingStartEvent(None, None, True, flow_style=False)
+_FLOW_MAP = MappingStartEvent(None, None, True, flow_style=True)
+_BLOCK_SEQ = SequenceStartEvent(None, None, True, flow_style=False)
+_FLOW_SEQ = SequenceStartEvent(None, None, True, flow_style=True)
+_MAP_END = MappingEndEvent()
+_SEQ_END = SequenceEndEvent()
+_NULL = ScalarEvent(None, None, (True, False), "null")
+_TRUE = ScalarEvent(None, None, (True, False), "true")
+_FALSE = ScalarEvent(None, None, (True, False), "false")
+_K = {
+    k: ScalarEvent(None, None, (True, False), k)
+    for k in ("layer", "key", "tactic", "kernel", "pinned", "candidates", "layers")
+}
+
+
+def text_event(value: str) -> ScalarEvent:
+    """Plain only for identifier-like words; YAML 1.1 reads 'no', 'on', 'y' as booleans."""
+    if _PLAIN_RE.fullmatch(value) and value.lower() not in _YAML_WORDS:
+        return ScalarEvent(None, None, (True, False), value)
+    return ScalarEvent(None, None, (False, True), value, style='"')
+
+
+def scalar_event(value: Any) -> ScalarEvent:
+    if value is None:
+        return _NULL
+    if isinstance(value, bool):
+        return _TRUE if value else _FALSE
+    if isinstance(value, int):
+        return ScalarEvent(None, None, (True, False), str(value))
+    if isinstance(value, float):
+        if value != value:
+            text = ".nan"
+        elif abs(value) == float("inf"):
+            text = ".inf" if value > 0 else "-.inf"
+        else:
+            text = repr(value)
+            # YAML 1.1 (PyYAML) reads 1e+20 as a string: a float needs its dot.
+            text = text if "." in text else text.replace("e", ".0e", 1)
+        return ScalarEvent(None, None, (True, False), text)
+    return text_event(str(value))
+
+
+def _hex(n: int) -> ScalarEvent:
+    return ScalarEvent(None, None, (False, True), f"0x{n:x}", style='"')
+
+
+def _section(value: dict[str, Any]) -> Iterator[Any]:
+    """A block mapping whose non-empty mappings nest as blocks, lists of rows as block
+    sequences of flow rows, and everything else (scalar lists included) inline."""
+    yield _BLOCK_MAP
+    for k, v in value.items():
+        yield scalar_event(k)
+        if isinstance(v, dict) and v:
+            yield from _section(v)
+        elif isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v):
+            yield _BLOCK_SEQ
+            for item in v:
+                yield from _inline(item)
+            yield _SEQ_END
+        else:
+            yield from _inline(v)
+    yield _MAP_END
+
+
+def _inline(v: Any) -> Iterator[Any]:
+    if isinstance(v, dict):
+        yield _FLOW_MAP
+        for k, x in v.items():
+            yield scalar_event(k)
+            yield from _inline(x)
+        yield _MAP_END
+    elif isinstance(v, list):
+        yield _FLOW_SEQ
+        for x in v:
+            yield from _inline(x)
+        yield _SEQ_END
+    else:
+        yield scalar_event(v)
+
+
+def _layer_events(lock: Lock, out: list[Any]) -> None:
+    """The bulk of a big lock: written flat, with kernel-name events reused."""
+    texts: dict[str | None, ScalarEvent] = {None: _NULL}
+    add = out.append
+    k = _K
+    for e in lock.layers:
+        kernel = texts.get(e.kernel) or texts.setdefault(e.kernel, text_event(e.kernel))
+        out += (_BLOCK_MAP, k["layer"], text_event(e.layer))
+        out += (k["key"], ScalarEvent(None, None, (False, True), e.key, style='"'))
+        out += (k["tactic"], _hex(e.tactic), k["kernel"], kernel)
+        out += (k["pinned"], _TRUE if e.pinned else _FALSE, k["candidates"], _BLOCK_SEQ)
+        for c in e.candidates:
+            ck = texts.get(c.kernel) or texts.setdefault(c.kernel, text_event(c.kernel))
+            out += (_FLOW_MAP, k["tactic"], _hex(c.tactic), k["kernel"], ck, _MAP_END)
+        add(_SEQ_END)
+        add(_MAP_END)
+
+
+def lock_events(lock: Lock) -> list[Any]:
+    """The whole document, in the fixed field order (``lock`` must be canonicalized)."""
+    model: dict[str, Any] = {
+        "path": lock.model.path,
+        "sha256": lock.model.sha256,
+        "external_data": [{"path": f.path, "sha256": f.sha256} for f in lock.model.external_data],
+    }
+    top: dict[str, Any] = {
+        "schema": lock.schema,
+        "model": model,
+        "environment": lock.environment.to_dict(),
+        "settings": lock.settings.to_dict(),
+    }
+    if lock.precision is not None:
+        top["precision"] = lock.precision.to_dict()
+    out: list[Any] = [yaml.StreamStartEvent(), yaml.DocumentStartEvent(explicit=False)]
+    out += list(_section(top))[:-1]  # keep the top mapping open for the layers
+    out += (_K["layers"], _BLOCK_SEQ)
+    _layer_events(lock, out)
+    out += (_SEQ_END, _MAP_END, yaml.DocumentEndEvent(explicit=False), yaml.StreamEndEvent())
+    return out
+
+
+# ------------------------------------------------------------------------- restyling
+
+_ESCAPE_RE = re.compile(r"\\(x[0-9A-F]{2}|u[0-9A-F]{4}|U[0-9A-F]{8}|.)")
+_SHORT_ESCAPES = {
+    "0": "\\u0000",
+    "a": "\\u0007",
+    "v": "\\u000b",
+    "e": "\\u001b",
+    "N": "\\u0085",
+    "_": "\xa0",
+    "L": "\\u2028",
+    "P": "\\u2029",
+}
+_COMPLEX_KEY_RE = re.compile(r"^( *)\? (.*)\n\1: ([A-Za-z_][A-Za-z0-9_]*: )?", re.M)
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    body = m.group(1)
+    if body[0] == "x":
+        return "\\u00" + body[1:].lower()
+    if body[0] == "u":
+        return "\\u" + body[1:].lower()
+    if body[0] == "U":
+        return chr(int(body[1:], 16))
+    return _SHORT_ESCAPES.get(body, m.group(0))
+
+
+def _simple_key(m: re.Match[str]) -> str:
+    indent, key, nested = m.group(1), m.group(2), m.group(3)
+    # A block-mapping value starts on the ': ' line in the complex form.
+    return f"{indent}{key}:\n{indent}  {nested}" if nested else f"{indent}{key}: "
+
+
+def _indent_sequences(text: str) -> str:
+    """Indent every block sequence under its key, as the format always had it.
+
+    Every scalar of the canonical form is on one line (quoted scalars escape line breaks,
+    nothing wraps), so each line is indentation plus content and a line starting with
+    '- ' is a sequence item.
+    """
+    out: list[str] = []
+    open_at: list[int] = []  # indentation of each enclosing (emitted unindented) sequence
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        ind = len(line) - len(body)
+        item = body.startswith("- ")
+        while open_at and (open_at[-1] > ind or (open_at[-1] == ind and not item)):
+            open_at.pop()
+        if item and (not open_at or open_at[-1] != ind):
+            open_at.append(ind)
+        out.append(" " * (ind + 2 * len(open_at)) + body if open_at else line)
+    return "\n".join(out)
+
+
+def restyle(text: str) -> str:
+    """From PyYAML's output to the lock's canonical bytes (see the module docstring)."""
+    if "\\" in text:
+        text = _ESCAPE_RE.sub(_json_escape, text)
+    if "? " in text:
+        text = _COMPLEX_KEY_RE.sub(_simple_key, text)
+    return HEADER + _indent_sequences(text)

@@ -1,0 +1,213 @@
+"""The open blocks of a builder log and how a finished block becomes a record.
+
+``LogParser`` (``parser.py``) recognises lines and moves between states; this base class
+holds that state and turns blocks into ``TacticRecord``s: which candidate was chosen, with
+which kernel and cost, and which format the record reports. The C scanner syncs these
+attributes (``lineno``, ``warnings``, ``warnings_dropped``, ``engine_layers``) back into the
+Python object, so their names are part of its contract.
+"""
+
+from __future__ import annotations
+
+import math
+
+from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.records import Candidate, LogWarning, TacticRecord
+
+MAX_ENGINE_LAYERS = 100_000
+
+
+class RunnerBlock:
+    """A format combination (or reformat) being timed, runner by runner."""
+
+    __slots__ = ("layer", "formats", "line", "kind", "cands", "runner", "fastest", "onnx")
+
+    def __init__(self, layer: str, formats: str | None, line: int, kind: str) -> None:
+        self.layer = layer
+        self.formats = formats
+        self.line = line
+        self.kind = kind  # "runner" or "reformat"
+        self.cands: list[Candidate] = []
+        self.runner: str | None = None
+        self.fastest: list[tuple[str | None, int, float | None]] = []
+        self.onnx: tuple[str, ...] = ()
+
+
+class OpBlock:
+    """An ``Autotuning op`` table (editable cache or Myelin)."""
+
+    __slots__ = ("name", "key", "keyed", "onnx", "line", "cands", "sel", "sel_cost", "written")
+
+    def __init__(
+        self, name: str, key: str | None, keyed: bool, onnx: tuple[str, ...], line: int
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.keyed = keyed
+        self.onnx = onnx
+        self.line = line
+        self.cands: list[Candidate] = []
+        self.sel: int | None = None
+        self.sel_cost: float | None = None
+        self.written: int | None = None
+
+
+class BlockState:
+    """What the parser remembers between lines; records leave through ``_out``."""
+
+    def __init__(self, source: str | None = None, *, max_warnings: int = 10_000) -> None:
+        self.source = source
+        self.lineno = 0
+        self.warnings: list[LogWarning] = []
+        self.warnings_dropped = 0
+        self.engine_layers: list[EngineLayer] = []
+        self._max_warnings = max_warnings
+        self._out: list[TacticRecord] = []
+        self._blk: RunnerBlock | None = None
+        self._op: OpBlock | None = None
+        self._orphans: list[Candidate] = []
+        self._cur_layer = ""
+        self._set_layer = ""
+        self._meta: tuple[str, tuple[str, ...]] | None = None
+        self._pending: tuple[str, int | None] | None = None
+        self._legacy = False
+        self._layers_open = False
+
+    def _open_implicit(self, layer: str, kind: str = "runner") -> RunnerBlock:
+        """A block whose header was not printed (excerpt starting mid-block)."""
+        layer = layer or self._cur_layer or self._set_layer
+        blk = RunnerBlock(layer, None, self.lineno, kind)
+        blk.cands, self._orphans = self._orphans, []
+        self._attach_meta(blk)
+        self._blk = blk
+        return blk
+
+    def _attach_meta(self, blk: RunnerBlock) -> None:
+        if self._meta is not None and blk.layer and self._meta[0] == blk.layer:
+            blk.onnx = self._meta[1]
+
+    def _flush_blk(self) -> None:
+        """End a block without a ``Chose Runner Type`` line (reformat, or cut off)."""
+        blk = self._blk
+        if blk is None:
+            return
+        self._blk = None
+        if blk.kind == "reformat":
+            chosen, runner = None, None
+            if blk.fastest:
+                best = min(blk.fastest, key=lambda f: math.inf if f[2] is None else f[2])
+                runner, chosen = best[0], best[1]
+            elif blk.cands:
+                best_c = min(blk.cands, key=lambda c: math.inf if c.cost_ms is None else c.cost_ms)
+                runner, chosen = best_c.runner, best_c.tactic_hash
+            if chosen is None:
+                return
+            self._emit_runner_block(blk, chosen, runner)
+        elif blk.cands or blk.fastest:
+            self._emit_runner_block(blk, None, None)
+
+    def _emit_runner_block(self, blk: RunnerBlock, chosen: int | None, runner: str | None) -> None:
+        layer = blk.layer or self._set_layer
+        if not layer:
+            return  # nothing to identify it by (excerpt without any layer name)
+        kernel = cost = None
+        if chosen is not None:
+            match = None
+            for c in blk.cands:
+                if c.tactic_hash == chosen and c.runner == runner:
+                    match = c
+                    break
+            if match is None:
+                match = next((c for c in blk.cands if c.tactic_hash == chosen), None)
+            if match is not None:
+                kernel, cost = match.kernel, match.cost_ms
+            if cost is None:
+                cost = next((f[2] for f in blk.fastest if f[1] == chosen), None)
+        if blk.kind == "reformat":
+            fmt = "reformat"
+        else:
+            fmt = "legacy" if self._legacy else "runner"
+        self._emit(
+            TacticRecord(
+                layer=layer,
+                key=None,
+                onnx_layers=blk.onnx,
+                candidates=blk.cands,
+                chosen=chosen,
+                chosen_kernel=kernel,
+                chosen_cost_ms=cost,
+                from_cache=False,
+                runner=runner,
+                line=blk.line,
+                format=fmt,
+                formats=blk.formats,
+            )
+        )
+
+    def _flush_op(self) -> None:
+        op = self._op
+        if op is None:
+            return
+        self._op = None
+        if op.sel is not None:
+            chosen: int | None = op.sel
+        elif op.written is not None:
+            chosen = op.written
+        elif not op.keyed and op.cands:
+            chosen = op.cands[0].tactic_hash  # sorted table: first row is the fastest
+        else:
+            chosen = None
+        if not op.keyed and chosen is None:
+            return
+        if not op.name and op.key is None:
+            return
+        kernel = None
+        cost = op.sel_cost
+        if chosen is not None:
+            match = next((c for c in op.cands if c.tactic_hash == chosen), None)
+            if match is not None:
+                kernel = match.kernel
+                if cost is None:
+                    cost = match.cost_ms
+        self._emit(
+            TacticRecord(
+                layer=op.name,
+                key=op.key,
+                onnx_layers=op.onnx,
+                candidates=op.cands,
+                chosen=chosen,
+                chosen_kernel=kernel,
+                chosen_cost_ms=cost,
+                from_cache=False,
+                runner=None,
+                line=op.line,
+                format="editable" if op.keyed else "myelin",
+            )
+        )
+
+    def _warn(self, kind: str, message: str) -> None:
+        if len(self.warnings) < self._max_warnings:
+            self.warnings.append(LogWarning(self.lineno, kind, message))
+        else:
+            self.warnings_dropped += 1
+
+    def _add_engine_layer(self, layer: EngineLayer) -> None:
+        if not self._layers_open:
+            self.engine_layers = []
+            self._layers_open = True
+        if len(self.engine_layers) < MAX_ENGINE_LAYERS:
+            self.engine_layers.append(layer)
+
+    def _separator(self) -> None:
+        self._flush_op()
+        self._flush_blk()
+        self._orphans.clear()
+        self._cur_layer = ""
+        self._set_layer = ""
+        self._meta = None
+        self._pending = None
+        self._legacy = False
+
+    def _emit(self, rec: TacticRecord) -> None:
+        self._out.append(rec)
+        self._layers_open = False

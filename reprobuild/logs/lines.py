@@ -1,0 +1,346 @@
+"""How the lines of a builder log are recognised: patterns and stateless line readers.
+
+Everything here looks at one line and knows nothing of the blocks around it; the state
+machine in ``parser.py`` decides what a recognised line means. ASCII semantics throughout
+(``\\s``, ``\\d``, case folding, and ``WS`` for stripping), so that the C scanner
+(``_logscan.c``), which reads the frequent lines itself and calls the readers at the end of
+this module for the rare ones, agrees with the Python parser on every byte; TensorRT prints
+its own whitespace and digits in ASCII anyway. Patterns run only on lines that passed a
+cheaper substring check.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.values import split_onnx_layers, tactic_to_int, tactic_token, to_float
+
+WS = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes, restricted to ASCII
+
+
+def _rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags | re.ASCII)
+
+
+WORD = _rx(r"[^ \t\n\r\x0b\x0c\x1c-\x1f]+")
+
+_PREFIX = _rx(
+    r"""^\s*(?:
+        \[[^\[\]\n]*\]\s*                                   # [ts] [V] [TRT] [TensorRT] ...
+      | (?:VERBOSE|INFO|WARNING|WARN|ERROR|DEBUG|INTERNAL_ERROR|
+           Verbose|Info|Warning|Error|Debug)(?:\s+TRT)?:\s*  # [TensorRT] VERBOSE: / WARN TRT:
+      | \(foreignNode\)\s*                                  # Myelin sub-lines
+      | \d{4}-\d\d-\d\d[ T][0-9:.+\-]+:?\s+                 # 2023-01-11 13:19:51-0600:
+      | TensorRT\ backend:\s*                               # KataGo
+    )*""",
+    re.X,
+)
+CAND = _rx(
+    r"(?:Tactic Name: (?P<k>.+?) )?Tactic: (?P<tac>0x[0-9a-fA-F]+|-?[0-9]+) "
+    r"(?:Time|time):?\s*(?P<time>[^\s,]+)"
+)
+FASTEST_TAIL = _rx(r"Fastest Tactic: (?P<tac>[^\s,]+)\s+Time:?\s*(?P<time>[^\s,]+)")
+PROFILED = _rx(r"(?P<layer>.*) \((?P<runner>[^()]*)\) profiling completed")
+CHOSE = _rx(r"Chose Runner Type: (?P<runner>.+?) Tactic: (?P<tac>[^\s,]+)")
+SET_TACTIC = _rx(
+    r"(?P<layer>.*?)\s*(?:\((?P<src>[^()]*)\)\s*)?Set Tactic Name: (?P<k>.*?)"
+    r"(?: Tactic: (?P<tac>[^\s,]+))?\s*$"
+)
+RUNNER_TAIL = _rx(r"(?P<layer>.*) \((?P<runner>[^()]*)\)\s*$")
+_OP_KEYED = _rx(r"(?P<name>.*)\(key: (?P<key>[^)]*)\)\s*:?\s*(?P<rest>.*)$")
+_KEY32 = _rx(r"0[xX][0-9a-fA-F]{32}")
+_KEY_IN = _rx(r"\s*\(key: (?P<key>0[xX][0-9a-fA-F]{32})\)\s*")
+SELECTED = _rx(r"\(tactic hash, cost\(in ms\)\):\s*(?P<tac>[^,\s]+)\s*(?:,\s*(?P<time>[^\s,]+))?")
+WRITING = _rx(r"Writing the best tactic \(?(?P<tac>[^)\s]+)")
+_CACHED_TAIL = _rx(
+    r"\s*(?P<runner>[^,]*?)\s*,\s*tactic:?\s*(?P<tac>[^,\s]+)\s*(?:,\s*(?P<time>[^\s,]+))?"
+)
+_LAYER_LINE = _rx(r"Layer\((?P<type>[^)]*)\):\s*(?P<name>.*?)(?:, Tactic: (?P<tac>[^,\s]+)|,|$)")
+_TACTIC_VALUE = _rx(r", TacticValue: (?P<tac>[^,\s]+)")
+FOREIGN_META = _rx(r"ForeignNode (?P<node>.*?) metadata: (?P<md>.*)$")
+
+WARNINGS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (_rx(r"Cache result detected as invalid"), "cache-invalid"),
+    (_rx(r"[Ii]nvalid timing cache"), "cache-invalid"),
+    (_rx(r"timing cache will not be used", re.I), "cache-not-used"),
+    (_rx(r"Could not read (?:timing )?cache", re.I), "cache-not-used"),
+    (_rx(r"[Cc]ache.*Error Code \d+|Error Code \d+.*[Cc]ache"), "cache-error"),
+    (_rx(r"timing cache miss", re.I), "cache-miss"),
+    (_rx(r"Loaded \d+ bytes of (?:the )?timing cache", re.I), "cache-loaded"),
+    (_rx(r"Using existing timing cache", re.I), "cache-loaded"),
+    (_rx(r"Global timing cache in use"), "cache-in-use"),
+    (_rx(r"Local timing cache in use"), "cache-local"),
+    (_rx(r"Serialized \d+ timing cache entries"), "cache-serialized"),
+    (_rx(r"Saved \d+ bytes of timing cache"), "cache-serialized"),
+)
+
+
+def strip_prefix(line: str) -> str:
+    """The message without logger prefixes (``[ts] [V] [TRT] ``, ``[TensorRT] VERBOSE: `` ...)."""
+    m = _PREFIX.match(line)
+    return (line[m.end() :] if m else line).strip(WS)
+
+
+def warning_kind(line: str) -> str | None:
+    """The ``LogWarning.kind`` of a timing-cache message, or None for any other line."""
+    for pattern, kind in WARNINGS:
+        if pattern.search(line):
+            return kind
+    return None
+
+
+def layer_line(line: str) -> EngineLayer | None:
+    """``Layer(<Type>): <name>, Tactic: 0x.., <in> -> <out>`` (Engine Layer Information)."""
+    s = strip_prefix(line)
+    if not s.startswith("Layer("):
+        return None
+    m = _LAYER_LINE.match(s)
+    if m is None:
+        return None
+    tac = tactic_to_int(m["tac"]) if m["tac"] else None
+    return EngineLayer(m["name"].strip(WS), m["type"] or None, None, tac)
+
+
+def oneline_layer(line: str) -> EngineLayer | None:
+    """An engine inspector kONELINE line: ``Name: .., LayerType: .., ..``."""
+    s = strip_prefix(line)
+    if not s.startswith("Name: "):
+        return None
+    i = s.find(", LayerType: ")
+    if i < 0:
+        return None
+    name = s[6:i].strip(WS)
+    j = s.find(",", i + 13)
+    layer_type = (s[i + 13 :] if j < 0 else s[i + 13 : j]).strip(WS) or None
+    tactic_name = None
+    k = s.find(", TacticName: ")
+    if k >= 0:
+        e = s.find(",", k + 14)
+        tactic_name = (s[k + 14 :] if e < 0 else s[k + 14 : e]).strip(WS) or None
+    tm = _TACTIC_VALUE.search(s)
+    tac = tactic_to_int(tm["tac"]) if tm is not None else None
+    k = s.find(", Metadata:")
+    md = split_onnx_layers(s[k + 11 :]) if k >= 0 else ()
+    return EngineLayer(name, layer_type, tactic_name, tac, md)
+
+
+class CachedLine(NamedTuple):
+    """``<layer> [<in> -> <out>] got cached result: <Runner>, tactic 0x.., <t> ms``."""
+
+    layer: str
+    key: str | None
+    formats: str | None
+    tactic: int
+    runner: str | None
+    cost_ms: float | None
+
+
+def cached_line(line: str) -> CachedLine | None:
+    """The parts of a ``got cached result`` line, or None when it does not read as one."""
+    s = strip_prefix(line)
+    i = s.find("got cached result")
+    tail = s[i + 17 :].lstrip(":")
+    m = _CACHED_TAIL.match(tail)
+    if m is None:
+        return None
+    tac = tactic_to_int(m["tac"])
+    if tac is None:
+        return None
+    head = s[:i].strip(WS)
+    formats = None
+    if head.endswith("]"):
+        j = head.rfind(" [")
+        if j >= 0:
+            formats, head = head[j + 2 : -1].strip(WS), head[:j].strip(WS)
+    key = None
+    km = _KEY_IN.search(head)
+    if km is not None:
+        key = km["key"].lower()
+        head = (head[: km.start()] + " " + head[km.end() :]).strip(WS)
+    time_text = m["time"]
+    if time_text is not None and time_text.endswith("ms"):
+        time_text = time_text[:-2]
+    return CachedLine(head, key, formats, tac, m["runner"] or None, to_float(time_text))
+
+
+class OpHeader(NamedTuple):
+    """``Autotuning op NAME(key: 0x..):`` (editable cache) or ``NAME: [ONNX Layer: ..]``."""
+
+    name: str
+    key: str | None
+    keyed: bool
+    onnx: tuple[str, ...]
+
+
+def op_header(rest: str) -> OpHeader:
+    """What follows ``Autotuning op ``; a key that is not 32 hex digits is dropped."""
+    rest = rest.strip(WS)
+    key: str | None = None
+    keyed = False
+    m = _OP_KEYED.match(rest)
+    if m is not None:
+        keyed = True
+        name, suffix = m["name"].strip(WS), m["rest"].strip(WS)
+        if _KEY32.fullmatch(m["key"].strip(WS)):
+            key = m["key"].strip(WS).lower()
+    else:
+        p = rest.find(": [")
+        if p >= 0:
+            name, suffix = rest[:p].strip(WS), rest[p + 2 :].strip(WS)
+        else:
+            name, suffix = rest.rstrip(":").strip(WS), ""
+    onnx = split_onnx_layers(suffix) if suffix.startswith("[") else ()
+    return OpHeader(name, key, keyed, onnx)
+
+
+# --- line readers for the C scanner ------------------------------------------------------------
+# The scanner handles the frequent lines itself and calls these for the rare ones whose
+# patterns backtrack, so that both parsers run the very same regular expressions there.
+# Each returns what ``LogParser``'s matching method derives from the line, or None where
+# that method returns False (line not recognised) before changing any state.
+
+
+_SET = "Set Tactic Name: "
+_RS = " \t\n\r\x0b\x0c"  # regex \s with re.ASCII
+
+
+def _set_tactic_split(s: str) -> tuple[int, int] | None:
+    """Where ``SET_TACTIC.match(s)`` ends its lazy layer and finds the literal, without the
+    backtracking (10 us a line): the smallest layer end over every literal, reached through
+    whitespace alone or through whitespace, one ``(<src>)`` group and whitespace."""
+    best = None
+    q = s.find(_SET)
+    while q >= 0:
+        r = q
+        while r > 0 and s[r - 1] in _RS:
+            r -= 1
+        ends = [r]
+        if r > 0 and s[r - 1] == ")":
+            o = s.rfind("(", 0, r - 1)
+            if o >= 0 and ")" not in s[o + 1 : r - 1]:
+                while o > 0 and s[o - 1] in _RS:
+                    o -= 1
+                ends.append(o)
+        for end in ends:
+            if best is None or end < best[0]:
+                best = (end, q)
+        q = s.find(_SET, q + 1)
+    return best
+
+
+def set_tactic_parts(line: str) -> tuple[str | None, str, int | None] | None:
+    """``LogParser._set_tactic``: (layer, or None to keep the last one; kernel; tactic).
+
+    ``SET_TACTIC`` written out: the layer as above; after the literal, the kernel runs to
+    the last `` Tactic: <token>`` that ends the line (bar trailing whitespace), or to the end.
+    """
+    s = strip_prefix(line)
+    split = _set_tactic_split(s)
+    if split is None:
+        return None
+    end, q = split
+    start, stop = q + len(_SET), len(s.rstrip(_RS))
+    kernel_end, tok = stop, None
+    t = s.rfind(" Tactic: ", start, stop)
+    if t >= 0 and stop > t + 9 and not any(c in _RS or c == "," for c in s[t + 9 : stop]):
+        kernel_end, tok = t, s[t + 9 : stop]
+    layer = s[:end]
+    kernel_end = max(kernel_end, start)
+    tac = tactic_to_int(tok) if tok else None
+    return (layer.strip(WS) if layer else None), s[start:kernel_end].strip(WS), tac
+
+
+def cand_parts(line: str) -> tuple[int, bool, str | None, float | None] | None:
+    """The regex end of ``LogParser._tactic_family``: (tactic, hex?, kernel, time)."""
+    m = CAND.search(line)
+    if m is None:
+        return None
+    tac = tactic_token(m["tac"])
+    if tac is None:
+        return None
+    return tac, m["tac"][:2] in ("0x", "0X"), m["k"], to_float(m["time"])
+
+
+def cost_of(tail: str) -> float | None:
+    """The time after `` Time: `` on a candidate line, as the fast path reads it."""
+    try:
+        return float(tail)
+    except ValueError:  # trailing text after the time
+        word = WORD.search(tail)
+        return to_float(word[0]) if word else None
+
+
+def selected_parts(line: str) -> tuple[int, float | None] | None:
+    """``LogParser._selected``: (tactic, cost) of ``The selected tactic is ...``."""
+    m = SELECTED.search(line)
+    if m is None:
+        return None
+    tac = tactic_to_int(m["tac"])
+    return None if tac is None else (tac, to_float(m["time"]))
+
+
+def writing_parts(line: str) -> tuple[int | None] | None:
+    """``Writing the best tactic (0x..)``: (tactic or None,), or None without a match."""
+    m = WRITING.search(line)
+    return None if m is None else (tactic_to_int(m["tac"].rstrip(")")),)
+
+
+def chose_parts(line: str) -> tuple[int, str, bool] | None:
+    """``LogParser._chose``: (tactic, runner, whether the tactic was printed in hex)."""
+    m = CHOSE.search(line)
+    if m is None:
+        return None
+    tac = tactic_to_int(m["tac"])
+    if tac is None:
+        return None
+    return tac, m["runner"].strip(WS), m["tac"][:2] in ("0x", "0X")
+
+
+def _runner_tail(rest: str) -> int:
+    """Where ``RUNNER_TAIL`` puts the `` (`` before the runner in ``rest`` (stripped), or
+    -1: the last ``(`` with no parenthesis after it but the final ``)``, after a space.
+    String methods, not the backtracking pattern: this runs on every ``Timing Runner``."""
+    if not rest.endswith(")"):
+        return -1
+    p = rest.rfind("(", 0, len(rest) - 1)
+    if p < 1 or rest[p - 1] != " " or ")" in rest[p + 1 : -1]:
+        return -1
+    return p - 1
+
+
+def runner_parts(line: str) -> tuple[str, str | None, bool] | None:
+    """``LogParser._timing_runner``: (layer, runner, whether a new block is a reformat)."""
+    i = line.find("Timing Runner: ")
+    if i < 0:
+        return None
+    rest = line[i + 15 :].strip(WS)
+    p = _runner_tail(rest)
+    if p >= 0:
+        layer = rest[:p].strip(WS)
+        runner: str | None = rest[p + 2 : -1].split("[", 1)[0].strip(WS) or None
+    else:
+        layer, runner = rest, None
+    return layer, runner, layer.startswith("Optimizer Reformat")
+
+
+def fastest_parts(line: str) -> tuple[int, float | None, str, str | None] | None:
+    """``LogParser._fastest``: (tactic, time, layer or "", runner or None)."""
+    i = line.find("Fastest Tactic: ")
+    m = FASTEST_TAIL.match(line, i) if i >= 0 else None
+    if m is None:
+        return None
+    tac = tactic_to_int(m["tac"])
+    if tac is None:
+        return None
+    layer, runner = "", None
+    q = line.rfind(") profiling completed", 0, i)
+    while q >= 0:  # PROFILED.search(line, 0, i): the last such group, written out
+        p = line.rfind("(", 0, q)
+        if p >= 1 and line[p - 1] == " " and ")" not in line[p + 1 : q]:
+            layer = strip_prefix(line[: p - 1])
+            runner = line[p + 1 : q].split("[", 1)[0].strip(WS) or None
+            break
+        q = line.rfind(") profiling completed", 0, q + 20)
+    return tac, to_float(m["time"]), layer, runner

@@ -1,0 +1,417 @@
+"""The builder-log state machine: lines in, one ``TacticRecord`` per autotuning decision.
+
+The verbose log is the only place where TensorRT says, per autotuned layer, which tactics it
+timed, how long each took and which one it chose. Every backend reports through these lines,
+so the parser sits on the path of every build and must take whatever a logger produced:
+trtexec, the Python logger, application loggers, excerpts with elisions, interleaved lines
+and binary noise. Unreadable lines are skipped silently.
+
+Line formats (see ``tests/fixtures/trt-logs/INDEX.md`` for real examples):
+
+- ``editable``: 10.8+ with the editable timing cache: ``Autotuning op NAME(key: 0x..):``,
+  a sorted tactic table, ``The selected tactic is (tactic hash, cost(in ms)):0x.., ms`` and
+  ``Writing the best tactic (0x..) to cache``. The reference backend prints this format.
+- ``myelin``: ``(foreignNode) Autotuning op NAME: [ONNX Layer: ..]`` tables without a key
+  or selection line; the table is sorted, so its first row is the choice.
+- ``runner`` (8.6-10.x) and ``legacy`` (7.x-8.5): ``Computing costs for`` /
+  ``Autotuning format combination`` / ``Timing Runner`` / candidate lines / ``Fastest
+  Tactic`` / ``Chose Runner Type``. One record per format combination; the choice is the
+  ``Chose Runner Type`` line, which can differ from the last ``Fastest Tactic`` printed.
+- ``reformat``: ``Autotuning Reformat`` blocks (no ``Chose`` line: the fastest wins).
+- ``cached``: ``<layer> [<in> -> <out>] got cached result: <Runner>, tactic 0x.., <t> ms``.
+
+Lines starting with ``# `` (provenance notes and excerpt separators in fixture files; never
+printed by TensorRT) end any open block, so excerpts of unrelated blocks are not merged.
+
+Memory stays flat: the parser holds only the blocks being read, the engine layers of the
+most recent engine, and at most ``max_warnings`` warnings.
+
+This class is the specification. The C scanner (``_logscan.c``) runs the same machine
+over bytes for whole files and must give identical output (``tests/logs/test_logscan.py``);
+it reads and writes this object's attributes, so their names are part of that contract.
+"""
+
+from __future__ import annotations
+
+from reprobuild.logs.blocks import BlockState, OpBlock, RunnerBlock
+from reprobuild.logs.lines import (
+    CAND,
+    CHOSE,
+    FASTEST_TAIL,
+    FOREIGN_META,
+    PROFILED,
+    RUNNER_TAIL,
+    SELECTED,
+    SET_TACTIC,
+    WORD,
+    WRITING,
+    WS,
+    cached_line,
+    layer_line,
+    oneline_layer,
+    op_header,
+    strip_prefix,
+    warning_kind,
+)
+from reprobuild.logs.records import Candidate, TacticRecord
+from reprobuild.logs.values import U64, split_onnx_layers, tactic_to_int, tactic_token, to_float
+
+__all__ = ["LogParser"]
+
+MAX_CANDIDATES = 100_000  # per block; real blocks hold a few hundred
+MAX_ORPHANS = 4096  # candidate lines seen outside any block (excerpts starting mid-block)
+
+
+class LogParser(BlockState):
+    """Incremental parser: ``feed`` one line at a time, ``finish`` at the end.
+
+    ``feed`` returns the records that the line completed, so a logger callback can forward
+    records while the build is still running. ``warnings`` and ``engine_layers`` (the layers
+    of the most recently printed engine) are filled as lines arrive.
+    """
+
+    # -- public -------------------------------------------------------------------------
+
+    def feed(self, line: str) -> list[TacticRecord]:
+        """Parse one log line (a trailing newline is ignored; embedded ones split it)."""
+        if line.endswith("\n"):
+            line = line[:-1]
+        if "\n" in line:
+            for part in line.split("\n"):
+                self._line(part)
+        else:
+            self._line(line)
+        out, self._out = self._out, []
+        return out
+
+    def finish(self) -> list[TacticRecord]:
+        """End of log: emit blocks still open (e.g. a Myelin table at the very end)."""
+        self._flush_op()
+        self._flush_blk()
+        out, self._out = self._out, []
+        return out
+
+    # -- dispatch -----------------------------------------------------------------------
+
+    def _line(self, line: str) -> None:
+        self.lineno += 1
+        if line[-1:] == "\r":
+            line = line[:-1]
+        if line[:2] == "# ":
+            self._separator()
+            return
+        # Candidate lines dominate verbose logs: they are recognised first and cheaply.
+        if "Tactic" in line and self._tactic_family(line):
+            return
+        if self._op is not None and ", 0x" in line and self._row(line):
+            return
+        if "Autotuning " in line and self._autotuning(line):
+            return
+        if "Timing Runner" in line and self._timing_runner(line):
+            return
+        if "Computing costs for" in line:
+            self._computing_costs(line)
+            return
+        if "ache" in line and self._cache_line(line):
+            return
+        if "(tactic hash" in line:
+            self._selected(line)
+            return
+        if "Layer" in line:
+            self._layer_misc(line)
+
+    def _tactic_family(self, line: str) -> bool:
+        # Fast path for the dominant 8.6+ forms "Tactic Name: K Tactic: 0x.. Time: t" and
+        # "Tactic: 0x.. Time: t"; everything else goes through the regexes below.
+        i = line.find("Tactic: ")
+        if i >= 0:
+            j = line.find(" Time: ", i)
+            if j > 0 and not (i >= 8 and line.startswith("Fastest ", i - 8)):
+                tok = line[i + 8 : j]
+                try:
+                    tac = int(tok, 16) if tok.startswith("0x") else int(tok)
+                except ValueError:
+                    tac = -1
+                if 0 <= tac < U64:
+                    k = line.rfind("Tactic Name: ", 0, i)
+                    kernel = (line[k + 13 : i].strip(WS) or None) if k >= 0 else None
+                    tail = line[j + 7 :]
+                    try:
+                        cost: float | None = float(tail)
+                    except ValueError:  # trailing text after the time
+                        word = WORD.search(tail)
+                        cost = to_float(word[0]) if word else None
+                    blk = self._blk
+                    if blk is not None and self._op is None and self._pending is None:
+                        if tok[1:2] != "x":
+                            self._legacy = True
+                        if len(blk.cands) < MAX_CANDIDATES:
+                            blk.cands.append(Candidate(None, tac, kernel, cost, blk.runner))
+                    else:
+                        self._candidate(tac, tok, kernel, cost)
+                    return True
+        if "Fastest Tactic" in line:
+            return self._fastest(line)
+        if "Chose Runner Type" in line:
+            return self._chose(line)
+        if "Set Tactic Name" in line:
+            return self._set_tactic(line)
+        if "Layer(" in line:
+            return self._layer_line(line)
+        if "LayerType: " in line:
+            return self._oneline(line)
+        m = CAND.search(line)
+        if m is None:
+            return False
+        tac = tactic_token(m["tac"])
+        if tac is None:
+            return False
+        self._candidate(tac, m["tac"], m["k"], to_float(m["time"]))
+        return True
+
+    def _candidate(self, tac: int, tok: str, kernel: str | None, cost: float | None) -> None:
+        if self._op is not None:
+            self._flush_op()
+        pending = self._pending
+        if pending is not None:
+            if kernel is None and (pending[1] is None or pending[1] == tac):
+                kernel = pending[0]
+            self._pending = None
+        if tok[:2] not in ("0x", "0X"):
+            self._legacy = True
+        blk = self._blk
+        cand = Candidate(None, tac, kernel, cost, blk.runner if blk else None)
+        if blk is not None:
+            if len(blk.cands) < MAX_CANDIDATES:
+                blk.cands.append(cand)
+        else:
+            if len(self._orphans) >= MAX_ORPHANS:
+                del self._orphans[: MAX_ORPHANS // 2]
+            self._orphans.append(cand)
+
+    # -- runner / legacy blocks -----------------------------------------------------------
+
+    def _fastest(self, line: str) -> bool:
+        i = line.find("Fastest Tactic: ")
+        m = FASTEST_TAIL.match(line, i) if i >= 0 else None
+        if m is None:
+            return False
+        tac = tactic_to_int(m["tac"])
+        if tac is None:
+            return False
+        self._flush_op()
+        layer, runner = "", None
+        pm = PROFILED.search(line, 0, i)
+        if pm is not None:
+            layer = strip_prefix(pm["layer"])
+            runner = pm["runner"].split("[", 1)[0].strip(WS) or None
+        blk = self._blk if self._blk is not None else self._open_implicit(layer)
+        if layer and not blk.layer:
+            blk.layer = layer
+            self._attach_meta(blk)
+        if runner is None:
+            runner = blk.runner
+        blk.fastest.append((runner, tac, to_float(m["time"])))
+        return True
+
+    def _chose(self, line: str) -> bool:
+        m = CHOSE.search(line)
+        if m is None:
+            return False
+        tac = tactic_to_int(m["tac"])
+        if tac is None:
+            return False
+        self._flush_op()
+        blk = self._blk if self._blk is not None else self._open_implicit("")
+        if m["tac"][:2] not in ("0x", "0X"):
+            self._legacy = True
+        self._blk = None
+        self._emit_runner_block(blk, tac, m["runner"].strip(WS))
+        return True
+
+    def _set_tactic(self, line: str) -> bool:
+        m = SET_TACTIC.match(strip_prefix(line))
+        if m is None:
+            return False
+        self._flush_op()
+        tac = tactic_to_int(m["tac"]) if m["tac"] else None
+        self._pending = (m["k"].strip(WS), tac)
+        if m["layer"]:
+            self._set_layer = m["layer"].strip(WS)
+        self._legacy = True
+        return True
+
+    def _timing_runner(self, line: str) -> bool:
+        i = line.find("Timing Runner: ")
+        if i < 0:
+            return False
+        rest = line[i + 15 :].strip(WS)
+        m = RUNNER_TAIL.match(rest)
+        if m is not None:
+            layer = m["layer"].strip(WS)
+            runner: str | None = m["runner"].split("[", 1)[0].strip(WS) or None
+        else:
+            layer, runner = rest, None
+        self._flush_op()
+        blk = self._blk
+        if blk is None:
+            kind = "reformat" if layer.startswith("Optimizer Reformat") else "runner"
+            blk = self._open_implicit(layer, kind)
+        if not blk.layer:
+            blk.layer = layer
+            self._attach_meta(blk)
+        if blk.kind == "runner" and not self._cur_layer:
+            self._cur_layer = blk.layer
+        blk.runner = runner
+        self._pending = None
+        return True
+
+    def _computing_costs(self, line: str) -> None:
+        name = line[line.find("Computing costs for") + 19 :].strip(WS)
+        self._flush_op()
+        self._flush_blk()
+        self._orphans.clear()
+        self._cur_layer = name
+        self._set_layer = ""
+        self._pending = None
+
+    def _autotuning(self, line: str) -> bool:
+        i = line.find("Autotuning op ")
+        if i >= 0:
+            self._op_header(line[i + 14 :])
+            return True
+        i = line.find("Autotuning format combination")
+        kind = "runner"
+        if i < 0:
+            i = line.find("Autotuning Reformat")
+            if i < 0:
+                return False
+            kind = "reformat"
+            formats = line[i + 19 :]
+        else:
+            formats = line[i + 30 :]
+        formats = formats.strip(WS).lstrip(":").strip(WS).rstrip("*").strip(WS) or None
+        self._flush_op()
+        self._flush_blk()
+        self._orphans.clear()
+        self._pending = None
+        blk = RunnerBlock(self._cur_layer if kind == "runner" else "", formats, self.lineno, kind)
+        self._attach_meta(blk)
+        self._blk = blk
+        return True
+
+    # -- editable / Myelin tables ---------------------------------------------------------
+
+    def _op_header(self, rest: str) -> None:
+        head = op_header(rest)
+        self._flush_op()
+        self._op = OpBlock(head.name, head.key, head.keyed, head.onnx, self.lineno)
+
+    def _row(self, line: str) -> bool:
+        """``<id>, <cost>, <ratio>, <correlation>, <kernel>, 0x<hash>, [<tunable>]``."""
+        h = line.rfind(", 0x")
+        e = line.find(",", h + 2)
+        if e < 0:
+            return False
+        parts = line[:h].rsplit(",", 4)
+        if len(parts) != 5:
+            return False
+        head = parts[0]
+        try:
+            tac = int(line[h + 2 : e], 16)
+            ident = int(head[head.rfind(" ") + 1 :])
+            cost = float(parts[1])
+        except ValueError:
+            return False
+        if not (0 <= tac < U64 and ident >= 0):
+            return False
+        op = self._op
+        if op is not None and len(op.cands) < MAX_CANDIDATES:
+            op.cands.append(Candidate(ident, tac, parts[4].strip(WS) or None, cost, None))
+        return True
+
+    def _selected(self, line: str) -> None:
+        m = SELECTED.search(line)
+        op = self._op
+        if m is None or op is None:
+            return
+        tac = tactic_to_int(m["tac"])
+        if tac is not None:
+            op.sel, op.sel_cost = tac, to_float(m["time"])
+
+    # -- cache lines, warnings, engine layers ---------------------------------------------
+
+    def _cache_line(self, line: str) -> bool:
+        if "got cached result" in line:
+            return self._cached(line)
+        if "Writing the best tactic" in line:
+            m = WRITING.search(line)
+            op = self._op
+            if m is not None and op is not None:
+                op.written = tactic_to_int(m["tac"].rstrip(")"))
+                self._flush_op()
+            return True
+        kind = warning_kind(line)
+        if kind is None:
+            return False
+        self._warn(kind, strip_prefix(line))
+        return True
+
+    def _cached(self, line: str) -> bool:
+        c = cached_line(line)
+        if c is None:
+            return False
+        self._flush_op()
+        self._flush_blk()
+        if not c.layer and c.key is None:
+            return True
+        onnx = self._meta[1] if self._meta is not None and self._meta[0] == c.layer else ()
+        self._emit(
+            TacticRecord(
+                layer=c.layer,
+                key=c.key,
+                onnx_layers=onnx,
+                candidates=[],
+                chosen=c.tactic,
+                chosen_kernel=None,
+                chosen_cost_ms=c.cost_ms,
+                from_cache=True,
+                runner=c.runner,
+                line=self.lineno,
+                format="cached",
+                formats=c.formats,
+            )
+        )
+        return True
+
+    def _layer_misc(self, line: str) -> None:
+        s = strip_prefix(line)
+        if s.startswith("Engine Layer Information") or s == "Layers:":
+            self.engine_layers = []
+            self._layers_open = True
+            return
+        if s.startswith("ForeignNode ") and " metadata: " in s:
+            m = FOREIGN_META.match(s)
+            if m is not None:
+                self._meta = (m["node"].strip(WS), split_onnx_layers(m["md"]))
+                if self._blk is not None:
+                    self._attach_meta(self._blk)
+            return
+        if s.startswith("Layer("):
+            self._layer_line(line)
+        elif s.startswith("Name: "):
+            self._oneline(line)
+
+    def _layer_line(self, line: str) -> bool:
+        layer = layer_line(line)
+        if layer is None:
+            return False
+        self._add_engine_layer(layer)
+        return True
+
+    def _oneline(self, line: str) -> bool:
+        layer = oneline_layer(line)
+        if layer is None:
+            return False
+        self._add_engine_layer(layer)
+        return True

@@ -1,0 +1,201 @@
+"""Reading whole logs: files and byte streams in chunks, by the C scanner or in Python.
+
+``LogParser.feed`` takes lines one at a time (a build's logger callback). Files and pipes
+arrive as bytes cut anywhere, and that is where the speed matters (``reprobuild log`` on a
+multi-GB trtexec log), so ``iter_chunks`` hands them to the optional C scanner
+(``_logscan.c``, built by ``pip install`` where a C compiler exists) and otherwise splits
+and decodes them for the Python parser. Memory stays flat: one read buffer, reused.
+"""
+
+from __future__ import annotations
+
+import codecs
+import itertools
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from reprobuild.errors import LogParseError
+from reprobuild.logs import lines as line_readers
+from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.parser import LogParser
+from reprobuild.logs.records import Candidate, LogWarning, ParseResult, TacticRecord
+from reprobuild.logs.values import split_onnx_layers, tactic_to_int
+
+__all__ = ["iter_chunks", "iter_file", "native_available", "parse_file", "parse_lines"]
+
+_CHUNK = 1 << 17  # bytes per read: small enough that the scanner finds them still in cache
+_MAX_LINE = 1 << 20  # longer lines are truncated (binary noise without newlines)
+
+
+def parse_lines(lines: Iterable[str], parser: LogParser | None = None) -> Iterator[TacticRecord]:
+    """Records from lines captured in memory or a pipe, yielded as their blocks complete."""
+    p = parser if parser is not None else LogParser()
+    for line in lines:
+        if isinstance(line, bytes | bytearray):
+            line = bytes(line).decode("utf-8", errors="replace")
+        out = p.feed(line)
+        if out:
+            yield from out
+    yield from p.finish()
+
+
+def _read_raw(path: str | os.PathLike[str]) -> Iterator[memoryview]:
+    """A log file in fixed-size chunks (valid until the next one); unreadable files raise
+    ``LogParseError``."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; generator owns it
+    except OSError as err:
+        raise LogParseError(
+            f"{path}: cannot read the log ({err.strerror or err}); "
+            "pass the path of a verbose builder log"
+        ) from None
+    # One buffer, refilled: consumers (the scanner, the incremental decoder) copy what
+    # they keep, and fresh 1 MiB objects per read cost page faults on multi-GB logs.
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with fh:
+        while True:
+            try:
+                n = fh.readinto(buf)
+            except OSError as err:
+                raise LogParseError(
+                    f"{path}: read failed ({err.strerror or err}); check the file"
+                ) from None
+            if not n:
+                return
+            yield view[:n]
+
+
+def _split_chunks(chunks: Iterable[bytes]) -> Iterator[list[str]]:
+    """Lists of lines, decoded as UTF-8 (errors replaced), from chunks cut anywhere.
+
+    Splits on ``\\n`` only: ``str.splitlines`` would also split on ``\\x1e``/``\\x1f``,
+    which TensorRT uses *inside* lines to separate ONNX layer names.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    carry = ""
+    for chunk in chunks:
+        parts = (carry + decoder.decode(chunk)).split("\n")
+        carry = parts.pop()
+        if len(carry) > _MAX_LINE:
+            carry = carry[:_MAX_LINE]
+        yield parts
+    carry += decoder.decode(b"", final=True)
+    if carry:
+        yield [carry]
+
+
+def native_available() -> bool:
+    """Whether the C scanner (``reprobuild.logs._logscan``) was built for this interpreter."""
+    return _native_module() is not None
+
+
+def _native_module() -> Any:
+    try:
+        from reprobuild.logs import _logscan  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _logscan
+
+
+def _native_scanner(parser: LogParser) -> Any:
+    mod = _native_module()
+    if mod is None:
+        return None
+    # What the scanner calls, in the order of _logscan.c's H_* enum: the classes it makes,
+    # and the Python readers of lines it leaves to Python.
+    hooks = (
+        Candidate,
+        TacticRecord,
+        LogWarning,
+        EngineLayer,
+        split_onnx_layers,
+        tactic_to_int,
+        line_readers.cost_of,
+        line_readers.fastest_parts,
+        line_readers.chose_parts,
+        line_readers.runner_parts,
+        line_readers.set_tactic_parts,
+        line_readers.cand_parts,
+        line_readers.op_header,
+        line_readers.selected_parts,
+        line_readers.writing_parts,
+        line_readers.cached_line,
+    )
+    return mod.Scanner(parser, hooks, parser._max_warnings)
+
+
+def iter_chunks(
+    chunks: Iterable[bytes], parser: LogParser | None = None, *, native: bool | None = None
+) -> Iterator[TacticRecord]:
+    """Stream the records of a log given as byte chunks cut anywhere (a file, a pipe).
+
+    ``native`` picks the implementation: True requires the C scanner, False forces the
+    pure-Python parser (for tests and for telling a parser bug from a scanner bug), None
+    (default) uses the C scanner when it was built. Both give the same records, warnings
+    and engine layers (tests/logs/test_logscan.py holds them to that).
+    """
+    p = parser if parser is not None else LogParser()
+    scanner = None
+    fresh = not (p.lineno or p._out or p._blk is not None or p._op is not None)
+    if native is not False and fresh:
+        scanner = _native_scanner(p)
+    if native and scanner is None:
+        if not fresh:
+            raise LogParseError(
+                "native=True needs a fresh LogParser: this one was already fed lines, and "
+                "its state lives in Python; pass a new LogParser or native=None"
+            )
+        raise LogParseError(
+            "the native log scanner is not available: reinstall reprobuild where a C "
+            "compiler is present, or pass native=None to fall back to the Python parser"
+        )
+    if scanner is not None:
+        # Records flow from the scanner's lists through C-level iterators: no Python frame
+        # is resumed per record.
+        return itertools.chain(
+            itertools.chain.from_iterable(map(scanner.feed, chunks)), _finish(scanner)
+        )
+    return _iter_python(chunks, p)
+
+
+def _finish(scanner: Any) -> Iterator[TacticRecord]:
+    yield from scanner.finish()
+
+
+def _iter_python(chunks: Iterable[bytes], p: LogParser) -> Iterator[TacticRecord]:
+    line_fn = p._line
+    for lines in _split_chunks(chunks):
+        for line in lines:
+            line_fn(line)
+            if p._out:
+                out, p._out = p._out, []
+                yield from out
+    yield from p.finish()
+
+
+def iter_file(
+    path: str | os.PathLike[str], parser: LogParser | None = None, *, native: bool | None = None
+) -> Iterator[TacticRecord]:
+    """Stream the records of a log file; pass ``parser`` to read its warnings afterwards.
+
+    An unreadable file raises ``LogParseError``; unreadable lines are skipped.
+    """
+    p = parser if parser is not None else LogParser(source=str(path))
+    return iter_chunks(_read_raw(path), p, native=native)
+
+
+def parse_file(path: str | os.PathLike[str], *, native: bool | None = None) -> ParseResult:
+    """All records of a log file in a list (use ``iter_file`` for multi-GB logs)."""
+    parser = LogParser(source=str(path))
+    records = list(iter_file(path, parser, native=native))
+    return ParseResult(
+        records=records,
+        warnings=parser.warnings,
+        engine_layers=parser.engine_layers,
+        source=str(Path(path)),
+        lines=parser.lineno,
+        warnings_dropped=parser.warnings_dropped,
+    )

@@ -1,0 +1,68 @@
+"""Strongly typed mixed precision on the CPU: decide a plan by rules, then apply it verbatim.
+
+TensorRT 11 takes every layer's precision from the ONNX graph, so "build in FP16" now means
+"rewrite the graph": Cast nodes at precision boundaries and FP16/BF16 tensor types. Deciding
+*which* nodes may run in low precision needs measurements (output magnitudes), and those
+depend on calibration inputs; a reproducible build must therefore never re-decide. Hence two
+separate steps: :func:`rules.derive_plan` (rules + ONNX Runtime measurements -> a
+``PrecisionPlan`` stored in the lock) and :func:`apply.apply_plan` (a pure graph rewrite
+that follows the plan and nothing else).
+
+One job per module, each importing only those above it:
+
+- :mod:`.ops`: element types and the op sets the rules treat specially (no imports);
+- :mod:`.options`: checking the user's options before any model work;
+- :mod:`.report`: plan diffs and the ``show --precision`` table (no numpy/onnx);
+- :mod:`.analysis`: node keys, inferred types and shapes, reduction depths;
+- :mod:`.calibration`: seeded, ``.npz`` and Polygraphy JSON inputs (never unpickled);
+- :mod:`.measure`: the ONNX Runtime session helper, running a model, the FP16 error figure;
+- :mod:`.rules`: deriving a plan (the rules are documented there) and matching it to a graph;
+- :mod:`.apply`: the graph rewrite (Cast insertion).
+
+Importing this package loads nothing heavy; the names below resolve on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# compat: trimmed at integration
+# Names the rest of the code base still reads as ``reprobuild.precision.NAME``; each maps to
+# the module that owns it and is imported on first access, so ``reprobuild pin`` and
+# ``--help`` never load numpy, onnx or onnxruntime.
+_COMPAT = {
+    "validate_options": "options",
+    "load_calibration": "calibration",
+    "derive_plan": "rules",
+    "observe_plan": "rules",
+    "apply_plan": "apply",
+    "plan_error": "measure",
+    "run_model": "measure",
+    "ort_session": "measure",
+    "diff_plans": "report",
+    "format_plan_table": "report",
+    "node_keys": "analysis",
+    "reduction_depth": "analysis",
+    "MATRIX_OPS": "ops",
+    "UNSUPPORTED_OPS": "ops",
+    "CONSTANT_FOLLOW_OPS": "ops",
+}
+
+__all__ = sorted(_COMPAT)
+
+
+def __getattr__(name: str) -> Any:
+    module = _COMPAT.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_COMPAT])
+
+
+# end compat

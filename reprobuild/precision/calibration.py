@@ -1,0 +1,160 @@
+"""Calibration and reference inputs: seeded, ``.npz`` or Polygraphy ``--save-inputs`` JSON.
+
+Nothing is ever unpickled. Polygraphy's own reader (``polygraphy.json.load_json``) is not
+used: it decodes whatever type a file's ``polygraphy_class`` marker names, and for
+``torch.Tensor`` that is ``torch.load`` (a restricted unpickler) whenever torch is
+installed. The small reader here accepts only base64 ``np.save`` arrays, loaded with
+``allow_pickle=False``, and keeps ``polygraphy`` out of the core dependencies.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+from typing import Any
+
+import numpy as np
+import onnx
+
+from reprobuild.errors import UsageError
+from reprobuild.precision.analysis import np_dtype, real_inputs
+
+
+def load_calibration(
+    path: str | None, model: onnx.ModelProto, seed: int = 0
+) -> tuple[dict[str, np.ndarray], str]:
+    """Feeds for the magnitude measurement, and how to name them in the plan.
+
+    With no file: seeded inputs (float uniform in [0, 1), integers in {0, 1}, bools random;
+    dynamic dims 1) described as ``seeded:<seed>``. With a ``.npz`` file or a Polygraphy
+    ``--save-inputs`` JSON file (first feed dict): ``sha256:<hex of the file> (<name>)``, so
+    the plan records exactly which data decided the magnitude rule.
+    """
+    inputs = real_inputs(model)
+    if path is None:
+        return _seeded(inputs, seed), f"seeded:{seed}"
+    try:
+        data = open(path, "rb").read()  # noqa: SIM115 - read once, hashed and parsed
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: no such calibration file; pass an existing .npz or Polygraphy JSON file"
+        ) from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the calibration file ({err.strerror})") from None
+    lower = path.lower()
+    if lower.endswith(".npz"):
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+                feeds = {k: np.asarray(npz[k]) for k in npz.files}
+        except Exception as err:  # noqa: BLE001 - any decoding problem is bad input
+            raise UsageError(
+                f"{path}: not a readable .npz archive ({err}); save it with numpy.savez"
+            ) from None
+    elif lower.endswith(".json"):
+        feeds = _load_polygraphy_json(path, data)
+    else:
+        raise UsageError(
+            f"{path}: unknown calibration format; use a .npz file (numpy.savez) or a "
+            "Polygraphy --save-inputs .json file"
+        )
+    check_feeds(path, feeds, inputs)
+    digest = hashlib.sha256(data).hexdigest()
+    return feeds, f"sha256:{digest} ({os.path.basename(path)})"
+
+
+def _seeded(inputs: list[onnx.ValueInfoProto], seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for vi in inputs:
+        tt = vi.type.tensor_type
+        dtype = np_dtype(tt.elem_type)
+        shape = tuple(
+            d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim
+        )
+        if dtype == np.bool_:
+            arr = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif np.issubdtype(dtype, np.integer):
+            arr = rng.integers(0, 2, size=shape).astype(dtype)
+        else:
+            arr = rng.random(shape, dtype=np.float64).astype(dtype)
+        feeds[vi.name] = arr
+    return feeds
+
+
+def _load_polygraphy_json(path: str, data: bytes) -> dict[str, np.ndarray]:
+    """Polygraphy's saved inputs: a list of feed dicts; arrays are base64 ``np.save`` bytes."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise UsageError(f"{path}: not valid JSON ({err}); pass Polygraphy saved inputs") from None
+    if isinstance(doc, list):
+        if not doc:
+            raise UsageError(f"{path}: the input list is empty; save at least one feed")
+        doc = doc[0]
+    if not isinstance(doc, dict):
+        raise UsageError(
+            f"{path}: expected a list of {{input name: array}} feeds (Polygraphy "
+            "--save-inputs format)"
+        )
+    feeds: dict[str, np.ndarray] = {}
+    for name, value in doc.items():
+        if not isinstance(value, dict) or not isinstance(value.get("array"), str):
+            raise UsageError(
+                f"{path}: input {name!r} is not a Polygraphy-encoded array; re-save the "
+                "inputs with `polygraphy run --save-inputs`"
+            )
+        try:
+            raw = base64.b64decode(value["array"].encode(), validate=True)
+            loaded = np.load(io.BytesIO(raw), allow_pickle=False)
+            if not isinstance(loaded, np.ndarray):  # older Polygraphy: an NPZ archive
+                with loaded as npz:
+                    loaded = np.asarray(npz[npz.files[0]])
+        except Exception as err:  # noqa: BLE001 - any decoding problem is bad input
+            raise UsageError(
+                f"{path}: input {name!r} cannot be decoded ({err}); re-save the inputs"
+            ) from None
+        feeds[str(name)] = loaded
+    return feeds
+
+
+def check_feeds(where: str, feeds: dict[str, Any], inputs: list[onnx.ValueInfoProto]) -> None:
+    """Every model input present with the model's dtype and static dims, and nothing else."""
+    expected = {vi.name: vi for vi in inputs}
+    missing = [n for n in expected if n not in feeds]
+    if missing:
+        raise UsageError(
+            f"{where}: no data for model input {missing[0]!r}; provide every input "
+            f"({', '.join(sorted(expected))})"
+        )
+    extra = sorted(n for n in feeds if n not in expected)
+    if extra:
+        raise UsageError(
+            f"{where}: {extra[0]!r} is not an input of the model; its inputs are "
+            f"{', '.join(sorted(expected))}"
+        )
+    for name, vi in expected.items():
+        arr = feeds[name]
+        tt = vi.type.tensor_type
+        if not isinstance(arr, np.ndarray):
+            raise UsageError(f"{where}: input {name!r} is not an array")
+        want = np_dtype(tt.elem_type) if tt.elem_type else arr.dtype
+        if arr.dtype != want:
+            raise UsageError(
+                f"{where}: input {name!r} has dtype {arr.dtype} but the model expects {want}; "
+                f"save it as {want}"
+            )
+        dims = list(tt.shape.dim) if tt.HasField("shape") else None
+        if dims is not None:
+            bad = len(dims) != arr.ndim or any(
+                d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != s
+                for d, s in zip(dims, arr.shape, strict=False)
+            )
+            if bad:
+                want_shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+                raise UsageError(
+                    f"{where}: input {name!r} has shape {list(arr.shape)} but the model "
+                    f"expects {want_shape}; save data of that shape"
+                )

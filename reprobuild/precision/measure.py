@@ -1,0 +1,183 @@
+"""Running models on the CPU: the one ONNX Runtime session helper and what is measured with it.
+
+Every session here disables ONNX Runtime's graph optimizations, so what is measured is the
+graph's own ops (nothing fused away) and the figures do not change with ORT's optimizer.
+``onnxruntime`` is imported when a session is made, never at import time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from reprobuild.errors import UsageError
+from reprobuild.precision.analysis import Analysis, np_dtype, real_inputs, round_to
+from reprobuild.precision.ops import BFLOAT16, FLOAT16
+
+_MEASURE_BUDGET_BYTES = 512 * 1024 * 1024  # per ONNX Runtime run while measuring
+_UNKNOWN_TENSOR_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What the magnitude and reduction-depth rules read from one tensor."""
+
+    shape: tuple[int, ...]
+    max_abs: float  # inf when any value is NaN or Inf; 0.0 for non-float tensors
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def ort_session(model: bytes | str | os.PathLike[str], what: str) -> Any:
+    """A CPU ``InferenceSession`` with graph optimizations off; a load failure is exit 2.
+
+    ``model`` is serialized model bytes or a path; ``what`` names it in the error message.
+    """
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    src = model if isinstance(model, bytes) else os.fspath(model)
+    try:
+        return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 - ORT raises several unrelated types
+        raise UsageError(
+            f"ONNX Runtime cannot load the {what} on the CPU ({_first_line(err)[:300]}); check "
+            "the model with onnx.checker"
+        ) from None
+
+
+def _tensor_bytes(an: Analysis, name: str) -> int:
+    shape = an.shapes.get(name)
+    t = an.types.get(name)
+    if shape is None or t is None:
+        return _UNKNOWN_TENSOR_BYTES
+    n = 1
+    for d in shape.dim:
+        if not d.HasField("dim_value"):
+            return _UNKNOWN_TENSOR_BYTES
+        n *= d.dim_value
+    try:
+        return n * np_dtype(t).itemsize
+    except (TypeError, KeyError, ValueError):
+        return _UNKNOWN_TENSOR_BYTES
+
+
+def measure(
+    an: Analysis, feeds: dict[str, np.ndarray], keep: set[str]
+) -> tuple[dict[str, Stat], dict[str, np.ndarray]]:
+    """Shape and max |x| of every node output on ``feeds``; full values only for ``keep``.
+
+    All intermediates become graph outputs (so ONNX Runtime computes exactly the graph's
+    ops, nothing fused away); big models run in several passes to bound memory.
+    """
+    names: list[str] = []
+    seen = set(an.input_names)
+    for info in an.infos:
+        for o in info.node.output:
+            if o and o not in seen:
+                seen.add(o)
+                names.append(o)
+    batches: list[list[str]] = []
+    size = 0
+    for n in names:
+        b = _tensor_bytes(an, n)
+        if not batches or size + b > _MEASURE_BUDGET_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(n)
+        size += b
+    work = onnx.ModelProto()
+    work.CopyFrom(an.model)
+    del work.graph.value_info[:]
+    stats: dict[str, Stat] = {}
+    values: dict[str, np.ndarray] = {}
+    for batch in batches:
+        del work.graph.output[:]
+        for n in batch:
+            work.graph.output.add().name = n
+        sess = ort_session(work.SerializeToString(), "model")
+        try:
+            outs = sess.run(batch, feeds)
+        except Exception as err:  # noqa: BLE001 - ORT raises several unrelated types
+            raise UsageError(
+                f"ONNX Runtime failed to run the model on the calibration inputs "
+                f"({_first_line(err)[:300]}); check that the inputs fit the model"
+            ) from None
+        for n, v in zip(batch, outs, strict=True):
+            if not isinstance(v, np.ndarray):
+                continue
+            mag = 0.0
+            if np.issubdtype(v.dtype, np.floating) and v.size:
+                with np.errstate(all="ignore"):
+                    mag = float(np.max(np.abs(v)))
+                if not math.isfinite(mag):
+                    mag = math.inf
+            stats[n] = Stat(tuple(int(d) for d in v.shape), mag)
+            if n in keep:
+                values[n] = v
+    return stats, values
+
+
+def run_model(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], what: str
+) -> tuple[list[str], list[np.ndarray], str]:
+    """Outputs in ONNX Runtime; the ONNX reference evaluator where ORT has no CPU kernel
+    (bf16 Conv, for one), so every plan can be judged on this machine.
+
+    Float32 feeds for float16/bfloat16 graph inputs are rounded first, so one set of inputs
+    serves the FP32 model and a converted one. Returns the output names, their values and
+    the runtime that produced them (``onnxruntime`` or ``onnx.reference``).
+    """
+    inputs = {vi.name: vi for vi in real_inputs(model)}
+    cast_feeds: dict[str, np.ndarray] = {}
+    for name, arr in feeds.items():
+        t = inputs[name].type.tensor_type.elem_type if name in inputs else 0
+        low_input = t in (FLOAT16, BFLOAT16) and arr.dtype == np.float32
+        cast_feeds[name] = round_to(arr, t) if low_input else arr
+    out_names = [o.name for o in model.graph.output]
+    try:
+        sess = ort_session(model.SerializeToString(), what)
+        return out_names, sess.run(out_names, cast_feeds), "onnxruntime"
+    except Exception as err:  # noqa: BLE001 - fall back only for missing kernels
+        if "NOT_IMPLEMENTED" not in str(err) and "Could not find an implementation" not in str(err):
+            raise
+    from onnx.reference import ReferenceEvaluator
+
+    outs = ReferenceEvaluator(model).run(out_names, cast_feeds)
+    return out_names, [np.asarray(o) for o in outs], "onnx.reference"
+
+
+def plan_error(
+    model_fp32: onnx.ModelProto, model_mixed: onnx.ModelProto, feeds: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """Error of the mixed model's outputs against FP32 (the metric of
+    :mod:`reprobuild.accuracy`), for the build report.
+
+    Caveat: ONNX Runtime's CPU provider has FP16 kernels only for data-movement ops; it runs
+    FP16 Conv/MatMul/Add/... in FP32 between inserted casts. The figure therefore measures
+    FP16 *storage* of weights and activations, not FP16 arithmetic or accumulation (the
+    reference backend's FP16 tactics measure those).
+    """
+    from reprobuild.accuracy import compare_outputs
+
+    names, ref, _ = run_model(model_fp32, feeds, "FP32 model")
+    names2, got, runtime = run_model(model_mixed, feeds, "mixed-precision model")
+    got_by = dict(zip(names2, got, strict=True))
+    missing = [n for n in names if n not in got_by]
+    if missing:
+        raise UsageError(f"the mixed-precision model has no output {missing[0]!r}; re-convert it")
+    try:
+        result = compare_outputs(got_by, dict(zip(names, ref, strict=True)))
+    except ValueError as err:
+        raise UsageError(f"the mixed model's outputs do not match FP32's: {err}") from None
+    return {**result, "runtime": runtime}

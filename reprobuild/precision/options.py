@@ -1,0 +1,91 @@
+"""Checking the user's precision options before any model is loaded.
+
+The CLI calls :func:`validate_options` first so that a typo fails with exit 2 in
+milliseconds, not after a model has been analysed; onnx is imported only to list the known
+op types, and only when ``--keep-fp32-op`` is given.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+
+from reprobuild.errors import UsageError
+from reprobuild.lock.plan import PrecisionSettings
+from reprobuild.precision.ops import LOW_TYPES
+
+_KNOWN_OPS: frozenset[str] | None = None
+
+
+def validate_options(
+    mode: str,
+    keep_fp32: list[str],
+    keep_fp32_ops: list[str],
+    max_output: float,
+    max_reduction_depth: int | None,
+    fp32_accumulate: bool,
+    keep_io_types: bool = True,
+) -> PrecisionSettings:
+    """Check the user's options before any model work, so mistakes fail fast with exit 2."""
+    check_mode(mode)
+    for pattern in keep_fp32:
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise UsageError(
+                f"--keep-fp32 {pattern!r}: bad regular expression ({err}); fix the pattern "
+                "(it is a Python regex matched anywhere in the node name)"
+            ) from None
+    if keep_fp32_ops:
+        known = known_op_types()
+        for op in keep_fp32_ops:
+            if op not in known:
+                close = difflib.get_close_matches(op, sorted(known), n=1)
+                hint = (
+                    f"did you mean {close[0]!r}?" if close else "use an ONNX op type such as MatMul"
+                )
+                raise UsageError(
+                    f"--keep-fp32-op {op!r}: not an ONNX operator type (op types are case "
+                    f"sensitive); {hint}"
+                )
+    if isinstance(max_output, bool) or not isinstance(max_output, (int, float)):
+        raise UsageError(f"--max-output {max_output!r}: expected a number such as 512")
+    if not math.isfinite(max_output) or max_output <= 0:
+        raise UsageError(
+            f"--max-output {max_output}: must be a positive finite number; pass a limit such "
+            "as 512 (outputs with a larger magnitude stay in FP32)"
+        )
+    if max_reduction_depth is not None and (
+        isinstance(max_reduction_depth, bool)
+        or not isinstance(max_reduction_depth, int)
+        or max_reduction_depth < 1
+    ):
+        raise UsageError(
+            f"--max-reduction-depth {max_reduction_depth}: must be a positive integer; pass "
+            "e.g. 4096, or omit it to disable the rule"
+        )
+    return PrecisionSettings(
+        keep_fp32=tuple(keep_fp32),
+        keep_fp32_ops=tuple(keep_fp32_ops),
+        max_output=float(max_output),
+        max_reduction_depth=max_reduction_depth,
+        fp32_accumulate=bool(fp32_accumulate),
+        keep_io_types=bool(keep_io_types),
+    )
+
+
+def check_mode(mode: str) -> None:
+    """One message for an unknown mode, whether it comes from the CLI or the Python API."""
+    if mode not in LOW_TYPES:
+        raise UsageError(f"--precision {mode!r}: unknown precision; use fp16 or bf16")
+
+
+def known_op_types() -> frozenset[str]:
+    """Every op type any ONNX opset defines; cached because listing every schema is slow."""
+    global _KNOWN_OPS
+    if _KNOWN_OPS is None:
+        import onnx
+
+        _KNOWN_OPS = frozenset(s.name for s in onnx.defs.get_all_schemas_with_history())
+    return _KNOWN_OPS

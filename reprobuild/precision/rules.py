@@ -1,0 +1,343 @@
+"""Deciding a precision plan: every node's precision and the rule that decided it.
+
+Deciding needs measurements (output magnitudes on calibration inputs), so it happens once,
+when a plan is recorded; a locked build never re-decides but re-applies the stored plan
+(:mod:`reprobuild.precision.apply`). :func:`match_plan` is the check both sides share: a
+stored plan must name exactly the model's nodes, with the same op types.
+
+Rules (the first that applies decides; documented for ``reprobuild show --precision``):
+
+``unsupported``
+    The node stays as it is. Precision ``other``: it has no float tensor at all, or it is a
+    Cast/CastLike/Shape/Size, which reads its input in whatever float type it arrives (a
+    low-precision value widened to FP32 is exact, so no Cast back is needed). Precision
+    ``fp32``: a float32 node that cannot or should not run in low precision:
+    its op schema (at the model's opset) has no float16/bfloat16 form for its float32 type
+    parameters; its op is in :data:`UNSUPPORTED_OPS` (shape/size, type casts, index outputs,
+    random generators, quantization, control flow); it carries a subgraph; or its op is
+    unknown (custom domains, local functions).
+``observed``
+    A node whose float tensors are already float16/bfloat16/double: recorded as found.
+``constant``
+    A node that only produces or moves constant data (``Constant``, ``ConstantOfShape``, or a
+    data-movement op from :data:`CONSTANT_FOLLOW_OPS` whose inputs are all constant, as in
+    weights built by ``ConstantOfShape -> Unsqueeze``). Such data is a weight, not an
+    activation: it is judged by the consumer's ``initializer-range`` rule, never by
+    ``magnitude``. Unless the ``name`` or ``op`` rule keeps it in FP32, it is stored in low
+    precision when every consumer takes it in low precision, else in FP32.
+``name``
+    A ``--keep-fp32`` regular expression matches the node key (``re.search``: anywhere in
+    the name; anchor with ``^...$`` for a full match).
+``op``
+    The node's op type is listed in ``--keep-fp32-op``.
+``initializer-range``
+    A constant input the node would take in low precision (an initializer, or constant data
+    such as a ``ConstantOfShape`` weight) does not fit the low-precision type: a finite value
+    with magnitude above its largest finite value (FP16 65504, BF16 about 3.39e38), or a
+    nonzero value that rounds to zero *and* is not negligible, i.e. at least the type's
+    epsilon (FP16 2**-10, BF16 2**-7) times the tensor's largest magnitude. (A value below
+    that fraction is already lost when added to the tensor's largest element in that
+    precision, so flushing it changes nothing that matters; a tensor of only tiny values,
+    such as a 1e-8 scale, would become all zeros.)
+``reduction-depth``
+    With ``--max-reduction-depth N``: the node accumulates more than N input elements into
+    one output element, measured on the calibration shapes: MatMul K (A's last dim); Gemm K
+    (A's dim 1, or dim 0 with transA); Conv C_in/group x kernel volume (W.shape[1:]);
+    ConvTranspose C_in/group x kernel volume; ReduceSum/Mean/SumSquare/L1/L2/LogSum/
+    LogSumExp/Prod and GlobalAverage/GlobalLpPool input size / output size; Softmax and
+    LogSoftmax the normalized axis (opset >= 13) or the flattened dims from ``axis`` on
+    (older opsets); AveragePool/LpPool kernel volume; LayerNormalization the dims from
+    ``axis`` on; InstanceNormalization the spatial size; GroupNormalization C/groups x
+    spatial size; MeanVarianceNormalization the product of ``axes``. ReduceMax/Min and other
+    ops accumulate nothing (exact in any precision) and are never kept by this rule.
+``magnitude``
+    On the calibration inputs (ONNX Runtime, CPU, all graph optimizations off, every
+    intermediate exposed as an output), a float32 output the node would produce in low
+    precision has a value with ``|x| > --max-output``, or a NaN/Inf; or a float32 input it
+    would take in low precision exceeds that type's largest finite value (the Cast feeding
+    it would overflow).
+``default``
+    No rule kept it: the node runs in FP16/BF16. With ``--fp32-accumulate``, a converted
+    MatMul/Gemm/Conv/ConvTranspose records ``accumulate: fp32``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from reprobuild.errors import UsageError
+from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
+from reprobuild.precision.analysis import (
+    Analysis,
+    NodeInfo,
+    analyze,
+    check_opset,
+    observed_precision,
+    reduction_depth,
+    round_to,
+)
+from reprobuild.precision.calibration import check_feeds
+from reprobuild.precision.measure import Stat, measure
+from reprobuild.precision.ops import (
+    BFLOAT16,
+    CONSTANT_FOLLOW_OPS,
+    FLOAT,
+    FLOAT16,
+    LOW_EPS,
+    LOW_MAX,
+    LOW_TYPES,
+    MATRIX_OPS,
+    TYPE_AGNOSTIC_INPUT0,
+)
+from reprobuild.precision.options import check_mode
+
+STALE = (
+    "the lock was recorded for a different model; re-record the plan with "
+    "`reprobuild build MODEL --precision ...` after deleting the lock's precision section"
+)
+
+
+def range_problem(arr: np.ndarray, low: int) -> str | None:
+    """Why ``arr`` does not fit ``low`` (see ``initializer-range`` in the module docs)."""
+    a = np.asarray(arr, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        mag = np.abs(a[np.isfinite(a)])
+    if mag.size == 0:
+        return None
+    top = float(mag.max())
+    if top > LOW_MAX[low]:
+        return f"max |w| {top:g} > {LOW_MAX[low]:g}"
+    nonzero = mag[mag > 0]
+    if nonzero.size:
+        flushed = nonzero[round_to(nonzero, low).astype(np.float32) == 0]
+        if flushed.size and float(flushed.max()) >= top * LOW_EPS[low]:
+            return f"{flushed.size} values such as {float(flushed.max()):g} flush to zero"
+    return None
+
+
+@dataclass
+class _Measured:
+    """What the rules read from one calibration run, with fallbacks to feeds and weights."""
+
+    an: Analysis
+    feeds: dict[str, np.ndarray]
+    stats: dict[str, Stat]
+    values: dict[str, np.ndarray]
+
+    def shape_of(self, name: str) -> tuple[int, ...] | None:
+        if name in self.stats:
+            return self.stats[name].shape
+        if name in self.feeds:
+            return tuple(self.feeds[name].shape)
+        if name in self.an.inits:
+            return tuple(int(d) for d in self.an.inits[name].dims)
+        return None
+
+    def const_value(self, name: str) -> np.ndarray | None:
+        if name in self.an.inits:
+            return numpy_helper.to_array(self.an.inits[name])
+        return self.values.get(name)
+
+    def input_max(self, name: str) -> float:
+        if name in self.stats:
+            return self.stats[name].max_abs
+        feeds = self.feeds
+        if name in feeds and feeds[name].size and np.issubdtype(feeds[name].dtype, np.floating):
+            arr = feeds[name]
+            return float(np.abs(arr).max()) if np.isfinite(arr).all() else float("inf")
+        return 0.0
+
+
+def derive_plan(
+    model: onnx.ModelProto,
+    mode: str,
+    settings: PrecisionSettings,
+    feeds: dict[str, np.ndarray],
+    calibration: str,
+) -> PrecisionPlan:
+    """Decide every node's precision by the rules (module docstring); never changes ``model``."""
+    check_mode(mode)
+    low = LOW_TYPES[mode]
+    an = analyze(model)
+    check_opset(an, mode)
+    check_feeds("calibration inputs", feeds, an.real_inputs)
+    patterns = [re.compile(p) for p in settings.keep_fp32]
+
+    conv = [info.convertible(low) for info in an.infos]
+    follow = [
+        info.node.op_type in CONSTANT_FOLLOW_OPS
+        and bool(conv[i])
+        and all(o in an.constant for o in info.node.output if o)
+        for i, info in enumerate(an.infos)
+    ]
+    # constant tensors the initializer-range rule reads that ONNX Runtime must produce
+    keep_values: set[str] = set()
+    for i, info in enumerate(an.infos):
+        if follow[i] or not conv[i]:
+            continue
+        for pos, x in enumerate(info.node.input):
+            if x and x in an.constant and x not in an.inits and info.in_params[pos] in conv[i]:
+                keep_values.add(x)
+    m = _Measured(an, feeds, *measure(an, feeds, keep_values))
+
+    decided: list[tuple[str, str] | None] = [None] * len(an.infos)
+    for i, info in enumerate(an.infos):
+        if not follow[i]:
+            decided[i] = _decide(info, conv[i], mode, low, settings, patterns, m)
+    # constant producers follow their consumers; consumers come later in graph order
+    for i in reversed(range(len(an.infos))):
+        if follow[i]:
+            decided[i] = _decide_constant(an, i, conv, decided, mode, settings, patterns)
+
+    nodes: list[NodePrecision] = []
+    for i, info in enumerate(an.infos):
+        d = decided[i]
+        assert d is not None  # every node is decided by one of the two passes
+        precision, rule = d
+        accumulate = (
+            "fp32"
+            if settings.fp32_accumulate
+            and precision == mode
+            and rule == "default"
+            and info.node.op_type in MATRIX_OPS
+            else None
+        )
+        nodes.append(NodePrecision(info.key, info.node.op_type, precision, rule, accumulate))
+    return PrecisionPlan(mode=mode, settings=settings, calibration=calibration, nodes=nodes)
+
+
+def _decide(
+    info: NodeInfo,
+    conv: frozenset[str],
+    mode: str,
+    low: int,
+    settings: PrecisionSettings,
+    patterns: list[re.Pattern[str]],
+    m: _Measured,
+) -> tuple[str, str]:
+    """(precision, rule) of a node that computes: the first rule that applies decides."""
+    node = info.node
+    an = m.an
+    floats = info.float_types()
+    if not conv:
+        if not info.known_op:
+            obs = observed_precision(info, an.types)
+            return (obs, "observed" if obs in ("fp16", "bf16") else "unsupported")
+        if node.op_type in TYPE_AGNOSTIC_INPUT0:
+            return ("other", "unsupported")  # reads any float type as it comes
+        if FLOAT in floats:
+            return ("fp32", "unsupported")
+        if floats:
+            return (observed_precision(info, an.types), "observed")
+        return ("other", "unsupported")
+    if any(p.search(info.key) for p in patterns):
+        return ("fp32", "name")
+    if node.op_type in settings.keep_fp32_ops:
+        return ("fp32", "op")
+    if any(
+        x
+        and info.in_params[pos] in conv
+        and x in an.constant
+        and an.types.get(x) == FLOAT
+        and (v := m.const_value(x)) is not None
+        and range_problem(v, low) is not None
+        for pos, x in enumerate(node.input)
+    ):
+        return ("fp32", "initializer-range")
+    if settings.max_reduction_depth is not None and (
+        (depth := reduction_depth(node, m.shape_of, an.opsets.get("", 1))) is not None
+        and depth > settings.max_reduction_depth
+    ):
+        return ("fp32", "reduction-depth")
+    if any(
+        o
+        and info.out_params[pos] in conv
+        and o in m.stats
+        and m.stats[o].max_abs > settings.max_output
+        for pos, o in enumerate(node.output)
+    ):
+        return ("fp32", "magnitude")
+    if any(
+        x
+        and info.in_params[pos] in conv
+        and x not in an.constant
+        and an.types.get(x) == FLOAT
+        and m.input_max(x) > LOW_MAX[low]
+        for pos, x in enumerate(node.input)
+    ):
+        # An FP32 value beyond the low-precision range would overflow in the Cast that
+        # feeds this node (inf, then NaN downstream): the node stays in FP32.
+        return ("fp32", "magnitude")
+    return (mode, "default")
+
+
+def _decide_constant(
+    an: Analysis,
+    i: int,
+    conv: list[frozenset[str]],
+    decided: list[tuple[str, str] | None],
+    mode: str,
+    settings: PrecisionSettings,
+    patterns: list[re.Pattern[str]],
+) -> tuple[str, str]:
+    """A constant producer is low precision only when every consumer takes it so."""
+    info = an.infos[i]
+    if any(p.search(info.key) for p in patterns):
+        return ("fp32", "name")
+    if info.node.op_type in settings.keep_fp32_ops:
+        return ("fp32", "op")
+    for o in info.node.output:
+        if not o or an.types.get(o) != FLOAT:
+            continue
+        uses = an.consumers.get(o, [])
+        if not uses or o in an.output_names or o in an.subgraph_refs:
+            return ("fp32", "constant")
+        for j, pos in uses:
+            d = decided[j]
+            if d is None or d[0] != mode or an.infos[j].in_params[pos] not in conv[j]:
+                return ("fp32", "constant")
+    return (mode, "constant")
+
+
+def observe_plan(model: onnx.ModelProto) -> PrecisionPlan | None:
+    """The per-node types of a model that is already mixed precision; None if it is not."""
+    an = analyze(model)
+    low_tensors = any(t in (FLOAT16, BFLOAT16) for t in an.types.values())
+    nodes = [
+        NodePrecision(info.key, info.node.op_type, observed_precision(info, an.types), "observed")
+        for info in an.infos
+    ]
+    if not low_tensors and not any(n.precision in ("fp16", "bf16") for n in nodes):
+        return None
+    return PrecisionPlan(mode="observed", settings=PrecisionSettings(), nodes=nodes)
+
+
+def match_plan(an: Analysis, plan: PrecisionPlan) -> list[NodePrecision]:
+    """The plan's entry for every node in graph order; a plan for another model is exit 2."""
+    by_node = plan.by_node()
+    keys = {info.key for info in an.infos}
+    for n in plan.nodes:
+        if n.node not in keys:
+            raise UsageError(
+                f"the precision plan names node {n.node!r}, which is not in the model: {STALE}"
+            )
+    out: list[NodePrecision] = []
+    for info in an.infos:
+        entry = by_node.get(info.key)
+        if entry is None:
+            raise UsageError(
+                f"model node {info.key!r} ({info.node.op_type}) is missing from the precision "
+                f"plan: {STALE}"
+            )
+        if entry.op != info.node.op_type:
+            raise UsageError(
+                f"node {info.key!r} is a {info.node.op_type} in the model but a {entry.op} in "
+                f"the precision plan: {STALE}"
+            )
+        out.append(entry)
+    return out

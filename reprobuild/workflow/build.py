@@ -1,0 +1,355 @@
+"""``build``: record a lock, or build from one and prove nothing drifted.
+
+Without a lock every candidate is timed and the choices are written down. With one, the
+recording cache gets every locked tactic through ``update()``, the pinned build runs, and
+the cache map and engine kernels must equal the lock (see :mod:`.pinned`). A build writes
+all of its outputs (lock, engine, report) only after every check passed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprobuild.backends.base import Backend, BuildOutput
+from reprobuild.errors import DriftError, EnvironmentMismatch, ReprobuildError, UsageError
+from reprobuild.events import Progress, Step, quiet
+from reprobuild.fileio import sha256_file
+from reprobuild.lock.model import DEFAULT_LOCK, Lock, ModelInfo
+from reprobuild.lock.yamlio import load_lock, save_lock
+from reprobuild.types import BuildSettings
+from reprobuild.workflow.context import (
+    announce_backend,
+    check_backend,
+    check_lock_matches,
+    model_info,
+    resolve_backend,
+)
+from reprobuild.workflow.pinned import (
+    entries_from_records,
+    pinned_build,
+    recording_cache,
+    run_build,
+)
+from reprobuild.workflow.prepare import PrecisionRequest, prepare_model
+
+__all__ = ["BuildResult", "PrecisionRequest", "build"]
+
+_WORRYING = {"cache-not-used", "cache-invalid", "cache-error", "cache-miss"}
+"""Log-message kinds that deserve a warning; the rest stay in the report's log_messages."""
+
+
+@dataclass
+class BuildResult:
+    """What ``reprobuild build`` did, as plain data (the CLI only prints it).
+
+    ``warnings`` are the workflow's own; ``log_warnings`` are worrying builder log lines. JSON
+    lists both under ``warnings``, as it always has.
+    """
+
+    engine_path: str | None
+    lock_path: str
+    report_path: str | None
+    backend: str
+    environment: dict[str, Any]
+    recorded: bool  # a recording build chose the tactics (no lock, or re-recorded)
+    lock_written: bool
+    lock_changes: list[str]
+    layers: int
+    pinned: int
+    cache_hits: int
+    timed: int
+    duration_s: float
+    tactic_map: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+    precision: dict[str, Any] | None = None
+    log_warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["tactic_map"] = {k: f"0x{v:x}" for k, v in sorted(self.tactic_map.items())}
+        d["warnings"] = self.warnings + d.pop("log_warnings")
+        return d
+
+
+@dataclass
+class _Built:
+    """One build's product before anything is written."""
+
+    lock: Lock
+    output: BuildOutput
+    records: list[Any]
+    log_warnings: list[Any]
+    cache_hits: int
+    timed: int
+    recorded: bool
+    changes: list[str]
+
+
+def build(
+    model: str | os.PathLike[str],
+    *,
+    lock: str | os.PathLike[str] = DEFAULT_LOCK,
+    out: str | os.PathLike[str] | None = None,
+    backend: str | Backend = "auto",
+    settings: BuildSettings | None = None,
+    frozen: bool = False,
+    cache_dir: str | os.PathLike[str] = "caches",
+    allow_env_change: bool = False,
+    report: str | os.PathLike[str] | None = None,
+    precision: PrecisionRequest | None = None,
+    progress: Progress = quiet,
+) -> BuildResult:
+    """Build ``model`` reproducibly. See the module docstring for the locked flow."""
+    from reprobuild.cachedir import cache_path
+
+    t0 = time.perf_counter()
+    model_path = Path(model)
+    if not model_path.is_file():
+        raise UsageError(f"{model_path}: no such model file; check the path")
+    lock_path = Path(lock)
+    be = resolve_backend(backend)
+    env = be.environment()
+    warnings: list[str] = []
+    announce_backend(backend, be, progress)
+
+    info = model_info(model_path, lock_path.parent)
+    existing = load_lock(lock_path) if lock_path.exists() else None
+    if existing is None and frozen:
+        raise UsageError(
+            f"{lock_path}: no lock to build from; --frozen never creates one "
+            "(run once without --frozen)"
+        )
+    rerecord = False
+    if existing is not None:
+        settings = settings or existing.settings
+        rerecord = _check_existing(
+            existing, lock_path, info, settings, be, allow_env_change, frozen, warnings
+        )
+    settings = settings or BuildSettings()
+    be.check_settings(settings)
+
+    with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp:
+        built_model, plan, notes = prepare_model(
+            model_path, existing, precision, frozen, Path(tmp), lock_path
+        )
+        warnings += notes
+        precision_error = None
+        if built_model != model_path:
+            progress(Step("measuring the precision plan's error against FP32 (ONNX Runtime)"))
+            precision_error = _plan_error(model_path, built_model)
+        built_sha = info.sha256 if built_model == model_path else sha256_file(built_model)
+        cfile = cache_path(cache_dir, env, settings, built_sha)
+        if existing is None or rerecord:
+            fresh = Lock(info, env, settings, [], plan)
+            done = _record(be, built_model, fresh, cfile, progress, warnings)
+            if rerecord and existing is not None:
+                lost = [e.layer for e in existing.layers if e.pinned]
+                if lost:
+                    warnings.append(f"pins not carried to the new environment: {', '.join(lost)}")
+        else:
+            done = _locked(
+                existing, be, built_model, settings, cfile, progress, warnings, frozen, lock_path
+            )
+            if existing.precision is None and plan is not None:
+                if frozen:
+                    raise DriftError(
+                        f"{lock_path}: the lock would gain the model's observed precision plan; "
+                        "--frozen refuses (run without --frozen)"
+                    )
+                done.lock.precision = plan
+                done.changes.append("recorded the model's observed precision")
+        progress(Step("checks passed; writing outputs"))
+        engine_path = Path(out) if out is not None else Path(f"{model_path.stem}.engine")
+        result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
+        if result.lock_written:
+            save_lock(done.lock, lock_path)
+        from reprobuild.fileio import atomic_write_bytes, atomic_write_text
+
+        atomic_write_bytes(engine_path, done.output.engine)
+        report_path = Path(report) if report is not None else Path(f"{engine_path}.report.json")
+        rep = result.to_json()
+        rep["report_path"] = str(report_path)
+        rep["settings"] = settings.to_dict()
+        rep["precision_error"] = precision_error
+        rep["log_messages"] = [w.to_json() for w in done.log_warnings]
+        rep["records"] = [r.to_json() for r in done.records]
+        atomic_write_text(report_path, json.dumps(rep, indent=2) + "\n")
+        result.report_path = str(report_path)
+    return result
+
+
+def _check_existing(
+    existing: Lock,
+    lock_path: Path,
+    info: ModelInfo,
+    settings: BuildSettings,
+    be: Backend,
+    allow_env_change: bool,
+    frozen: bool,
+    warnings: list[str],
+) -> bool:
+    """Refuse a lock for another model, settings or environment; True = re-record it."""
+    check_backend(existing, lock_path, be)
+    env_diff = check_lock_matches(existing, lock_path, info, settings, be)
+    if not env_diff:
+        return False
+    if not allow_env_change or frozen:
+        raise EnvironmentMismatch(
+            f"{lock_path}: recorded on another environment ({'; '.join(env_diff)}); its "
+            "tactics do not exist here: build on the recorded target, or pass "
+            "--allow-env-change to re-record for this one"
+        )
+    warnings.append("environment changed: re-recording every layer (" + "; ".join(env_diff) + ")")
+    return True
+
+
+def _record(
+    be: Backend,
+    built_model: Path,
+    new_lock: Lock,
+    cfile: Path,
+    progress: Progress,
+    warnings: list[str],
+) -> _Built:
+    """A recording build: every candidate timed, every choice becomes a lock entry."""
+    from reprobuild.cachedir import save_cache_bytes
+
+    progress(Step("recording build (timing every candidate)"))
+    cache = be.create_timing_cache(b"")
+    output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
+    save_cache_bytes(cfile, cache.serialize())
+    entries, w = entries_from_records(log.records, cache.tactic_map())
+    warnings += w
+    new_lock.layers = entries
+    timed = sum(1 for r in log.records if r.key is not None and not r.from_cache)
+    return _Built(
+        new_lock,
+        output,
+        log.records,
+        list(log.parser.warnings),
+        0,
+        timed,
+        True,
+        [f"recorded {len(entries)} layers"],
+    )
+
+
+def _locked(
+    existing: Lock,
+    be: Backend,
+    built_model: Path,
+    settings: BuildSettings,
+    cfile: Path,
+    progress: Progress,
+    warnings: list[str],
+    frozen: bool,
+    lock_path: Path,
+) -> _Built:
+    """Apply the lock; reconcile keys the lock lacks or has extra (a stale lock)."""
+    new_lock = copy.deepcopy(existing)
+    expected = existing.tactic_map()
+    changes: list[str] = []
+    # Keys of this build that the lock does not list (or lists but this build lacks): the
+    # lock is stale. Find them from the recording cache before pinning.
+    rec = recording_cache(
+        be,
+        built_model,
+        settings,
+        cfile,
+        progress,
+        warnings,
+        reject=lambda c: None if set(c.tactic_map()) == set(expected) else "",
+    )
+    recorded = rec.cache.tactic_map()
+    extra = sorted(set(recorded) - set(expected))
+    gone = sorted(set(expected) - set(recorded))
+    if extra or gone:
+        msg = (
+            f"{lock_path}: stale: {len(extra)} layers missing from the lock, "
+            f"{len(gone)} no longer built"
+        )
+        if frozen:
+            raise DriftError(f"{msg}; --frozen refuses to change it (run without --frozen)")
+        assert rec.log is not None  # a key-set mismatch always re-records above
+        fresh, w = entries_from_records(rec.log.records, {k: recorded[k] for k in extra})
+        warnings += w
+        new_lock.layers = [e for e in new_lock.layers if e.key not in gone] + fresh
+        changes.append(f"added {len(fresh)} layers, removed {len(gone)}")
+        expected = new_lock.tactic_map()
+    pb = pinned_build(
+        be,
+        built_model,
+        settings,
+        expected,
+        cfile,
+        progress,
+        warnings,
+        entries=new_lock.layers,
+        recording=rec,
+    )
+    return _Built(
+        new_lock, pb.output, pb.records, pb.log_warnings, pb.cache_hits, pb.timed, False, changes
+    )
+
+
+def _result(
+    done: _Built,
+    be: Backend,
+    env: dict[str, Any],
+    engine_path: Path,
+    lock_path: Path,
+    warnings: list[str],
+    frozen: bool,
+    t0: float,
+) -> BuildResult:
+    plan = done.lock.precision
+    return BuildResult(
+        engine_path=str(engine_path),
+        lock_path=str(lock_path),
+        report_path=None,
+        backend=be.name,
+        environment=env,
+        recorded=done.recorded,
+        lock_written=not frozen and (done.recorded or bool(done.changes)),
+        lock_changes=done.changes,
+        layers=len(done.lock.layers),
+        pinned=sum(1 for e in done.lock.layers if e.pinned),
+        cache_hits=done.cache_hits,
+        timed=done.timed,
+        duration_s=round(time.perf_counter() - t0, 3),
+        tactic_map=done.lock.tactic_map(),
+        warnings=warnings,
+        log_warnings=[
+            f"log line {w.line}: {w.message}" for w in done.log_warnings if w.kind in _WORRYING
+        ],
+        precision=None
+        if plan is None
+        else {
+            "mode": plan.mode,
+            "nodes": len(plan.nodes),
+            "low_precision": sum(1 for n in plan.nodes if n.precision in ("fp16", "bf16")),
+        },
+    )
+
+
+def _plan_error(original: Path, converted: Path) -> dict[str, Any]:
+    """Output error of the converted model against the FP32 one, on seeded inputs."""
+    import onnx
+
+    from reprobuild import precision
+
+    fp32 = onnx.load(str(original))
+    feeds, desc = precision.load_calibration(None, fp32)
+    try:
+        err = precision.plan_error(fp32, onnx.load(str(converted)), feeds)
+    except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
+        return {"error": str(exc), "inputs": desc}
+    clean = {k: v for k, v in err.items() if k in ("max_abs", "max_rel", "runtime")}
+    return {**{k: (v if v != float("inf") else "inf") for k, v in clean.items()}, "inputs": desc}

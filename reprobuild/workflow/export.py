@@ -1,0 +1,121 @@
+"""``export-cache``: a standard TensorRT timing-cache file that holds a lock's choices.
+
+trtexec (``--timingCacheFile``) and Torch-TensorRT (``timing_cache_path``) load such a file
+and then build with the locked kernels, without reprobuild at build time. The file is the
+environment's recording cache (from ``caches/``, or a recording build when there is none)
+with ``update()`` applied for every lock entry, then serialized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprobuild.backends.base import Backend, TimingCache
+from reprobuild.cachedir import cache_path, get_or_record
+from reprobuild.errors import BuildError, EnvironmentMismatch, UsageError
+from reprobuild.fileio import atomic_write_bytes, sha256_file
+from reprobuild.lock.model import Lock
+from reprobuild.lock.yamlio import load_lock
+from reprobuild.pinning import apply_pins
+
+
+@dataclass
+class ExportResult:
+    output: str
+    recording_cache: str
+    recorded_now: bool
+    entries: int
+    locked: int
+    changed: int
+    unlocked_entries: int
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _model_candidates(lock_path: Path, recorded: str, override: Path | None) -> list[Path]:
+    if override is not None:
+        return [override]
+    p = Path(recorded)
+    return [p] if p.is_absolute() else [p, lock_path.parent / p]
+
+
+def export_pinned_cache(
+    lock_path: str | Path,
+    output: str | Path,
+    cache_dir: str | Path,
+    *,
+    model: str | Path | None = None,
+    backend: Backend | None = None,
+) -> ExportResult:
+    """Write ``output`` atomically; ``backend`` defaults to a new ``TensorRTBackend``."""
+    lock_path = Path(lock_path)
+    lock = load_lock(lock_path)
+    if lock.environment.backend != "tensorrt":
+        raise UsageError(
+            f"{lock_path}: recorded with the {lock.environment.backend!r} backend; export-cache "
+            "writes TensorRT timing caches, so record the lock with --backend tensorrt"
+        )
+    if backend is None:
+        from reprobuild.backends import get_backend
+
+        backend = get_backend("tensorrt")
+    here = backend.environment()
+    diffs = lock.environment.differences(here)
+    if diffs:
+        raise EnvironmentMismatch(
+            f"{lock_path}: recorded for another environment ({'; '.join(diffs)}); "
+            "export on the machine the lock was recorded on, or re-record the lock here"
+        )
+    rec_path = cache_path(cache_dir, here, lock.settings, lock.model.sha256)
+    warnings: list[str] = []
+
+    def record(cache: TimingCache) -> None:
+        model_path = _recordable_model(lock, lock_path, rec_path, model)
+        backend.build(str(model_path), lock.settings, cache, lambda line: None)
+
+    cache, recorded_now = get_or_record(backend, rec_path, record, warnings)
+    pins = apply_pins(cache, lock.layers)
+    tactics = cache.tactic_map()
+    wrong = [e for e in lock.layers if tactics.get(e.key) != e.tactic]
+    if wrong:
+        e = wrong[0]
+        raise BuildError(
+            f"layer {e.layer!r} (key {e.key}): the timing cache holds "
+            f"{tactics.get(e.key)!r} after update(), not 0x{e.tactic:x}; re-record the lock"
+        )
+    atomic_write_bytes(output, cache.serialize())
+    locked_keys = {e.key for e in lock.layers}
+    return ExportResult(
+        output=str(output),
+        recording_cache=str(rec_path),
+        recorded_now=recorded_now,
+        entries=len(tactics),
+        locked=len(pins),
+        changed=sum(1 for p in pins if p.previous != p.tactic),
+        unlocked_entries=len(set(tactics) - locked_keys),
+        warnings=warnings,
+    )
+
+
+def _recordable_model(
+    lock: Lock, lock_path: Path, rec_path: Path, model: str | Path | None
+) -> Path:
+    """The lock's model, found and checked, for a recording build."""
+    candidates = _model_candidates(lock_path, lock.model.path, Path(model) if model else None)
+    model_path = next((p for p in candidates if p.is_file()), None)
+    if model_path is None:
+        raise UsageError(
+            f"{rec_path}: no recording timing cache for this environment, and the model "
+            f"{candidates[0]} is not there to record one; pass --model MODEL.onnx or run "
+            "`reprobuild build` on this machine first"
+        )
+    if sha256_file(model_path) != lock.model.sha256.lower():
+        raise UsageError(
+            f"{model_path}: sha256 differs from the lock's model.sha256; the model changed "
+            "since the lock was recorded: re-record the lock"
+        )
+    return model_path

@@ -1,0 +1,208 @@
+"""Running builds: a recording build that creates the keys, and a pinned build that obeys a
+tactic map and proves it did.
+
+Flow of a pinned build (the contract of TensorRT's editable timing cache):
+  recording cache (from ``caches/`` or a fresh recording build) -> ``update()`` every locked
+  key -> pinned build -> the cache's ``{key: tactic}`` and the engine's kernels must equal
+  the lock. Only the backend interface is used, so the reference backend runs exactly the
+  code path a TensorRT build takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprobuild.backends.base import Backend, BuildOutput, TimingCache
+from reprobuild.cachedir import get_or_record
+from reprobuild.errors import DriftError
+from reprobuild.events import LayersDone, Progress, Step
+from reprobuild.lock.model import LayerEntry, LockCandidate
+from reprobuild.pinning import apply_pins, cross_check_kernels, drift_message, tactic_map_drift
+from reprobuild.types import BuildSettings
+
+_LACKS = "lacks keys of the lock"
+
+
+class LogCollector:
+    """Feeds builder log lines to the parser as they come, reporting layers done."""
+
+    def __init__(self, progress: Progress, what: str) -> None:
+        from reprobuild.logs.parser import LogParser
+
+        self.parser = LogParser(source=what)
+        self.records: list[Any] = []
+        self.progress = progress
+        self.what = what
+
+    def __call__(self, line: str) -> None:
+        done = self.parser.feed(line)
+        if done:
+            self.records.extend(done)
+            self.progress(LayersDone(self.what, len(self.records)))
+
+    def finish(self) -> list[Any]:
+        self.records.extend(self.parser.finish())
+        return self.records
+
+
+def run_build(
+    backend: Backend,
+    model_path: Path,
+    settings: BuildSettings,
+    cache: TimingCache,
+    progress: Progress,
+    what: str,
+) -> tuple[BuildOutput, LogCollector]:
+    log = LogCollector(progress, what)
+    output = backend.build(str(model_path), settings, cache, log)
+    log.finish()
+    return output, log
+
+
+def entries_from_records(
+    records: list[Any], cache_map: dict[str, int]
+) -> tuple[list[LayerEntry], list[str]]:
+    """Lock entries for every key the recording build put in the cache.
+
+    The log gives names and candidates; the cache is the authority on keys and choices.
+    """
+    warnings: list[str] = []
+    by_key: dict[str, Any] = {}
+    for rec in records:
+        if rec.key is not None:
+            by_key[rec.key] = rec
+    entries = []
+    for key, tactic in sorted(cache_map.items()):
+        rec = by_key.get(key)
+        if rec is None:
+            warnings.append(f"key {key} is in the timing cache but not in the build log")
+            entries.append(LayerEntry(key, f"<unlogged {key[:10]}>", tactic, None, False, []))
+            continue
+        if rec.chosen is not None and rec.chosen != tactic:
+            warnings.append(
+                f"layer {rec.layer!r}: log says 0x{rec.chosen:x} but the cache holds 0x{tactic:x}"
+            )
+        cands = sorted(
+            {LockCandidate(c.tactic_hash, c.kernel) for c in rec.candidates}, key=lambda c: c.tactic
+        )
+        kernel = next((c.kernel for c in cands if c.tactic == tactic), rec.chosen_kernel)
+        entries.append(LayerEntry(key, rec.layer, tactic, kernel, False, cands))
+    return entries, warnings
+
+
+@dataclass
+class Recording:
+    """The recording cache a pinned build starts from, and the log of recording it (if now)."""
+
+    cache: TimingCache
+    log: LogCollector | None = None
+
+    @property
+    def recorded_now(self) -> bool:
+        return self.log is not None
+
+
+def recording_cache(
+    backend: Backend,
+    model_path: Path,
+    settings: BuildSettings,
+    cache_file: Path | None,
+    progress: Progress,
+    warnings: list[str],
+    *,
+    reject: Any = None,
+) -> Recording:
+    """The stored recording cache for this model, or a recording build that makes one."""
+    logs: list[LogCollector] = []
+
+    def record(cache: TimingCache) -> None:
+        progress(Step("recording build (creates the timing-cache keys)"))
+        logs.append(run_build(backend, model_path, settings, cache, progress, "recording")[1])
+
+    cache, _ = get_or_record(backend, cache_file, record, warnings, reject=reject)
+    return Recording(cache, logs[0] if logs else None)
+
+
+@dataclass
+class PinnedBuild:
+    """One build from a tactic map, with what the drift check saw."""
+
+    output: BuildOutput
+    after: dict[str, int]
+    records: list[Any]
+    log_warnings: list[Any]
+    cache_hits: int
+    timed: int
+    recorded_now: bool
+    problems: list[str] = field(default_factory=list)
+
+
+def pinned_build(
+    backend: Backend,
+    model_path: Path,
+    settings: BuildSettings,
+    expected: dict[str, int],
+    cache_file: Path | None,
+    progress: Progress,
+    warnings: list[str],
+    *,
+    entries: list[LayerEntry] | None = None,
+    strict: bool = True,
+    recording: Recording | None = None,
+) -> PinnedBuild:
+    """Build with every key of ``expected`` pinned; raise ``DriftError`` on any drift.
+
+    With ``strict=False`` the drift problems are returned instead (``verify`` reports them
+    per layer next to the outputs). ``recording`` is a recording cache the caller already
+    has; by default it is read from ``cache_file`` or recorded.
+    """
+    if recording is None:
+        recording = recording_cache(
+            backend,
+            model_path,
+            settings,
+            cache_file,
+            progress,
+            warnings,
+            reject=lambda c: None if set(expected) <= set(c.tactic_map()) else _LACKS,
+        )
+    cache = recording.cache
+    progress(Step("applying pins"))
+    recorded = cache.tactic_map()
+    names = {e.key: e.layer for e in entries or []}
+    missing = sorted(set(expected) - set(recorded))
+    if missing:
+        raise DriftError(
+            f"{len(missing)} locked keys do not exist in this build "
+            f"(first: {missing[0]} {names.get(missing[0], '')!s}); the lock does not match "
+            "this model/settings: re-record it"
+        )
+    apply_pins(cache, [LayerEntry(k, names.get(k, "?"), t) for k, t in sorted(expected.items())])
+    before = {**recorded, **expected}
+    progress(Step("pinned build"))
+    output, log = run_build(backend, model_path, settings, cache, progress, "pinned build")
+    after = cache.tactic_map()
+    problems = tactic_map_drift(before, after)
+    timed = [r for r in log.records if r.key is not None and not r.from_cache]
+    for rec in timed:
+        if rec.key in expected:
+            problems.append(
+                f"layer {rec.layer!r} ({rec.key}) was re-timed instead of using the pin"
+            )
+    if entries:
+        problems += cross_check_kernels(output.layer_info, entries)
+    if problems and strict:
+        raise DriftError(drift_message(problems, names))
+    hits = sum(1 for r in log.records if r.from_cache)
+    return PinnedBuild(
+        output,
+        after,
+        log.records,
+        list(log.parser.warnings),
+        hits,
+        len(timed),
+        recording.recorded_now,
+        problems,
+    )

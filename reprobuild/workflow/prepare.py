@@ -1,0 +1,88 @@
+"""The model a backend builds: the original, or the original with the lock's precision plan.
+
+A lock's plan is never re-derived: new calibration data or new defaults cannot change a
+locked build. Strongly typed TensorRT takes precision from the graph, so the plan becomes
+Cast nodes here, before any backend sees the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from reprobuild.errors import DriftError, UsageError
+from reprobuild.lock.model import Lock
+from reprobuild.lock.plan import PrecisionPlan, PrecisionSettings
+
+
+@dataclass
+class PrecisionRequest:
+    """What the user asked for with ``--precision`` and its rule options."""
+
+    mode: str
+    settings: PrecisionSettings
+    calibration: str | None = None  # .npz / Polygraphy JSON path; None = seeded inputs
+
+
+def prepare_model(
+    model_path: Path,
+    lock: Lock | None,
+    request: PrecisionRequest | None,
+    frozen: bool,
+    workdir: Path,
+    lock_path: Path,
+) -> tuple[Path, PrecisionPlan | None, list[str]]:
+    """The model to build (``model_path`` itself, or a converted copy in ``workdir``), its
+    plan, and notes for the user."""
+    import onnx
+
+    from reprobuild import precision
+
+    notes: list[str] = []
+    proto = onnx.load(str(model_path))
+    locked = lock.precision if lock is not None else None
+    if locked is not None:
+        _check_request(locked, request, frozen, lock_path)
+        plan = locked
+        if request is not None and request.calibration is not None:
+            notes.append(
+                f"--calibration {request.calibration} ignored: the lock's plan (calibrated on "
+                f"{locked.calibration}) is applied as recorded"
+            )
+    elif request is not None:
+        if lock is not None and frozen:
+            raise DriftError(f"{lock_path}: has no precision plan; --frozen refuses to add one")
+        if lock is not None:
+            raise UsageError(
+                f"{lock_path}: was recorded without a precision plan; delete it to re-record "
+                f"with --precision {request.mode}"
+            )
+        feeds, desc = precision.load_calibration(request.calibration, proto)
+        plan = precision.derive_plan(proto, request.mode, request.settings, feeds, desc)
+    else:
+        plan = precision.observe_plan(proto)
+        if lock is not None and lock.precision is None and plan is not None:
+            notes.append("the model is mixed precision but the lock has no plan")
+    if plan is None or plan.mode == "observed":
+        if plan is not None:
+            precision.apply_plan(proto, plan)  # validates node names against the model
+        return model_path, plan, notes
+    converted = precision.apply_plan(proto, plan)
+    out = workdir / f"{model_path.stem}.{plan.mode}.onnx"
+    onnx.save(converted, str(out))
+    return out, plan, notes
+
+
+def _check_request(
+    locked: PrecisionPlan, request: PrecisionRequest | None, frozen: bool, lock_path: Path
+) -> None:
+    """Options given with a locked plan must be the plan's own."""
+    if request is None or (request.mode == locked.mode and request.settings == locked.settings):
+        return
+    was = {"mode": locked.mode, **locked.settings.to_dict()}
+    now = {"mode": request.mode, **request.settings.to_dict()}
+    changed = ", ".join(f"{k}: {was[k]!r} -> {now[k]!r}" for k in was if was[k] != now[k])
+    msg = f"{lock_path}: the precision options differ from the lock's plan ({changed})"
+    if frozen:
+        raise DriftError(msg + "; --frozen refuses to change the plan")
+    raise UsageError(msg + "; drop the options, or delete the lock to re-plan")

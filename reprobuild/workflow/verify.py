@@ -1,0 +1,151 @@
+"""``verify``: proving that a lock reproduces.
+
+Reproducibility is judged on bits (sha256 of every output, every rebuild) and on the tactic
+map; accuracy against ONNX Runtime is reported beside it but never confused with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reprobuild.accuracy import json_safe
+from reprobuild.backends.base import Backend
+from reprobuild.errors import UsageError
+from reprobuild.events import Progress, Step, quiet
+from reprobuild.fileio import sha256_file
+from reprobuild.lock.model import DEFAULT_LOCK
+from reprobuild.workflow.context import announce_backend, open_lock, resolve_backend
+from reprobuild.workflow.outputs import engine_accuracy, load_inputs, output_hashes
+from reprobuild.workflow.pinned import pinned_build
+from reprobuild.workflow.prepare import prepare_model
+
+
+@dataclass
+class BuildCheck:
+    index: int
+    output_sha256: dict[str, str]
+    drift: list[dict[str, Any]]  # per layer: layer, key, locked, built
+    problems: list[str]
+    duration_s: float
+
+
+@dataclass
+class VerifyResult:
+    reproducible: bool
+    lock_path: str
+    model_path: str
+    backend: str
+    rebuilds: int
+    inputs: str
+    builds: list[BuildCheck]
+    differing_outputs: list[str]
+    accuracy: dict[str, Any]
+    report_path: str | None = None
+    layers: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["builds"] = [b.__dict__ for b in self.builds]
+        d["accuracy"] = json_safe(self.accuracy)
+        return d
+
+
+def verify(
+    model: str | os.PathLike[str] | None = None,
+    *,
+    lock: str | os.PathLike[str] = DEFAULT_LOCK,
+    rebuilds: int = 3,
+    inputs: str | os.PathLike[str] | None = None,
+    report: str | os.PathLike[str] | None = None,
+    backend: str | Backend = "auto",
+    cache_dir: str | os.PathLike[str] = "caches",
+    seed: int = 0,
+    progress: Progress = quiet,
+) -> VerifyResult:
+    """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical."""
+    from reprobuild.cachedir import cache_path
+
+    if rebuilds < 1:
+        raise UsageError(f"--rebuilds must be at least 1, got {rebuilds}")
+    be = resolve_backend(backend)
+    announce_backend(backend, be, progress)
+    data, lock_path, model_path = open_lock(lock, model, be)
+    feeds, inputs_desc = load_inputs(inputs, model_path, seed)
+    expected = data.tactic_map()
+    names = {e.key: e.layer for e in data.layers}
+    checks: list[BuildCheck] = []
+    first_outputs: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="reprobuild-verify-") as tmp:
+        built_model, _, _ = prepare_model(model_path, data, None, True, Path(tmp), lock_path)
+        built_sha = sha256_file(built_model)
+        cfile = cache_path(cache_dir, be.environment(), data.settings, built_sha)
+        for i in range(rebuilds):
+            progress(Step(f"rebuild {i + 1}/{rebuilds}"))
+            t0 = time.perf_counter()
+            warnings: list[str] = []
+            pb = pinned_build(
+                be,
+                built_model,
+                data.settings,
+                expected,
+                cfile,
+                progress,
+                warnings,
+                entries=data.layers,
+                strict=False,
+            )
+            drift = [
+                {
+                    "layer": names.get(k, "?"),
+                    "key": k,
+                    "locked": None if k not in expected else f"0x{expected[k]:x}",
+                    "built": None if k not in pb.after else f"0x{pb.after[k]:x}",
+                }
+                for k in sorted(set(expected) | set(pb.after))
+                if expected.get(k) != pb.after.get(k)
+            ]
+            progress(Step(f"running engine {i + 1}/{rebuilds}"))
+            outputs = be.run(pb.output.engine, feeds)
+            if first_outputs is None:
+                first_outputs = outputs
+            checks.append(
+                BuildCheck(
+                    i,
+                    output_hashes(outputs),
+                    drift,
+                    pb.problems,
+                    round(time.perf_counter() - t0, 3),
+                )
+            )
+        progress(Step("comparing with ONNX Runtime"))
+        accuracy = engine_accuracy(model_path, feeds, first_outputs or {})
+    ref = checks[0].output_sha256
+    differing = sorted({n for c in checks for n, h in c.output_sha256.items() if ref.get(n) != h})
+    ok = not differing and not any(c.drift or c.problems for c in checks)
+    result = VerifyResult(
+        ok,
+        str(lock_path),
+        str(model_path),
+        be.name,
+        rebuilds,
+        inputs_desc,
+        checks,
+        differing,
+        accuracy,
+        layers=len(data.layers),
+    )
+    if report is not None:
+        from reprobuild.fileio import atomic_write_text
+
+        result.report_path = str(report)
+        atomic_write_text(report, json.dumps(result.to_json(), indent=2) + "\n")
+    return result
+
+
+__all__ = ["VerifyResult", "verify"]

@@ -1,0 +1,335 @@
+"""The lockfile format: canonical bytes, strict loading, crash-safe writing."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reprobuild import fileio
+from reprobuild.errors import LockError
+from reprobuild.lock.nodes import layers_from_nodes
+from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
+from reprobuild.lock.schema import Doc
+from reprobuild.lock.validate import lock_from_data
+from reprobuild.lock.yamlio import dumps_lock, load_lock, loads_lock, save_lock
+
+from ..conftest import sample_lock
+
+
+def test_round_trip_is_byte_identical(tmp_path: Path) -> None:
+    lock = sample_lock(5, dup_name=True)
+    lock.layers[1].pinned = True
+    lock.layers[2].layer = 'odd "name" (with parens)\x1e'
+    text = dumps_lock(lock)
+    again = dumps_lock(loads_lock(text))
+    assert again == text
+    path = tmp_path / "t.lock"
+    save_lock(loads_lock(text), path)
+    assert path.read_text() == text
+
+
+def test_order_of_recording_does_not_change_bytes() -> None:
+    a, b = sample_lock(6), sample_lock(6)
+    b.layers.reverse()
+    for e in b.layers:
+        e.candidates.reverse()
+    assert dumps_lock(a) == dumps_lock(b)
+
+
+def test_one_pin_is_a_one_entry_diff() -> None:
+    lock = sample_lock(20)
+    before = dumps_lock(lock).splitlines()
+    entry = lock.layers[7]
+    entry.tactic, entry.kernel, entry.pinned = (
+        entry.candidates[2].tactic,
+        entry.candidates[2].kernel,
+        True,
+    )
+    after = dumps_lock(lock).splitlines()
+    changed = [
+        line
+        for line in difflib.unified_diff(before, after, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    # tactic, kernel and pinned of one entry: three lines out, three lines in.
+    assert len(changed) == 6
+    assert {line[1:].strip().split(":")[0] for line in changed} == {"tactic", "kernel", "pinned"}
+
+
+def test_hex_values_load_as_integers_and_keys_normalise() -> None:
+    text = dumps_lock(sample_lock(1))
+    # A hand edit may write unquoted hex (YAML reads it as an int) or uppercase digits.
+    edited = text.replace('tactic: "0x1000"', "tactic: 0x1000").replace(
+        'key: "0x00000000000000000000000000000000"', 'key: "0X00000000000000000000000000000000"'
+    )
+    lock = loads_lock(edited)
+    assert lock.layers[0].tactic == 0x1000
+    assert lock.layers[0].key == "0x" + "0" * 32
+    assert dumps_lock(lock) == text
+
+
+def test_precision_section_round_trips() -> None:
+    lock = sample_lock(2)
+    lock.precision = PrecisionPlan(
+        mode="fp16",
+        settings=PrecisionSettings(keep_fp32=("^head",), max_output=256.0, fp32_accumulate=True),
+        calibration="seeded:0",
+        nodes=[
+            NodePrecision("fc1", "MatMul", "fp16", "default", accumulate="fp32"),
+            NodePrecision("head", "Softmax", "fp32", "name"),
+        ],
+    )
+    text = dumps_lock(lock)
+    assert "precision:" in text
+    back = loads_lock(text)
+    assert back.precision == lock.precision
+    assert dumps_lock(back) == text
+
+
+def _err(text: str) -> str:
+    with pytest.raises(LockError) as info:
+        loads_lock(text, "t.lock")
+    return str(info.value)
+
+
+GOOD = dumps_lock(sample_lock(2))
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            lambda t: t.replace("schema: 1\n", ""),
+            "missing 'schema' (this lockfile format is schema 1)",
+        ),
+        (lambda t: t.replace("schema: 1", "schema: 7"), "t.lock:3:9: schema: schema 7 is newer"),
+        (lambda t: t.replace("schema: 1", "schema: one"), "expected an integer schema version"),
+        (
+            lambda t: t.replace("  backend: reference", "  backend: reference\n  colour: red"),
+            "environment.colour: unknown field 'colour'",
+        ),
+        (
+            lambda t: t.replace("pinned: false", "pinned: maybe", 1),
+            "layers[0].pinned: expected true or false, got a string 'maybe'",
+        ),
+        (
+            lambda t: t.replace('tactic: "0x1000"', 'tactic: "0x10zz"', 1),
+            "malformed tactic hash '0x10zz'",
+        ),
+        (
+            lambda t: t.replace('tactic: "0x1000"', 'tactic: "0x1ffffffffffffffff"', 1),
+            "does not fit in 64 bits",
+        ),
+        (
+            lambda t: t.replace('key: "0x00000000000000000000000000000001"', 'key: "0x01"'),
+            "malformed timing-cache key '0x01'",
+        ),
+        (
+            lambda t: t.replace(
+                'key: "0x00000000000000000000000000000001"',
+                'key: "0x00000000000000000000000000000000"',
+            ),
+            "key 0x00000000000000000000000000000000 already used by layers[0]",
+        ),
+        (lambda t: t + "schema: 1\n", "duplicate key 'schema'"),
+        (lambda t: t.replace("optimization_level: 3", "optimization_level: -1"), ">= 0"),
+        (lambda t: t.replace("layers:", "layers: [", 1), "invalid YAML"),
+        (lambda t: "- just\n- a list\n", "expected a mapping at the top level"),
+        (lambda t: "", "empty lockfile"),
+        (lambda t: t.replace("  sha256: " + "ab" * 32, "  sha256: nothex"), "malformed sha256"),
+    ],
+)
+def test_bad_locks_give_one_clear_line(edit, expected: str) -> None:
+    message = _err(edit(GOOD))
+    assert expected in message
+    assert "\n" not in message
+    assert message.startswith("t.lock")
+
+
+def test_error_points_at_line_and_column() -> None:
+    text = GOOD.replace("pinned: false", "pinned: 3", 1)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if "pinned: 3" in s)
+    assert _err(text).startswith(f"t.lock:{line}:13: ")
+
+
+def test_missing_and_binary_files(tmp_path: Path) -> None:
+    with pytest.raises(LockError, match="no such lockfile; record one"):
+        load_lock(tmp_path / "absent.lock")
+    bad = tmp_path / "bin.lock"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(LockError, match="not UTF-8"):
+        load_lock(bad)
+
+
+def test_python_objects_are_never_constructed() -> None:
+    evil = GOOD.replace("  gpu: ", "  gpu: !!python/object/apply:os.system ['echo hi']\n  x: ", 1)
+    with pytest.raises(LockError):
+        loads_lock(evil)
+
+
+def test_crash_during_write_keeps_old_lock(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "tactics.lock"
+    save_lock(sample_lock(3), path)
+    before = path.read_bytes()
+    new = sample_lock(3)
+    new.layers[0].tactic = new.layers[0].candidates[1].tactic
+
+    def crash(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "fsync", crash)
+    with pytest.raises(OSError, match="No space left"):
+        save_lock(new, path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["tactics.lock"], "temporary file left behind"
+
+
+def test_killed_writer_keeps_old_lock(tmp_path: Path) -> None:
+    """A process killed between writing the temp file and replacing: old lock survives."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "tactics.lock"
+    save_lock(sample_lock(3), path)
+    before = path.read_bytes()
+    code = (
+        "import os, sys\n"
+        "from reprobuild import fileio\n"
+        "def die(*a):\n"
+        "    os._exit(9)\n"
+        "fileio.os.replace = die\n"
+        "fileio.atomic_write_text(sys.argv[1], 'half written')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], timeout=60)
+    assert proc.returncode == 9
+    assert path.read_bytes() == before
+    assert load_lock(path).layers[0].layer == "layer0"
+
+
+yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["schema", "model", "environment", "settings", "layers", "precision", "junk"]
+        ),
+        yaml_values,
+    )
+)
+def test_random_documents_load_or_raise_lockerror(doc: dict) -> None:
+    text = yaml.safe_dump(doc)
+    try:
+        loads_lock(text)
+    except LockError as err:
+        assert "\n" not in str(err)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_load_or_raise_lockerror(data: bytes) -> None:
+    try:
+        loads_lock(data)
+    except LockError:
+        pass
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_mutated_good_lock_loads_or_raises_lockerror(data: st.DataObject) -> None:
+    text = GOOD
+    pos = data.draw(st.integers(0, len(text) - 1))
+    junk = data.draw(st.text(max_size=5))
+    mutated = text[:pos] + junk + text[pos + data.draw(st.integers(0, 5)) :]
+    try:
+        lock = loads_lock(mutated)
+    except LockError:
+        return
+    assert loads_lock(dumps_lock(lock)) is not None
+
+
+names = st.text(min_size=1, max_size=12) | st.sampled_from(["null", "true", "No", "fc1", "a b"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(names, st.none() | names, st.booleans()), min_size=1, max_size=5))
+def test_canonical_layer_walk_reads_what_yaml_reads(rows) -> None:
+    """The node walk for canonical layers must agree with the YAML parser exactly."""
+    lock = sample_lock(len(rows))
+    for entry, (layer, kernel, pinned) in zip(lock.layers, rows, strict=True):
+        entry.layer, entry.kernel, entry.pinned = layer, kernel, pinned
+        entry.candidates[1] = type(entry.candidates[1])(entry.candidates[1].tactic, kernel)
+    text = dumps_lock(lock)
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    layers_node = next(v for k, v in root.value if k.value == "layers")
+    fast = layers_from_nodes(layers_node)
+    assert fast is not None
+    raw = yaml.safe_load(text)
+    assert [
+        {
+            "layer": e.layer,
+            "key": e.key,
+            "tactic": f"0x{e.tactic:x}",
+            "kernel": e.kernel,
+            "pinned": e.pinned,
+            "candidates": [{"tactic": f"0x{c.tactic:x}", "kernel": c.kernel} for c in e.candidates],
+        }
+        for e in fast
+    ] == raw["layers"]
+    assert fast == lock_from_data(Doc("t.lock", root, ""), raw).layers
+    assert dumps_lock(loads_lock(text)) == text
+
+
+def test_non_canonical_edit_still_loads() -> None:
+    text = GOOD.replace("    pinned: false\n", "    pinned: false   # reviewed\n", 1)
+    assert loads_lock(text).layers[0].pinned is False
+    flow = GOOD.replace("    kernel: kern_0\n", "    kernel: 'kern_0'\n", 1)
+    assert loads_lock(flow).layers[0].kernel == "kern_0"
+
+
+def test_layer_errors_still_point_at_line_and_column() -> None:
+    """Anything unusual in the layers leaves the fast walk; the message keeps its place."""
+    text = GOOD.replace("    kernel: kern_0\n", "    kernel: kern_0\n    kernel: again\n", 1)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if "kernel: again" in s)
+    assert _err(text).startswith(f"t.lock:{line}:5: duplicate key 'kernel'")
+    text = GOOD.replace("    pinned: false\n", "    pinned: false\n    colour: red\n", 1)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if "colour" in s)
+    assert _err(text).startswith(f"t.lock:{line}:13: layers[0].colour: unknown field 'colour'")
+    text = GOOD.replace('tactic: "0x1010"', "tactic: !!binary aGk=", 1)
+    assert "layers[1].tactic: malformed tactic hash b'hi'" in _err(text)
+
+
+def test_merge_keys_and_aliases_read_as_the_safe_loader_reads_them() -> None:
+    text = GOOD.replace("environment:\n", "environment: &env\n", 1).replace(
+        "settings:\n", "extra: *env\nsettings:\n", 1
+    )
+    assert "t.lock:" in _err(text) and "unknown field 'extra'" in _err(text)
+    merged = GOOD.replace("environment:\n", "environment:\n  <<: {backend: other}\n", 1)
+    assert loads_lock(merged).environment.backend == "reference"
+
+
+def test_lone_surrogates_round_trip() -> None:
+    """libyaml refuses a lone surrogate; the pure parser reads it, as locks always could."""
+    lock = sample_lock(1)
+    lock.layers[0].layer = "bad\ud800name"
+    text = dumps_lock(lock)
+    assert '"bad\\ud800name"' in text
+    assert loads_lock(text).layers[0].layer == "bad\ud800name"
+    assert dumps_lock(loads_lock(text)) == text
+
+
+def test_deep_nesting_is_an_error_not_a_crash() -> None:
+    assert "t.lock" in _err("a: " + "[" * 100_000)

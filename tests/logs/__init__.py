@@ -1,0 +1,1 @@
+"""Tests of reprobuild.logs: the log parser, the C scanner, layer information, the CLI."""
