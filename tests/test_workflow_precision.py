@@ -248,7 +248,7 @@ def test_new_calibration_with_lock_keeps_plan_and_bits(
     )
     assert r.code == 0, r
     doc = json.loads(r.out)
-    assert doc["reproducible"] is True
+    assert doc["reproducible"] is True and doc["power"] is True
     assert doc["inputs"] == "seeded:0"
     assert doc["differing_outputs"] == []
     assert len({b["output_sha256"]["output"] for b in doc["builds"]}) == 1

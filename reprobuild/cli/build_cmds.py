@@ -23,7 +23,7 @@ BACKEND_HELP = (
 RefTimingOpt = typer.Option("", "--ref-timing", hidden=True)
 
 
-def _backend(name: str, ref_timing: str) -> Any:
+def backend_arg(name: str, ref_timing: str) -> Any:
     """The backend name, or a perturbed reference backend when the demo knob is given."""
     if not ref_timing:
         return name
@@ -244,7 +244,7 @@ def build(
         model,
         lock=lock,
         out=out,
-        backend=_backend(backend, ref_timing),
+        backend=backend_arg(backend, ref_timing),
         settings=settings,
         frozen=frozen,
         cache_dir=cache_dir,
@@ -283,136 +283,5 @@ def build(
     )
 
 
-def verify(
-    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
-    lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to verify."),
-    rebuilds: int = typer.Option(3, "--rebuilds", "-n", help="How many times to rebuild."),
-    inputs: Path | None = typer.Option(
-        None, "--inputs", help=".npz or Polygraphy saved-inputs JSON [default: seeded random]."
-    ),
-    report: Path | None = typer.Option(None, "--report", help="Write a JSON report here."),
-    backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
-    cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
-    ref_timing: str = RefTimingOpt,
-) -> None:
-    """Rebuild from the lock N times and prove the outputs bit-identical (exit 1 if not).
-
-    Also compares one engine with ONNX Runtime in float32 and reports the largest error:
-    accuracy is reported, reproducibility decides the exit code.
-
-    \b
-    Example:
-      reprobuild verify --lock tactics.lock --rebuilds 3 --report verify.json
-    """
-    from reprobuild.cli.render import format_table
-    from reprobuild.workflow.verify import verify as run
-
-    prog = Progress(quiet or as_json)
-    result = run(
-        model,
-        lock=lock,
-        rebuilds=rebuilds,
-        inputs=inputs,
-        report=report,
-        backend=_backend(backend, ref_timing),
-        cache_dir=cache_dir,
-        seed=seed,
-        progress=prog,
-    )
-    prog.done()
-    if as_json:
-        print_json(result.to_json())
-    else:
-        for b in result.builds:
-            hashes = ", ".join(f"{n}={h[:16]}" for n, h in b.output_sha256.items())
-            typer.echo(f"build {b.index + 1}: {hashes}  ({b.duration_s:.1f}s)")
-        rows = [
-            [d["layer"], d["key"], str(d["locked"]), str(d["built"]), str(b.index + 1)]
-            for b in result.builds
-            for d in b.drift
-        ]
-        if rows:
-            typer.echo(format_table(["layer", "key", "locked", "built", "build"], rows))
-        for b in result.builds:
-            for p in b.problems:
-                typer.echo(f"build {b.index + 1}: {p}")
-        acc = result.accuracy
-        if "max_abs" in acc:
-            typer.echo(
-                f"accuracy vs onnxruntime (float32): max abs {acc['max_abs']:.3g}, "
-                f"max rel {acc['max_rel']:.3g}"
-            )
-        else:
-            typer.echo(f"accuracy vs onnxruntime: not measured ({acc.get('error')})")
-        verdict = "REPRODUCIBLE" if result.reproducible else "NOT REPRODUCIBLE"
-        diff = (
-            f"; differing outputs: {', '.join(result.differing_outputs)}"
-            if result.differing_outputs
-            else ""
-        )
-        typer.echo(
-            f"{verdict}: {result.rebuilds} rebuilds of {result.layers} layers, "
-            f"inputs {result.inputs}{diff}"
-        )
-    if not result.reproducible:
-        raise typer.Exit(1)
-
-
-def bisect(
-    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
-    lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lock A (the baseline)."),
-    against: Path = typer.Option(..., "--against", help="Lock B, whose outputs differ."),
-    backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
-    cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
-    inputs: Path | None = typer.Option(None, "--inputs", help=".npz or Polygraphy JSON inputs."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
-    ref_timing: str = RefTimingOpt,
-) -> None:
-    """Find the smallest set of layers whose tactics make two locks' outputs differ.
-
-    Exit 1 when culprits are found (the locks' outputs differ), 0 when they agree.
-
-    \b
-    Example:
-      reprobuild bisect --lock good.lock --against bad.lock
-    """
-    from reprobuild.cli.render import format_table
-    from reprobuild.workflow.bisect import bisect as run
-
-    prog = Progress(quiet or as_json)
-    result = run(
-        model,
-        lock=lock,
-        against=against,
-        backend=_backend(backend, ref_timing),
-        cache_dir=cache_dir,
-        inputs=inputs,
-        progress=prog,
-    )
-    prog.done()
-    if as_json:
-        print_json(result.to_json())
-    else:
-        for s in result.steps:
-            typer.echo(s)
-        if result.culprits:
-            typer.echo(
-                format_table(
-                    ["layer", "key", "tactic A", "tactic B"],
-                    [[c["layer"], c["key"], c["tactic_a"], c["tactic_b"]] for c in result.culprits],
-                )
-            )
-        typer.echo(
-            f"{result.message} ({result.differing_layers} layers differ, {result.builds} builds)"
-        )
-    if result.outputs_differ:
-        raise typer.Exit(1)
-
-
 def register(app: typer.Typer) -> None:
-    for fn in (build, verify, bisect):
-        app.command(fn.__name__)(fn)
+    app.command("build")(build)

@@ -1,7 +1,9 @@
-"""``verify``: proving that a lock reproduces.
+"""``verify``: proving that a lock reproduces, and that the proof could have failed.
 
 Reproducibility is judged on bits (sha256 of every output, every rebuild) and on the tactic
-map; accuracy against ONNX Runtime is reported beside it but never confused with it.
+map; a positive control (:mod:`.control`) says whether a tactic change would have shown in
+those bits at all. Accuracy against ONNX Runtime is reported beside it, never confused with
+it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK
 from reprobuild.workflow.context import announce_backend, open_lock, resolve_backend
+from reprobuild.workflow.control import (
+    Control,
+    ProbeContext,
+    TacticProbe,
+    positive_control,
+    sensitivity,
+)
 from reprobuild.workflow.outputs import engine_accuracy, load_inputs, output_hashes
 from reprobuild.workflow.pinned import pinned_build
 from reprobuild.workflow.prepare import prepare_model
@@ -48,11 +57,23 @@ class VerifyResult:
     accuracy: dict[str, Any]
     report_path: str | None = None
     layers: int = 0
+    control: Control | None = None  # None: skipped (--no-control, or the rebuilds differ)
+    sensitivity: list[TacticProbe] | None = None
+
+    @property
+    def power(self) -> bool | None:
+        """Whether a single-tactic change reached the outputs; None when not checked."""
+        return None if self.control is None else self.control.power
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
         d["builds"] = [b.__dict__ for b in self.builds]
         d["accuracy"] = json_safe(self.accuracy)
+        d["power"] = self.power
+        d["control"] = None if self.control is None else json_safe(self.control.to_json())
+        d["sensitivity"] = (
+            None if self.sensitivity is None else [json_safe(p.to_json()) for p in self.sensitivity]
+        )
         return d
 
 
@@ -66,13 +87,22 @@ def verify(
     backend: str | Backend = "auto",
     cache_dir: str | os.PathLike[str] = "caches",
     seed: int = 0,
+    control: bool = True,
+    control_limit: int | None = None,
+    with_sensitivity: bool = False,
     progress: Progress = quiet,
 ) -> VerifyResult:
-    """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical."""
+    """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical.
+
+    ``control`` adds the positive control (at most ``control_limit`` probe builds) when the
+    rebuilds agree; ``with_sensitivity`` switches every layer in turn.
+    """
     from reprobuild.cachedir import cache_path
 
     if rebuilds < 1:
         raise UsageError(f"--rebuilds must be at least 1, got {rebuilds}")
+    if control_limit is not None and control_limit < 1:
+        raise UsageError(f"--control-limit must be at least 1, got {control_limit}")
     be = resolve_backend(backend)
     announce_backend(backend, be, progress)
     data, lock_path, model_path = open_lock(lock, model, be)
@@ -123,11 +153,16 @@ def verify(
                     round(time.perf_counter() - t0, 3),
                 )
             )
+        ref = checks[0].output_sha256
+        differing = sorted(
+            {n for c in checks for n, h in c.output_sha256.items() if ref.get(n) != h}
+        )
+        ok = not differing and not any(c.drift or c.problems for c in checks)
+        ctx = ProbeContext(be, built_model, data, cfile, feeds, first_outputs or {}, progress)
+        ctl = positive_control(ctx, control_limit) if control and ok else None
+        sens = sensitivity(ctx) if with_sensitivity else None
         progress(Step("comparing with ONNX Runtime"))
         accuracy = engine_accuracy(model_path, feeds, first_outputs or {})
-    ref = checks[0].output_sha256
-    differing = sorted({n for c in checks for n, h in c.output_sha256.items() if ref.get(n) != h})
-    ok = not differing and not any(c.drift or c.problems for c in checks)
     result = VerifyResult(
         ok,
         str(lock_path),
@@ -139,6 +174,8 @@ def verify(
         differing,
         accuracy,
         layers=len(data.layers),
+        control=ctl,
+        sensitivity=sens,
     )
     if report is not None:
         from reprobuild.fileio import atomic_write_text

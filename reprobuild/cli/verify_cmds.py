@@ -1,0 +1,214 @@
+"""verify / bisect: checking a lock on the command line.
+
+``verify`` exits 1 when the rebuilds differ, and (with ``--require-power``) when its check
+could not have seen a tactic change; ``bisect`` exits 1 when it finds layers that change the
+outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from reprobuild.cli.build_cmds import BACKEND_HELP, RefTimingOpt, backend_arg
+from reprobuild.cli.render import Progress, format_table, print_json
+from reprobuild.errors import UsageError
+from reprobuild.lock.model import DEFAULT_LOCK
+
+
+def verify(
+    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
+    lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to verify."),
+    rebuilds: int = typer.Option(3, "--rebuilds", "-n", help="How many times to rebuild."),
+    inputs: Path | None = typer.Option(
+        None, "--inputs", help=".npz or Polygraphy saved-inputs JSON [default: seeded random]."
+    ),
+    report: Path | None = typer.Option(None, "--report", help="Write a JSON report here."),
+    backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
+    cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    no_control: bool = typer.Option(
+        False, "--no-control", help="Skip the positive control (one build with one layer switched)."
+    ),
+    require_power: bool = typer.Option(
+        False,
+        "--require-power",
+        help="Exit 1 when no single-tactic change reaches the outputs (for CI gates).",
+    ),
+    control_limit: int | None = typer.Option(
+        None, "--control-limit", help="At most this many control builds [default: every layer]."
+    ),
+    with_sensitivity: bool = typer.Option(
+        False,
+        "--sensitivity",
+        help="Switch each layer's tactic in turn: which layers reach the outputs, by how much.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    ref_timing: str = RefTimingOpt,
+) -> None:
+    """Rebuild from the lock N times and prove the outputs bit-identical (exit 1 if not).
+
+    A positive control then switches one layer to another recorded candidate and reports
+    whether the outputs change: if no single-tactic change reaches them, identical outputs
+    prove nothing about the tactics (a saturated or argmax output, constant inputs), and the
+    verdict says so. Accuracy against ONNX Runtime in float32 is reported, never decisive.
+
+    \b
+    Example:
+      reprobuild verify --lock tactics.lock --rebuilds 3 --report verify.json
+      reprobuild verify --lock tactics.lock --require-power      # in CI
+      reprobuild verify --lock tactics.lock --sensitivity        # which layers matter
+    """
+    from reprobuild.workflow.verify import verify as run
+
+    if no_control and require_power:
+        raise UsageError("--require-power needs the control: drop --no-control")
+    prog = Progress(quiet or as_json)
+    result = run(
+        model,
+        lock=lock,
+        rebuilds=rebuilds,
+        inputs=inputs,
+        report=report,
+        backend=backend_arg(backend, ref_timing),
+        cache_dir=cache_dir,
+        seed=seed,
+        control=not no_control,
+        control_limit=control_limit,
+        with_sensitivity=with_sensitivity,
+        progress=prog,
+    )
+    prog.done()
+    if as_json:
+        print_json(result.to_json())
+    else:
+        _print_verify(result)
+    if not result.reproducible:
+        raise typer.Exit(1)
+    if require_power and not result.power:
+        if not as_json:
+            typer.echo("error: --require-power: the check has no power on these inputs", err=True)
+        raise typer.Exit(1)
+
+
+def _print_verify(result: Any) -> None:
+    for b in result.builds:
+        hashes = ", ".join(f"{n}={h[:16]}" for n, h in b.output_sha256.items())
+        typer.echo(f"build {b.index + 1}: {hashes}  ({b.duration_s:.1f}s)")
+    rows = [
+        [d["layer"], d["key"], str(d["locked"]), str(d["built"]), str(b.index + 1)]
+        for b in result.builds
+        for d in b.drift
+    ]
+    if rows:
+        typer.echo(format_table(["layer", "key", "locked", "built", "build"], rows))
+    for b in result.builds:
+        for p in b.problems:
+            typer.echo(f"build {b.index + 1}: {p}")
+    if result.sensitivity is not None:
+        _print_sensitivity(result.sensitivity)
+    acc = result.accuracy
+    if "max_abs" in acc:
+        typer.echo(
+            f"accuracy vs onnxruntime (float32): max abs {acc['max_abs']:.3g}, "
+            f"max rel {acc['max_rel']:.3g}"
+        )
+    else:
+        typer.echo(f"accuracy vs onnxruntime: not measured ({acc.get('error')})")
+    if result.control is not None:
+        typer.echo(f"control: {result.control.message()}")
+    diff = (
+        f"; differing outputs: {', '.join(result.differing_outputs)}"
+        if result.differing_outputs
+        else ""
+    )
+    summary = f"{result.rebuilds} rebuilds of {result.layers} layers, inputs {result.inputs}{diff}"
+    if not result.reproducible:
+        typer.echo(f"NOT REPRODUCIBLE: {summary}")
+    elif result.power is None:
+        typer.echo(f"REPRODUCIBLE: {summary} (control skipped: the check's power is unknown)")
+    elif result.power:
+        typer.echo(f"REPRODUCIBLE: {summary}; the check has power")
+    else:
+        typer.echo(
+            f"REPRODUCIBLE BUT UNPROVEN: {summary}; the check has no power on these inputs "
+            "(no single-tactic change reaches the outputs)"
+        )
+
+
+def _print_sensitivity(probes: list[Any]) -> None:
+    rows = [
+        [
+            p.layer,
+            p.kernel or f"0x{p.tried:x}",
+            "error" if p.error else ("yes" if p.changed else "no"),
+            f"{p.bits_flipped}/{p.bits_total}",
+            f"{p.max_abs:.3g}",
+        ]
+        for p in probes
+    ]
+    typer.echo(format_table(["layer", "switched to", "outputs change", "bits", "max abs"], rows))
+    for p in probes:
+        if p.error:
+            typer.echo(f"layer {p.layer!r}: {p.error}")
+    reach = sum(1 for p in probes if p.changed)
+    typer.echo(f"sensitivity: {reach} of {len(probes)} layers reach the outputs on these inputs")
+
+
+def bisect(
+    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
+    lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lock A (the baseline)."),
+    against: Path = typer.Option(..., "--against", help="Lock B, whose outputs differ."),
+    backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
+    cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
+    inputs: Path | None = typer.Option(None, "--inputs", help=".npz or Polygraphy JSON inputs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+    ref_timing: str = RefTimingOpt,
+) -> None:
+    """Find the smallest set of layers whose tactics make two locks' outputs differ.
+
+    Exit 1 when culprits are found (the locks' outputs differ), 0 when they agree.
+
+    \b
+    Example:
+      reprobuild bisect --lock good.lock --against bad.lock
+    """
+    from reprobuild.workflow.bisect import bisect as run
+
+    prog = Progress(quiet or as_json)
+    result = run(
+        model,
+        lock=lock,
+        against=against,
+        backend=backend_arg(backend, ref_timing),
+        cache_dir=cache_dir,
+        inputs=inputs,
+        progress=prog,
+    )
+    prog.done()
+    if as_json:
+        print_json(result.to_json())
+    else:
+        for s in result.steps:
+            typer.echo(s)
+        if result.culprits:
+            typer.echo(
+                format_table(
+                    ["layer", "key", "tactic A", "tactic B"],
+                    [[c["layer"], c["key"], c["tactic_a"], c["tactic_b"]] for c in result.culprits],
+                )
+            )
+        typer.echo(
+            f"{result.message} ({result.differing_layers} layers differ, {result.builds} builds)"
+        )
+    if result.outputs_differ:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify)
+    app.command("bisect")(bisect)

@@ -1,0 +1,118 @@
+"""verify proves that its check could have failed: the positive control and --sensitivity.
+
+The bundled MLP and CNN have outputs that depend on every layer's kernel (the last bits
+move), so a single switched tactic shows; the light SqueezeNet's stand-in weights give one
+flat softmax for any input, so nothing does, and verify must say so instead of claiming a
+reproducibility it never tested.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from reprobuild.backends.reference import ReferenceBackend
+from reprobuild.lock.yamlio import load_lock
+from reprobuild.workflow.build import build
+from reprobuild.workflow.control import alternative, bit_difference
+from reprobuild.workflow.verify import verify
+
+from .conftest import EXAMPLES
+
+LIGHT = Path(onnx.__file__).parent / "backend/test/data/light"
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("mlp.onnx", "cnn.onnx"):
+        shutil.copy(EXAMPLES / name, tmp_path / name)
+    shutil.copy(LIGHT / "light_squeezenet.onnx", tmp_path / "sq.onnx")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _record(model: str, lock: str) -> None:
+    build(model, lock=lock, out=f"{lock}.engine", backend=ReferenceBackend(), cache_dir="caches")
+
+
+def test_bit_difference_counts_bits_and_names_outputs() -> None:
+    a = {"x": np.array([1.0, 2.0], np.float32), "y": np.zeros(3, np.float32)}
+    b = {"x": np.array([1.0, 2.0], np.float32), "y": np.zeros(3, np.float32)}
+    assert bit_difference(a, b) == (0, 5 * 32, [])
+    b["y"] = np.array([0.0, np.float32(1.401298e-45), 0.0], np.float32)  # lowest bit set
+    assert bit_difference(a, b) == (1, 5 * 32, ["y"])
+    b["x"] = np.array([1.0, 2.0], np.float64)  # another dtype: every bit counts as changed
+    assert bit_difference(a, b) == (2 * 32 + 1, 5 * 32, ["x", "y"])
+
+
+def test_control_switches_one_layer_and_reports_power(work: Path) -> None:
+    _record("cnn.onnx", "t.lock")
+    lock = load_lock("t.lock")
+    r = verify(lock="t.lock", backend="reference", rebuilds=2)
+    assert r.reproducible and r.power is True
+    (probe,) = r.control.probes  # the first layer in lock order already reaches the output
+    first = lock.layers[0]
+    assert probe.layer == first.layer and probe.tried == alternative(first)[0] != first.tactic
+    assert probe.changed and 0 < probe.bits_flipped < probe.bits_total
+    assert 0 < probe.max_abs < 1e-4  # other rounding, same maths
+    doc = r.to_json()
+    assert doc["power"] is True and doc["control"]["probes"][0]["changed"] is True
+    assert "the check has power" in doc["control"]["message"]
+
+
+def test_sensitivity_maps_every_layer(work: Path, cli) -> None:
+    _record("cnn.onnx", "t.lock")
+    r = cli(
+        "verify", "--lock", "t.lock", "--backend", "reference", "-n", "1", "-q", "--sensitivity"
+    )
+    assert r.code == 0, r
+    assert "sensitivity: 3 of 3 layers reach the outputs" in r.out
+    r = cli(
+        "verify", "--lock", "t.lock", "--backend", "reference", "-n", "1", "-q", "--json",
+        "--sensitivity", "--no-control",
+    )  # fmt: skip
+    doc = json.loads(r.out)
+    assert doc["power"] is None and doc["control"] is None
+    rows = {p["layer"]: p for p in doc["sensitivity"]}
+    assert set(rows) == {"conv1", "conv2", "fc"}
+    assert all(p["changed"] and p["bits_flipped"] > 0 and p["error"] is None for p in rows.values())
+    lock = load_lock("t.lock")
+    assert all(rows[e.layer]["locked"] == f"0x{e.tactic:x}" for e in lock.layers)
+
+
+def test_flat_model_has_no_power_and_says_so(work: Path, cli) -> None:
+    r = cli("build", "sq.onnx", "--lock", "sq.lock", "--backend", "reference", "-q")
+    assert r.code == 0, r
+    r = cli("verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q")
+    assert r.code == 0, r  # the rebuilds agree: not a failure, but not a proof either
+    verdict = r.out.strip().splitlines()[-1]
+    assert verdict.startswith("REPRODUCIBLE BUT UNPROVEN:"), r.out
+    assert "the check has no power on these inputs" in verdict
+    assert "none of the 26 single-tactic changes tried changed the outputs" in r.out
+    r = cli(
+        "verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q", "--require-power"
+    )
+    assert r.code == 1 and "--require-power: the check has no power" in r.err, r
+    r = cli(
+        "verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q",
+        "--control-limit", "3", "--json",
+    )  # fmt: skip
+    doc = json.loads(r.out)
+    assert doc["power"] is False and len(doc["control"]["probes"]) == 3
+
+
+def test_control_is_skipped_when_asked_and_refuses_conflicting_options(work: Path, cli) -> None:
+    _record("mlp.onnx", "t.lock")
+    r = cli("verify", "--lock", "t.lock", "--backend", "reference", "-n", "1", "-q", "--no-control")
+    assert r.code == 0 and "control skipped" in r.out, r
+    r = cli(
+        "verify", "--lock", "t.lock", "--backend", "reference", "--no-control", "--require-power"
+    )
+    assert r.code == 2 and "--require-power needs the control" in r.err, r
+    r = cli("verify", "--lock", "t.lock", "--backend", "reference", "--control-limit", "0")
+    assert r.code == 2 and "--control-limit must be at least 1" in r.err, r
