@@ -1,7 +1,7 @@
-"""Time the reproducible-build workflow on the light ResNet50 with the reference backend.
+"""Time the reproducible-build workflow on ResNet50 with the reference backend.
 
-Run: python scripts/bench_workflow.py [--model light_resnet50] [--rebuilds 3] [--precision fp16]
-                                      [--repeat 1]
+Run: python scripts/bench_workflow.py [--model resnet50] [--weights reweighted|light]
+                                      [--rebuilds 3] [--precision fp16] [--repeat 1]
 
 Prints, in one run, the wall time of each step and its ratio to the cold recording build:
 
@@ -9,15 +9,18 @@ Prints, in one run, the wall time of each step and its ratio to the cold recordi
 - locked build, warm cache: the recording cache is in the cache directory, so the build is
   pins + one pinned build;
 - locked build, fresh cache directory: a recording build creates the keys first, then pins;
-- verify --rebuilds N: N pinned builds from the lock, each engine run, outputs compared, plus
-  one ONNX Runtime comparison.
+- verify --rebuilds N: N pinned builds from the lock, each engine run, outputs compared, the
+  positive control (one more build with one layer switched, until the outputs change) and
+  one ONNX Runtime comparison. Its note says whether the check had power.
 
-The model is onnx's own light model-zoo copy. Everything is written in a temporary
-directory. A small warm-up build (the bundled MLP, not timed) runs first so that one-time
-imports (onnx.reference, onnxruntime) are not charged to the cold build. With ``--repeat R``
-the whole sequence runs R times from scratch; each figure is the median, the ratio is
-medians', and the fastest run is shown too (the timings share the CPU with whatever else
-runs, so single runs are noisy).
+The model is onnx's own light model-zoo architecture, by default with seeded, well-scaled
+weights (``tests/models/zoo.py``) so that its outputs depend on the tactics; ``--weights
+light`` takes the shipped copy, whose flat softmax no tactic reaches (verify says so).
+Everything is written in a temporary directory. A small warm-up build (the bundled MLP, not
+timed) runs first so that one-time imports (onnx.reference, onnxruntime) are not charged to
+the cold build. With ``--repeat R`` the whole sequence runs R times from scratch; each
+figure is the median, the ratio is medians', and the fastest run is shown too (the timings
+share the CPU with whatever else runs, so single runs are noisy).
 """
 
 from __future__ import annotations
@@ -25,19 +28,20 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import onnx
-
 from reprobuild.precision import validate_options
 from reprobuild.workflow.build import BuildResult, PrecisionRequest, build
 from reprobuild.workflow.verify import verify
 
-LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-EXAMPLES = Path(__file__).resolve().parent.parent / "reprobuild" / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "reprobuild" / "examples"
+sys.path.insert(0, str(ROOT))  # the corpus with power lives in tests/models
+from tests.models import zoo  # noqa: E402
 
 
 def _timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -68,9 +72,21 @@ def _describe(r: BuildResult) -> str:
     )
 
 
+def _control(ver: Any) -> str:
+    """The positive control's verdict, short: did one switched tactic reach the outputs?"""
+    ctl = ver.control
+    if ctl is None:
+        return "skipped"
+    p = ctl.decisive
+    if p is None:
+        return f"NO POWER ({len(ctl.probes)} single-tactic changes, outputs unchanged)"
+    return f"power (layer {p.layer!r}: {p.bits_flipped} of {p.bits_total} bits flip)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--model", default="light_resnet50", help="a light model-zoo name")
+    ap.add_argument("--model", default="resnet50", help=f"one of {', '.join(zoo.MODELS)}")
+    ap.add_argument("--weights", choices=("reweighted", "light"), default="reweighted")
     ap.add_argument("--rebuilds", type=int, default=3, help="rebuilds for verify")
     ap.add_argument("--precision", choices=("fp16", "bf16"), default=None)
     ap.add_argument("--repeat", type=int, default=1, help="runs of the whole sequence")
@@ -79,7 +95,6 @@ def main() -> None:
     import onnxruntime
 
     onnxruntime.set_default_logger_severity(3)  # the light models carry unused initializers
-    source = LIGHT / f"{args.model}.onnx"
     request = None
     if args.precision is not None:
         settings = validate_options(args.precision, [], [], 512.0, None, False)
@@ -87,6 +102,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-workflow-") as tmp_name:
         root = Path(tmp_name)
+        if args.weights == "light":
+            source = zoo.light_path(args.model)
+        else:
+            source = zoo.reweighted_path(args.model, root)
+        size = source.stat().st_size
         build(
             EXAMPLES / "mlp.onnx",
             lock=root / "warmup.lock",
@@ -125,7 +145,9 @@ def main() -> None:
     t_cold = med["cold"]
     plan = f", precision {args.precision}" if args.precision else ""
     runs = f", median of {args.repeat} runs" if args.repeat > 1 else ""
-    print(f"model: {args.model} ({source.stat().st_size} bytes), backend reference{plan}{runs}")
+    print(
+        f"model: {args.model}, {args.weights} weights ({size} bytes), backend reference{plan}{runs}"
+    )
     rows = [
         ("cold recording build", med["cold"], _describe(cold)),
         ("locked build, warm cache", med["warm"], _describe(warm)),
@@ -134,7 +156,8 @@ def main() -> None:
             f"verify --rebuilds {args.rebuilds}",
             med["verify"],
             f"{'REPRODUCIBLE' if ver.reproducible else 'NOT REPRODUCIBLE'}, "
-            f"max abs vs onnxruntime {ver.accuracy.get('max_abs', float('nan')):.3g}",
+            f"max abs vs onnxruntime {ver.accuracy.get('max_abs', float('nan')):.3g}; "
+            f"control: {_control(ver)}",
         ),
     ]
     width = max(len(r[0]) for r in rows)

@@ -116,3 +116,28 @@ def test_control_is_skipped_when_asked_and_refuses_conflicting_options(work: Pat
     assert r.code == 2 and "--require-power needs the control" in r.err, r
     r = cli("verify", "--lock", "t.lock", "--backend", "reference", "--control-limit", "0")
     assert r.code == 2 and "--control-limit must be at least 1" in r.err, r
+
+
+def test_reweighted_squeezenet_has_power_and_bisect_finds_culprits(work: Path, cli) -> None:
+    """The same architecture with well-scaled weights: tactics reach the softmax, so verify
+    proves something and bisect between two locks names the layers that matter."""
+    from tests.models import zoo
+
+    model = zoo.reweighted_path("squeezenet", work)
+    base = ("--backend", "reference", "-q")
+    assert cli("build", str(model), "--lock", "a.lock", "--ref-timing", "seed:1", *base).code == 0
+    r = cli("build", str(model), "--lock", "b.lock", "--ref-timing", "reverse", *base)
+    assert r.code == 0, r
+    a, b = load_lock("a.lock").tactic_map(), load_lock("b.lock").tactic_map()
+    assert a.keys() == b.keys() and sum(a[k] != b[k] for k in a) >= 20
+    r = cli("verify", "--lock", "a.lock", "-n", "2", "--json", "--require-power", *base)
+    assert r.code == 0, r
+    doc = json.loads(r.out)
+    assert doc["reproducible"] and doc["power"] is True
+    assert doc["control"]["probes"][-1]["bits_flipped"] > 0
+    r = cli("bisect", "--lock", "a.lock", "--against", "b.lock", "--json", *base)
+    assert r.code == 1, r  # the locks' outputs differ
+    doc = json.loads(r.out)
+    assert doc["outputs_differ"] and len(doc["culprits"]) >= 1
+    names = {e.layer for e in load_lock("a.lock").layers}
+    assert all(c["layer"] in names and c["tactic_a"] != c["tactic_b"] for c in doc["culprits"])
