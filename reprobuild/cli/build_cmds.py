@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from reprobuild.cli.render import Progress, print_json
+from reprobuild.cli.render import print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
 
@@ -239,8 +239,9 @@ def build(
         or max_output is not None
     ):
         raise UsageError("precision options need --precision fp16 or --precision bf16")
-    prog = Progress(quiet or as_json)
-    result = run(
+    result = with_progress(
+        run,
+        quiet or as_json,
         model,
         lock=lock,
         out=out,
@@ -251,9 +252,7 @@ def build(
         allow_env_change=allow_env_change,
         report=report,
         precision=request,
-        progress=prog,
     )
-    prog.done()
     if as_json:
         print_json(result.to_json())
         return

@@ -85,3 +85,13 @@ class Progress:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+
+def with_progress(run: Any, quiet: bool, /, *args: Any, **kwargs: Any) -> Any:
+    """Call a core function with a progress renderer, and always close the live display
+    (an error must not leave the terminal without its cursor)."""
+    prog = Progress(quiet)
+    try:
+        return run(*args, progress=prog, **kwargs)
+    finally:
+        prog.done()

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from reprobuild.cli.build_cmds import BACKEND_HELP, RefTimingOpt, backend_arg
-from reprobuild.cli.render import Progress, format_table, print_json
+from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
 
@@ -66,8 +66,9 @@ def verify(
 
     if no_control and require_power:
         raise UsageError("--require-power needs the control: drop --no-control")
-    prog = Progress(quiet or as_json)
-    result = run(
+    result = with_progress(
+        run,
+        quiet or as_json,
         model,
         lock=lock,
         rebuilds=rebuilds,
@@ -79,9 +80,7 @@ def verify(
         control=not no_control,
         control_limit=control_limit,
         with_sensitivity=with_sensitivity,
-        progress=prog,
     )
-    prog.done()
     if as_json:
         print_json(result.to_json())
     else:
@@ -179,17 +178,16 @@ def bisect(
     """
     from reprobuild.workflow.bisect import bisect as run
 
-    prog = Progress(quiet or as_json)
-    result = run(
+    result = with_progress(
+        run,
+        quiet or as_json,
         model,
         lock=lock,
         against=against,
         backend=backend_arg(backend, ref_timing),
         cache_dir=cache_dir,
         inputs=inputs,
-        progress=prog,
     )
-    prog.done()
     if as_json:
         print_json(result.to_json())
     else:
