@@ -170,3 +170,40 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path: Path, cli) -> None:
     r = cli("layers", str(text))
     assert r.code == 2 and "no engine layer information" in r.err
     assert all(len(x.err.strip().splitlines()) == 1 for x in (missing, r))
+
+
+def test_unnamed_nodes_of_a_converted_plan_map_like_onnx_tensorrt(tmp_path: Path) -> None:
+    """Unnamed nodes are ``node_of_<output>`` in the plan and in the engine's Metadata (the
+    name onnx-tensorrt gives them), and the conversion's Casts are known, not unmapped."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from reprobuild.lock.plan import PrecisionSettings
+    from reprobuild.workflow.prepare import PrecisionRequest
+
+    w = numpy_helper.from_array(np.full((4, 3), 0.25, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "unnamed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [w],
+    )
+    model = tmp_path / "unnamed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    result = reprobuild.build(
+        model,
+        lock=tmp_path / "t.lock",
+        out=tmp_path / "unnamed.engine",
+        backend="reference",
+        cache_dir=tmp_path / "caches",
+        precision=PrecisionRequest("fp16", PrecisionSettings()),
+    )
+    report = json.loads(Path(result.report_path).read_text())
+    check = report["plan_check"]
+    assert check["counts"]["differs"] == 0 and check["counts"]["unmapped"] == 0
+    follows = {v["layer"]: v["nodes"] for v in check["layers"] if v["status"] == "follows"}
+    assert follows["MatMul_1"] == ["node_of_h"]  # after the inserted input Cast
+    assert follows["Relu_2"] == ["node_of_y__fp16"]  # its output renamed by the conversion
+    assert {v["planned"] for v in check["layers"]} == {"fp16"}

@@ -125,9 +125,28 @@ def _planned(entry: NodePrecision) -> str | None:
     return "fp32" if entry.accumulate == "fp32" else entry.precision
 
 
+def _aliases(plan: PrecisionPlan, ops: Mapping[str, str]) -> dict[str, str]:
+    """Built-model node key -> plan node key. The conversion keeps every original node in
+    order and only inserts Casts, but renames the outputs it retypes, so an unnamed node's
+    ``node_of_<output>`` changes; walking both lists in order (skipping what does not match
+    the next plan node's op, i.e. inserted Casts) pairs them up again."""
+    out: dict[str, str] = {}
+    nodes = plan.nodes
+    i = 0
+    for key, op in ops.items():
+        if i < len(nodes) and op == nodes[i].op:
+            out[key] = nodes[i].node
+            i += 1
+    return out if i == len(nodes) else {}
+
+
 class _Mapper:
     def __init__(self, plan: PrecisionPlan, ops: Mapping[str, str]) -> None:
         self.by_node = {n.node: n for n in plan.nodes}
+        self.alias = _aliases(plan, ops)
+        for key, target in self.alias.items():
+            if key != target and key not in self.by_node:
+                self.by_node[key] = self.by_node[target]
         self.ops = dict(ops)
         self.shared = {k.split("#", 1)[0] for k in [*self.by_node, *self.ops] if "#" in k}
 
