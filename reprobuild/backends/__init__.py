@@ -26,6 +26,7 @@ __all__ = [
     "Environment",
     "TimingCache",
     "TimingValue",
+    "engine_layer_info",
     "get_backend",
 ]
 
@@ -55,3 +56,17 @@ def get_backend(name: str, *, ref_timing: str = "") -> Backend:
             raise BackendUnavailable(f"backend 'tensorrt' cannot run here: {reason}")
         return tensorrt_backend.TensorRTBackend()
     raise UsageError(f"unknown backend {name!r}: choose one of auto, {', '.join(BACKEND_NAMES)}")
+
+
+def engine_layer_info(data: bytes) -> str | None:
+    """The inspector JSON an engine file carries itself (reference engines do), or None:
+    a TensorRT engine can only be inspected on its GPU, so its builds write it beside."""
+    import json
+
+    from reprobuild.backends.reference.engine import ENGINE_MAGIC, read_engine
+
+    if not data.startswith(ENGINE_MAGIC):
+        return None
+    meta, _ = read_engine(data)
+    info = meta.get("layer_info")
+    return None if info is None else json.dumps(info)

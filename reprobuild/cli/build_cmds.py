@@ -280,6 +280,13 @@ def build(
         )
         + f")\nreport: {result.report_path}"
     )
+    summary = result.engine_layers or {}
+    if result.layers_path and "by_precision" in summary:
+        counts = ", ".join(f"{p} {n}" for p, n in summary["by_precision"].items()) or "none"
+        typer.echo(
+            f"layers: {result.layers_path} ({summary['layers']} layers: {counts}; "
+            f"{summary['reformat_layers']} reformat layers; `reprobuild layers` shows them)"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -58,6 +58,33 @@ def _check_readable(path: Path) -> None:
         ) from None
 
 
+def _refuse_layer_information(path: Path) -> None:
+    """A layer-information JSON or an engine is not a log: parsing one would print "0
+    record(s)" and exit 0, so name the command that reads it instead (exit 2)."""
+    from reprobuild.logs.layerinfo import looks_like_json, parse_layer_info
+
+    with open(path, "rb") as fh:
+        head = fh.read(65536)
+    if head.startswith(b"RBREFENG"):
+        raise LogParseError(
+            f"{path}: is an engine built by the reference backend, not a builder log; "
+            f"`reprobuild layers {path}` shows its layers"
+        )
+    if not looks_like_json(head):
+        return
+    try:
+        parse_layer_info(path.read_bytes(), source=str(path))
+    except LogParseError:
+        raise LogParseError(
+            f"{path}: is JSON, not a verbose builder log; pass the text TensorRT logged "
+            "(trtexec --verbose or a VERBOSE logger)"
+        ) from None
+    raise LogParseError(
+        f"{path}: is engine layer information (trtexec --exportLayerInfo / engine "
+        f"inspector JSON), not a builder log; read it with `reprobuild layers {path}`"
+    )
+
+
 def _short(text: str | None, width: int) -> str:
     if not text:
         return "-"
@@ -88,6 +115,7 @@ def show(
     from reprobuild.logs.reader import iter_file
 
     _check_readable(file)
+    _refuse_layer_information(file)
     parser = LogParser(source=str(file))
     out = sys.stdout
     if as_json:
@@ -130,6 +158,12 @@ def show(
         f"{len(parser.warnings) + parser.warnings_dropped} warning(s)\n"
     )
     out.flush()
+    if parser.engine_layers:
+        typer.echo(
+            f"note: {file} holds engine layer information; `reprobuild layers {file}` "
+            "prints each layer's precisions, kernel and ONNX nodes",
+            err=True,
+        )
     for w in parser.warnings:
         typer.echo(f"warning: {file}:{w.line}: {w.kind}: {w.message}", err=True)
     if parser.warnings_dropped:
@@ -165,8 +199,9 @@ def diff(
     from reprobuild.logs.diff import diff_records
     from reprobuild.logs.reader import iter_file
 
-    _check_readable(a)
-    _check_readable(b)
+    for path in (a, b):
+        _check_readable(path)
+        _refuse_layer_information(path)
     result = diff_records(iter_file(a), iter_file(b))
     if as_json:
         data = {

@@ -46,9 +46,9 @@ def _root(
 
 
 def _register_all() -> None:
-    from reprobuild.cli import build_cmds, lock_cmds, log_cmds, trt_cmds, verify_cmds
+    from reprobuild.cli import build_cmds, layers_cmds, lock_cmds, log_cmds, trt_cmds, verify_cmds
 
-    for module in (build_cmds, verify_cmds, lock_cmds, log_cmds, trt_cmds):
+    for module in (build_cmds, verify_cmds, lock_cmds, log_cmds, layers_cmds, trt_cmds):
         module.register(app)
 
 

@@ -85,7 +85,7 @@ def verify(
         print_json(result.to_json())
     else:
         _print_verify(result)
-    if not result.reproducible:
+    if not result.reproducible or not result.follows_plan:
         raise typer.Exit(1)
     if require_power and not result.power:
         if not as_json:
@@ -107,6 +107,11 @@ def _print_verify(result: Any) -> None:
     for b in result.builds:
         for p in b.problems:
             typer.echo(f"build {b.index + 1}: {p}")
+    for b in result.builds:
+        for p in b.plan_differs:
+            typer.echo(f"build {b.index + 1}: {p}")
+    if not result.follows_plan:
+        typer.echo("PRECISION PLAN NOT FOLLOWED: the engine runs the layers above off the plan")
     if result.sensitivity is not None:
         _print_sensitivity(result.sensitivity)
     acc = result.accuracy

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +38,74 @@ __all__ = [
     "is_reformat",
     "kernels_by_layer",
     "load_layer_info",
+    "looks_like_json",
     "parse_layer_info",
+    "precision_of",
 ]
 
 _REFORMAT_TYPES = ("Reformat", "NoOp")
+
+# Every spelling of a data type in layer information: 8.x/10.x joined formats ("Row major
+# linear FP32", "Channel major FP16 format ..."), Myelin and log forms ("Half", "Float"),
+# 11.x split ``Datatype`` and the reference backend's numpy names.
+_PRECISION_WORDS = {
+    "fp32": "FP32",
+    "float": "FP32",
+    "float32": "FP32",
+    "fp16": "FP16",
+    "half": "FP16",
+    "float16": "FP16",
+    "bf16": "BF16",
+    "bfloat16": "BF16",
+    "int8": "INT8",
+    "fp8": "FP8",
+    "e4m3": "FP8",
+    "fp4": "FP4",
+    "int4": "INT4",
+    "int32": "INT32",
+    "int64": "INT64",
+    "uint8": "UINT8",
+    "bool": "BOOL",
+    "double": "FP64",
+    "fp64": "FP64",
+    "float64": "FP64",
+}
+COMPUTE_PRECISIONS = frozenset({"FP32", "FP16", "BF16", "INT8", "FP8", "FP4", "FP64"})
+"""Types a layer computes in (as opposed to index/shape types such as INT64)."""
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_VECTOR_WIDTHS = {"two": 2, "four": 4, "eight": 8, "sixteen": 16, "thirty-two": 32}
+_VECTORIZED = re.compile(r"(two|four|eight|sixteen|thirty-two) wide channel vectorized")
+_CHANNEL_ALIGN = re.compile(r"channel % (\d+) == 0")
+
+
+def precision_of(text: str | None) -> str | None:
+    """The data type named in a format or datatype string (``FP16`` for ``Half``), or None."""
+    if not text:
+        return None
+    for word in _WORD.findall(text):
+        found = _PRECISION_WORDS.get(word.lower())
+        if found is not None:
+            return found
+    return None
+
+
+def _layout(fmt: str | None) -> str | None:
+    """A short memory-layout name (``linear``, ``HWC8``, ``CHW4``) for a format string;
+    None when the string names only a data type (Myelin tensors, 8.x-style logs)."""
+    if not fmt:
+        return None
+    low = fmt.strip().lower()
+    if low.startswith("row major linear"):
+        return "linear"
+    if low.startswith("channel major"):
+        m = _CHANNEL_ALIGN.search(low)
+        return f"HWC{m[1]}" if m else "HWC"
+    m = _VECTORIZED.match(low)
+    if m:
+        return f"CHW{_VECTOR_WIDTHS[m[1]]}"
+    if all(w.lower() in _PRECISION_WORDS for w in _WORD.findall(fmt)):
+        return None
+    return fmt.strip()
 
 
 @dataclass(frozen=True)
@@ -51,6 +116,17 @@ class TensorDesc:
     dimensions: tuple[int, ...] | None = None
     format: str | None = None
     datatype: str | None = None
+
+    @property
+    def precision(self) -> str | None:
+        """``FP32``/``FP16``/``BF16``/``INT8``/...: from ``Datatype`` (11.x) or the joined
+        ``Format/Datatype`` string, so every shape answers "which precision" the same way."""
+        return precision_of(self.datatype) or precision_of(self.format)
+
+    @property
+    def layout(self) -> str | None:
+        """The memory layout without the data type, short (``linear``, ``HWC8``, ``CHW4``)."""
+        return _layout(self.format)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +149,17 @@ class EngineLayer:
     def is_reformat(self) -> bool:
         """Whether this is a Reformat/NoOp layer; see :func:`is_reformat`."""
         return is_reformat(self)
+
+    @property
+    def precision(self) -> str | None:
+        """The precision the layer computes in, as far as its tensors tell: its first
+        output's floating-point (or INT8/FP8) type, else its first input's, else any type;
+        outputs first because a Myelin gemm's FP32 ``alpha`` input says nothing, and an
+        ArgMax's INT64 output says nothing about the FP16 it compared. None without tensor
+        types (names-only exports)."""
+        tensors = (*self.outputs, *self.inputs)
+        types = [t.precision for t in tensors if t.precision is not None]
+        return next((p for p in types if p in COMPUTE_PRECISIONS), types[0] if types else None)
 
 
 def is_reformat(layer: EngineLayer) -> bool:
@@ -215,8 +302,24 @@ def parse_layer_info(
 
 
 def load_layer_info(path: str | os.PathLike[str]) -> LayerInfo:
-    """Read and parse a layer-information file (UTF-8, undecodable bytes replaced)."""
+    """Read a layer-information file: inspector/trtexec JSON, or a log holding the one-line
+    (kONELINE ``Name: .., LayerType: ..``) or ``Layer(<Type>): ..`` lines.
+
+    JSON is told apart by its first character after ``#`` notes; a log is streamed line
+    by line, so a multi-GB verbose log is never held in memory.
+    """
     p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(65536)
+    except OSError as err:
+        raise LogParseError(
+            f"{p}: cannot read layer information ({err.strerror or err}); check the path"
+        ) from None
+    if not looks_like_json(head):
+        from reprobuild.logs.layertext import read_layer_lines
+
+        return read_layer_lines(p)
     try:
         text = p.read_bytes().decode("utf-8", errors="replace")
     except OSError as err:
@@ -224,6 +327,12 @@ def load_layer_info(path: str | os.PathLike[str]) -> LayerInfo:
             f"{p}: cannot read layer information ({err.strerror or err}); check the path"
         ) from None
     return parse_layer_info(text, source=str(p))
+
+
+def looks_like_json(head: bytes) -> bool:
+    """Whether a file's first bytes (after a BOM and ``#`` note lines) open a JSON object."""
+    text = _strip_comment_lines(head.decode("utf-8", errors="replace").lstrip("\ufeff"))
+    return text.lstrip().startswith("{")
 
 
 def kernels_by_layer(layers: Iterable[EngineLayer]) -> dict[str, tuple[str | None, int | None]]:

@@ -70,6 +70,8 @@ class BuildResult:
     warnings: list[str] = field(default_factory=list)
     precision: dict[str, Any] | None = None
     log_warnings: list[str] = field(default_factory=list)
+    layers_path: str | None = None  # ENGINE.layers.json: the engine's layer information
+    engine_layers: dict[str, Any] | None = None  # its summary (layers per precision, reformats)
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -165,6 +167,7 @@ def build(
                     )
                 done.lock.precision = plan
                 done.changes.append("recorded the model's observed precision")
+        plan_check = _plan_check(done, built_model, warnings)
         progress(Step("checks passed; writing outputs"))
         engine_path = Path(out) if out is not None else Path(f"{model_path.stem}.engine")
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
@@ -173,6 +176,11 @@ def build(
         from reprobuild.fileio import atomic_write_bytes, atomic_write_text
 
         atomic_write_bytes(engine_path, done.output.engine)
+        # Engine layer information (issue 14): written with the engine, summarised below.
+        from reprobuild.workflow.layers import summary_of, write_layers
+
+        result.layers_path = str(write_layers(engine_path, done.output.layer_info))
+        result.engine_layers = summary_of(done.output.layer_info)
         report_path = Path(report) if report is not None else Path(f"{engine_path}.report.json")
         rep = result.to_json()
         rep["report_path"] = str(report_path)
@@ -180,9 +188,29 @@ def build(
         rep["precision_error"] = precision_error
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
+        rep["plan_check"] = None if plan_check is None else plan_check.to_json()
         atomic_write_text(report_path, json.dumps(rep, indent=2) + "\n")
         result.report_path = str(report_path)
     return result
+
+
+def _plan_check(done: _Built, built_model: Path, warnings: list[str]) -> Any:
+    """Does the engine run each layer in the precision the lock's plan says? A locked build
+    that does not is drift (exit 1, nothing written); a recording build warns, as the plan
+    it just made is what the lock will hold."""
+    from reprobuild.workflow.plancheck import check_engine
+
+    check = check_engine(done.output.layer_info, done.lock.precision, built_model)
+    if check is None or check.follows:
+        return check
+    if not done.recorded:
+        raise DriftError(
+            "the engine does not follow the lock's precision plan: "
+            + "; ".join(check.problems())
+            + "; check the model's Cast nodes and tensor types, or re-record the lock"
+        )
+    warnings.extend(check.problems())
+    return check
 
 
 def _check_existing(

@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from reprobuild.workflow.control import (
 )
 from reprobuild.workflow.outputs import engine_accuracy, load_inputs, output_hashes
 from reprobuild.workflow.pinned import pinned_build
+from reprobuild.workflow.plancheck import check_engine
 from reprobuild.workflow.prepare import prepare_model
 
 
@@ -42,6 +43,7 @@ class BuildCheck:
     drift: list[dict[str, Any]]  # per layer: layer, key, locked, built
     problems: list[str]
     duration_s: float
+    plan_differs: list[str] = field(default_factory=list)  # layers off the precision plan
 
 
 @dataclass
@@ -59,6 +61,12 @@ class VerifyResult:
     layers: int = 0
     control: Control | None = None  # None: skipped (--no-control, or the rebuilds differ)
     sensitivity: list[TacticProbe] | None = None
+    plan_check: dict[str, Any] | None = None  # the engine against the lock's precision plan
+
+    @property
+    def follows_plan(self) -> bool:
+        """False when a rebuilt engine ran a layer in another precision than planned."""
+        return not any(b.plan_differs for b in self.builds)
 
     @property
     def power(self) -> bool | None:
@@ -70,6 +78,7 @@ class VerifyResult:
         d["builds"] = [b.__dict__ for b in self.builds]
         d["accuracy"] = json_safe(self.accuracy)
         d["power"] = self.power
+        d["follows_plan"] = self.follows_plan
         d["control"] = None if self.control is None else json_safe(self.control.to_json())
         d["sensitivity"] = (
             None if self.sensitivity is None else [json_safe(p.to_json()) for p in self.sensitivity]
@@ -111,6 +120,7 @@ def verify(
     names = {e.key: e.layer for e in data.layers}
     checks: list[BuildCheck] = []
     first_outputs: dict[str, Any] | None = None
+    plan_check: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="reprobuild-verify-") as tmp:
         built_model, _, _ = prepare_model(model_path, data, None, True, Path(tmp), lock_path)
         built_sha = sha256_file(built_model)
@@ -140,6 +150,9 @@ def verify(
                 for k in sorted(set(expected) | set(pb.after))
                 if expected.get(k) != pb.after.get(k)
             ]
+            plan = check_engine(pb.output.layer_info, data.precision, built_model)
+            if plan is not None and (plan_check is None or not plan.follows):
+                plan_check = plan.to_json()
             progress(Step(f"running engine {i + 1}/{rebuilds}"))
             outputs = be.run(pb.output.engine, feeds)
             if first_outputs is None:
@@ -151,6 +164,7 @@ def verify(
                     drift,
                     pb.problems,
                     round(time.perf_counter() - t0, 3),
+                    [] if plan is None else plan.problems(),
                 )
             )
         ref = checks[0].output_sha256
@@ -176,6 +190,7 @@ def verify(
         layers=len(data.layers),
         control=ctl,
         sensitivity=sens,
+        plan_check=plan_check,
     )
     if report is not None:
         from reprobuild.fileio import atomic_write_text

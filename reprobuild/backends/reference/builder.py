@@ -287,6 +287,9 @@ class Builder:
     ) -> dict[str, Any]:
         kernel, value, layer_type = tactic
         out_names = [o for o in layer.node.output if o]
+        # onnx-tensorrt's name for a node (its name, else ``node_of_<first output>``), which
+        # is also the precision plan's key: the plan check maps layers to nodes through it.
+        onnx_name = layer.node.name or (f"node_of_{out_names[0]}" if out_names else layer.name)
         return {
             "Name": layer.name,
             "LayerType": layer_type,
@@ -298,7 +301,7 @@ class Builder:
             "TacticName": kernel,
             "TacticValue": f"0x{value:016x}",
             "StreamId": 0,
-            "Metadata": f"[ONNX Layer: {layer.name}]",
+            "Metadata": f"[ONNX Layer: {onnx_name}]",
         }
 
     def run(self, prepared: engine_mod.PreparedModel, feeds: dict[str, Any]) -> None:
@@ -395,14 +398,15 @@ def build_engine(
             for c in builder.choices
         ],
     }
+    inspector = {
+        "Layers": builder.layer_info,
+        "Bindings": [vi.name for vi in prepared.inputs] + list(prepared.output_names),
+    }
+    # The engine carries its own layer information, so ``reprobuild layers MODEL.engine``
+    # reads it like TensorRT's inspector would; it is deterministic, as the engine must be.
+    meta["layer_info"] = inspector
     engine_bytes = engine_mod.write_engine(meta, model_bytes)
-    layer_info = json.dumps(
-        {
-            "Layers": builder.layer_info,
-            "Bindings": [vi.name for vi in prepared.inputs] + list(prepared.output_names),
-        },
-        indent=1,
-    )
+    layer_info = json.dumps(inspector, indent=1)
     seconds = time.perf_counter() - started
     log.info(f"Engine built in {seconds:.3f} seconds")
     return BuildOutput(

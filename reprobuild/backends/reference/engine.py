@@ -15,7 +15,9 @@ Metadata: ``{"format": "reprobuild-reference-engine", "environment": {...},
 "environment_fingerprint": "...", "settings": {...}, "model_sha256": "...",
 "inputs": [{"name", "dtype", "shape"}], "outputs": [names], "layers": [{"index", "name",
 "op", "key", "kernel", "tactic": "0x<16 hex>", "time_ms"}]}``; ``layers`` holds every
-autotuned layer, ``index`` being the node's position in the ONNX graph.
+autotuned layer, ``index`` being the node's position in the ONNX graph; ``layer_info`` is
+the engine-inspector JSON of every layer (``{"Layers": [...], "Bindings": [...]}``), which
+``reprobuild layers`` reads.
 
 The engine stores the model rather than its folded weights: the light model-zoo models
 describe 100 MB of weights with a few ``ConstantOfShape`` nodes, and folding is cheap and

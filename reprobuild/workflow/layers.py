@@ -1,0 +1,95 @@
+"""Where an engine's layer information lives, and reading it from whatever file a user has.
+
+Every build writes ``ENGINE.layers.json`` (the inspector JSON, TensorRT's own shape on both
+backends) next to the engine: a TensorRT engine cannot be inspected without TensorRT and the
+GPU it was built for, and that file is what ``reprobuild layers``, trex and a reviewer can
+read anywhere. A reference engine also carries the same JSON inside itself.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from reprobuild.errors import UsageError
+from reprobuild.logs.layerinfo import LayerInfo, load_layer_info, parse_layer_info
+
+__all__ = ["layers_path", "read_layers", "summary_of", "write_layers"]
+
+LAYERS_SUFFIX = ".layers.json"
+_REFERENCE_MAGIC = b"RBREFENG"  # reprobuild.backends.reference.engine.ENGINE_MAGIC
+
+
+def layers_path(engine_path: str | os.PathLike[str]) -> Path:
+    """``model.engine`` -> ``model.engine.layers.json``."""
+    return Path(f"{engine_path}{LAYERS_SUFFIX}")
+
+
+def write_layers(engine_path: str | os.PathLike[str], layer_info: str) -> Path:
+    """Write a build's layer information next to its engine (atomically, like the engine)."""
+    from reprobuild.fileio import atomic_write_text
+
+    path = layers_path(engine_path)
+    text = layer_info if layer_info.endswith("\n") else layer_info + "\n"
+    atomic_write_text(path, text)
+    return path
+
+
+def _is_binary(head: bytes) -> bool:
+    return b"\0" in head
+
+
+def read_layers(path: str | os.PathLike[str]) -> LayerInfo:
+    """Layer information from an inspector/trtexec JSON file, a log with layer lines, a
+    reference engine, or an engine that has its ``.layers.json`` beside it."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(4096)
+    except OSError as err:
+        raise UsageError(
+            f"{p}: cannot read ({err.strerror or err}); pass a layer-information JSON "
+            "(trtexec --exportLayerInfo), a builder log or an engine built by reprobuild"
+        ) from None
+    if head.startswith(_REFERENCE_MAGIC):
+        return _reference_engine(p)
+    if _is_binary(head):
+        side = layers_path(p)
+        if side.is_file():
+            info = load_layer_info(side)
+            return LayerInfo(info.layers, info.bindings, info.detailed, source=str(side))
+        raise UsageError(
+            f"{p}: a binary engine without {side.name} beside it; reprobuild writes that "
+            "file when it builds an engine; for another engine run trtexec "
+            f"--loadEngine={p} --profilingVerbosity=detailed --exportLayerInfo=layers.json "
+            "(the engine must have been built with detailed profiling verbosity)"
+        )
+    return load_layer_info(p)
+
+
+def _reference_engine(p: Path) -> LayerInfo:
+    from reprobuild.backends import engine_layer_info
+
+    inspector = engine_layer_info(p.read_bytes())
+    if inspector is None:
+        side = layers_path(p)
+        if side.is_file():
+            return load_layer_info(side)
+        raise UsageError(
+            f"{p}: this reference engine predates stored layer information; rebuild it "
+            "with reprobuild build"
+        )
+    return parse_layer_info(inspector, source=str(p))
+
+
+def summary_of(layer_info: str) -> dict[str, Any]:
+    """The build report's ``engine_layers``: counts per precision and reformat layers."""
+    from reprobuild.errors import LogParseError
+    from reprobuild.logs.layertable import summarize
+
+    try:
+        info = parse_layer_info(layer_info, "engine layer information", strict=False)
+    except LogParseError as err:
+        return {"error": str(err)}
+    return summarize(info).to_json()
