@@ -224,6 +224,8 @@ def cross_check_kernels(
     for entry in locked_entries:
         if pinned_only and not entry.pinned:
             continue
+        if entry.layer.startswith("<"):
+            continue  # <one of a, b> / <cache-only ...>: no single layer to look for
         if entry.kernel or getattr(entry, "candidates", None):
             groups.setdefault(entry.layer, []).append(entry)
     if not groups:

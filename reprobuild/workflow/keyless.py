@@ -14,7 +14,10 @@ evidence:
    unknown. It is still pinned and drift-checked like every key; ``pin`` cannot switch it.
 
 A tactic hash shared by several keys of one layer (several format combinations) gives the
-same name to each: names repeat in locks, keys identify entries.
+same name to each: names repeat in locks, keys identify entries. A tactic chosen by several
+layers (two convolutions of the same shape pick the same kernel) cannot tell which of them
+owns the key: the entry is named ``<one of conv1, conv2>`` and still gets the kernel and the
+candidates, which those layers share. ``pin key=0x...`` pins any of them.
 """
 
 from __future__ import annotations
@@ -38,23 +41,28 @@ def attribute_keyless(
     out: dict[str, LayerEntry] = {}
     for key, tactic in sorted(unlogged.items()):
         recs = by_tactic.get(int(tactic), [])
-        names = {r.layer for r in recs}
-        if len(names) == 1:
-            rec = recs[0]
+        if recs:
             cands = sorted(
                 {LockCandidate(c.tactic_hash, c.kernel) for r in recs for c in r.candidates},
                 key=lambda c: c.tactic,
             )
-            kernel = next((c.kernel for c in cands if c.tactic == tactic), rec.chosen_kernel)
-            out[key] = LayerEntry(key, rec.layer, tactic, kernel, False, cands)
+            kernel = next((c.kernel for c in cands if c.tactic == tactic), recs[0].chosen_kernel)
+            name = _one_of({r.layer for r in recs})
+            out[key] = LayerEntry(key, name, tactic, kernel, False, cands)
             continue
         layers = inspector.get(int(tactic), [])
-        if len({name for name, _ in layers}) == 1:
-            name, kernel = layers[0]
-            out[key] = LayerEntry(key, name, tactic, kernel, False, [])
+        if layers:
+            kernels = {k for _, k in layers}
+            kernel = kernels.pop() if len(kernels) == 1 else None
+            out[key] = LayerEntry(key, _one_of({n for n, _ in layers}), tactic, kernel, False, [])
             continue
         out[key] = LayerEntry(key, CACHE_ONLY.format(prefix=key[:10]), tactic, None, False, [])
     return out
+
+
+def _one_of(names: set[str]) -> str:
+    """The layer name, or ``<one of a, b>`` when the evidence fits several layers."""
+    return next(iter(names)) if len(names) == 1 else f"<one of {', '.join(sorted(names))}>"
 
 
 def _inspector_tactics(layer_info: str | None) -> dict[int, list[tuple[str, str | None]]]:

@@ -873,6 +873,7 @@ class Builder(_Strict):
             "tactics": chosen_by_node,
             "model": network._model_path,
             "inputs": [t.name for t in network._inputs],
+            "input_shapes": {t.name: list(t.shape) for t in network._inputs},
             "outputs": list(network._outputs),
         }
         return IHostMemory(_ENGINE_MAGIC + _json.dumps(engine).encode())
@@ -963,6 +964,12 @@ class IExecutionContext(_Strict):
     def set_input_shape(self, name, shape):
         if name not in self._engine._data["inputs"]:
             return False
+        want = self._engine._data["input_shapes"][name]
+        dims = tuple(int(d) for d in shape)
+        if len(dims) != len(want) or any(
+            w >= 0 and w != d for w, d in zip(want, dims, strict=True)
+        ):
+            return False  # outside the engine's (static) profile
         self._shapes[name] = tuple(int(d) for d in shape)
         self._out_shapes = None
         return True

@@ -297,6 +297,13 @@ class TensorRTBackend:
             )
         return TrtTimingCache(self._trt_module, trt_cache, trt_config, self.create_timing_cache)
 
+    def strict_attach_accepted(self, data: bytes) -> bool:
+        """Whether ``set_timing_cache(cache, ignore_mismatch=False)`` takes a cache loaded
+        from ``data`` (``doctor --probe`` asks; builds always attach leniently)."""
+        trt_config = self._trt_builder().create_builder_config()
+        trt_cache = trt_config.create_timing_cache(bytes(data))
+        return bool(trt_config.set_timing_cache(trt_cache, ignore_mismatch=False))
+
     def _trt_cache_of(self, cache: TimingCache) -> Any:
         if isinstance(cache, TrtTimingCache):
             return cache.trt_cache
