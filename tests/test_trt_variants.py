@@ -379,3 +379,33 @@ def test_run_through_tensorrts_api_gives_tactic_dependent_bits(
     with pytest.raises(UsageError, match="optimization profile does not allow"):
         be.run(first, {"input": np.zeros((1, 3, 16, 16), np.float32)})
     assert trt._test_device.live == {}
+
+
+def test_a_miss_under_error_on_timing_cache_miss_is_retried_so_the_map_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ERROR_ON_TIMING_CACHE_MISS the stand-in fails the build on a miss; the backend
+    builds once more without it, so the new key lands in the cache for the drift check.
+    A failure that is not a miss (a tactic the layer cannot use) still fails."""
+    from reprobuild.backends.tensorrt.backend import TensorRTBackend
+    from reprobuild.errors import BuildError
+    from reprobuild.lock.model import LayerEntry
+    from reprobuild.pinning import apply_pins
+
+    trt = install_standin(monkeypatch)
+    be = TensorRTBackend()
+    settings, model = reprobuild.BuildSettings(), str(EXAMPLES / "cnn.onnx")
+    cache = be.create_timing_cache()
+    be.build(model, settings, cache, lambda line: None)
+    before = cache.tactic_map()
+    trt._standin.rekey_ops.add("fc")
+    lines: list[str] = []
+    out = be.build(model, settings, cache, lines.append, pinned=True)
+    assert out.extra["retried_without_error_on_miss"] is True
+    assert any("Timing cache miss for node fc" in line for line in lines)
+    assert len(set(cache.tactic_map()) - set(before)) == 1
+    trt._standin.rekey_ops.clear()
+    key = next(iter(before))
+    apply_pins(cache, [LayerEntry(key, "x", 0x1234)])  # no layer can use this tactic
+    with pytest.raises(BuildError, match="TensorRT failed to build the engine"):
+        be.build(model, settings, cache, lambda line: None, pinned=True)
