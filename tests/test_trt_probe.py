@@ -82,3 +82,24 @@ def test_probe_exits_1_naming_the_failed_step(
     assert "doctor --probe: step 'locked rebuild' failed for cnn" in res.err
     assert "a timing-cache miss" in res.err and "attach b.tar.gz" in res.err
     assert "cycle: FAILED" in res.out and (tmp_path / "b.tar.gz").is_file()
+
+
+def test_probe_records_an_unexpected_exception_as_a_failed_step(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    from tests.trt_standin import _impl
+
+    install_standin(monkeypatch)
+
+    def broken(self, stream_handle):
+        raise RuntimeError("CUDA error 700: an illegal memory access was encountered")
+
+    monkeypatch.setattr(_impl.IExecutionContext, "execute_async_v3", broken)
+    monkeypatch.chdir(tmp_path)
+    res = cli("doctor", "--probe", "--bundle", "b.tar.gz", "--json")
+    assert res.code == 1, res
+    report = json.loads(res.out)
+    failed = [s for s in report["steps"] if s["ok"] is False]
+    assert {s["name"] for s in failed} == {"verify"}
+    assert "unexpected RuntimeError: CUDA error 700" in failed[0]["detail"]
+    assert "Traceback" not in res.err and (tmp_path / "b.tar.gz").is_file()

@@ -158,12 +158,17 @@ def probe(
 
 
 def _step(run: _ModelRun, steps: list[ProbeStep], name: str, fn: Any) -> Any:
-    """Run one step; a ReprobuildError fails the step (recorded), never the probe."""
+    """Run one step; any error fails the step (recorded), never the probe: on an unknown
+    TensorRT an unexpected exception is exactly the evidence the bundle is for."""
     t0 = time.perf_counter()
     try:
         value = fn()
     except ReprobuildError as err:
         steps.append(ProbeStep(run.name, name, False, str(err), _since(t0)))
+        return None
+    except Exception as err:  # noqa: BLE001 - reported in the bundle, see the docstring
+        detail = f"unexpected {type(err).__name__}: {err}"
+        steps.append(ProbeStep(run.name, name, False, detail, _since(t0)))
         return None
     steps.append(ProbeStep(run.name, name, True, "", _since(t0)))
     return value if value is not None else True
