@@ -5,7 +5,9 @@ its timing cache is only valid for one backend, environment, settings and model.
 file name by all four lets later builds skip the recording step safely: a changed GPU,
 TensorRT version, setting or model simply maps to a different (missing) file.
 
-Layout: ``<cache-dir>/<backend>-<env fingerprint>-<settings fingerprint>-<sha256[:16]>.cache``.
+Layout: ``<cache-dir>/<backend>-<env fingerprint>-<settings fingerprint>-<sha256[:16]>.cache``,
+where the environment part is :meth:`Environment.cache_fingerprint` (TensorRT version, GPU
+model and compute capability, CUDA runtime; not the driver, not which card of a model).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def cache_path(
         )
     if not _BACKEND_RE.fullmatch(env.backend):
         raise UsageError(f"backend name {env.backend!r} cannot be used in a cache file name")
-    name = f"{env.backend}-{env.fingerprint()}-{settings.fingerprint()}-{sha[:16]}.cache"
+    name = f"{env.backend}-{env.cache_fingerprint()}-{settings.fingerprint()}-{sha[:16]}.cache"
     return Path(cache_dir) / name
 
 

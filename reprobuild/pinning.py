@@ -10,12 +10,18 @@ editable timing cache only updates keys that exist):
 3. snapshot ``tactic_map()``, run the pinned build, snapshot again, and
    :func:`tactic_map_drift` / :func:`check_no_drift` fail on any added, removed or
    changed key (``ERROR_ON_TIMING_CACHE_MISS`` alone has missed misses);
-4. :func:`cross_check_kernels` compares the engine inspector's ``TacticName`` per layer with
-   the locked kernel names.
+4. :func:`cross_check_kernels` compares the engine inspector's ``TacticValue``/``TacticName``
+   per layer with the lock: a layer that shows *another recorded candidate* of its own is
+   drift; a layer that cannot be matched reliably (Myelin, sanitised, fused or split names,
+   a kernel that is none of the layer's candidates) is a warning naming the layer.
+
+Log lines never decide drift: whether TensorRT prints an ``Autotuning op`` header for a key
+it served from the cache is not documented, so only the cache map and the inspector do.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +29,11 @@ from typing import Protocol
 
 from reprobuild.backends.base import TimingCache
 from reprobuild.errors import BuildError, DriftError
+
+
+class _Candidate(Protocol):
+    tactic: int
+    kernel: str | None
 
 
 class _Entry(Protocol):
@@ -33,6 +44,7 @@ class _Entry(Protocol):
     tactic: int
     kernel: str | None
     pinned: bool
+    candidates: Sequence[_Candidate]
 
 
 @dataclass(frozen=True)
@@ -48,17 +60,17 @@ def apply_pins(
 ) -> list[PinResult]:
     """``update()`` every (pinned) entry; any False return raises ``BuildError``.
 
-    The timing written is the entry's current time in the cache: the lock does not store
-    timings, and a NaN would delete the entry instead of pinning it.
+    Exactly the given entries are updated, nothing else in the cache. The timing written
+    is the entry's current time in the cache when that is finite (the lock does not store
+    timings): a NaN would delete the entry and TensorRT refuses an infinite one, which a
+    failed tactic leaves behind (``Fastest Tactic: 0xd15ea5edd15ea5ed Time: inf``).
     """
     results: list[PinResult] = []
     for entry in entries:
         if pinned_only and not entry.pinned:
             continue
         current = cache.query(entry.key)
-        time_ms = current.time_ms if current is not None else 0.0
-        if time_ms != time_ms or time_ms < 0:
-            time_ms = 0.0
+        time_ms = finite_time(current.time_ms if current is not None else None)
         if not cache.update(entry.key, entry.tactic, time_ms):
             if current is None:
                 why = (
@@ -84,6 +96,18 @@ def apply_pins(
             )
         )
     return results
+
+
+FALLBACK_TIME_MS = 1.0
+"""Written when the cache holds no usable time: finite and positive, so ``update`` accepts
+it; the builder never re-times a key it holds, so the value only has to be valid."""
+
+
+def finite_time(time_ms: float | None) -> float:
+    """A timing ``update()`` accepts: the given one when finite and >= 0, else a fallback."""
+    if time_ms is None or not math.isfinite(time_ms) or time_ms < 0:
+        return FALLBACK_TIME_MS
+    return float(time_ms)
 
 
 def tactic_map_drift(before: Mapping[str, int], after: Mapping[str, int]) -> list[str]:
@@ -138,78 +162,127 @@ def drift_message(problems: list[str], names: Mapping[str, str]) -> str:
 # ------------------------------------------------------------------- kernel cross-check
 
 _MYELIN_SUFFIX = re.compile(r"_myl\d+_\d+$")
-_PROFILE_SUFFIX = re.compile(r" \[profile \d+\]$")
+_PROFILE_SUFFIX = re.compile(r" \[profile \d+\]")
+_UNSAFE = re.compile(r"[^0-9A-Za-z_]")
+
+
+def _sanitise(name: str) -> str:
+    """TensorRT/Myelin names replace characters such as ``/``, ``.`` and ``:`` with ``_``."""
+    return _UNSAFE.sub("_", name)
 
 
 def engine_layer_matches(op_name: str, engine_name: str) -> bool:
     """Whether an engine layer implements the autotuned op ``op_name``.
 
     Matching (engine layer names are not the autotuning op names):
-    - the profile suffix `` [profile N]`` is ignored (one layer copy per profile);
+    - a profile marker `` [profile N]`` is ignored wherever it sits (one layer copy per
+      profile: ``node_linear [profile 1]_myl11_2``);
     - exact name (``conv1``), e.g. Cask layers;
     - Myelin suffix: ``<op>_myl<G>_<I>`` (``matMul1`` -> ``matMul1_myl0_0``);
+    - sanitised names: ``/fc1/MatMul`` matches ``_fc1_MatMul_myl0_0``;
     - fused layers: ``op`` is one of the `` + ``-joined parts (``conv1 + relu1``).
     ONNX ``Metadata`` is not used: one ONNX node can map to several engine layers.
     Reformat/NoOp layers (``Reformatting CopyNode for Input Tensor 0 to conv1 + relu1``)
     are skipped by :func:`cross_check_kernels`.
     """
     name = _PROFILE_SUFFIX.sub("", engine_name)
-    if name == op_name:
-        return True
-    if _MYELIN_SUFFIX.sub("", name) == op_name and _MYELIN_SUFFIX.search(name):
+    bare = _MYELIN_SUFFIX.sub("", name)
+    if op_name in (name, bare) or _sanitise(op_name) in (name, bare):
         return True
     return op_name in [part.strip() for part in name.split(" + ")]
 
 
+@dataclass
+class KernelCheck:
+    """What the engine inspector says about the locked kernels.
+
+    ``problems`` are drift (a matched engine layer runs another recorded candidate of the
+    same layer: the lock was not obeyed); ``warnings`` are layers the inspector cannot
+    vouch for either way (no matching engine layer, a kernel that is none of the layer's
+    candidates, names-only information). Only problems fail a build.
+    """
+
+    problems: list[str]
+    warnings: list[str]
+
+
 def cross_check_kernels(
     layer_info_json: str, locked_entries: Sequence[_Entry], *, pinned_only: bool = False
-) -> list[str]:
-    """Problems where the built engine's kernels differ from the locked kernel names.
+) -> KernelCheck:
+    """Compare the built engine's per-layer kernels with the lock.
 
-    Entries are grouped by layer name (a name can repeat across keys); every engine layer
-    matching that name must use one of the group's locked kernels (``TacticName``; Myelin
-    layers have no ``TacticValue``, so kernel names are compared, not tactic values). A locked
-    layer with a kernel name but no matching engine layer is also reported.
+    Entries are grouped by layer name (a name can repeat across keys). For every engine
+    layer that matches the name: a ``TacticValue`` or ``TacticName`` equal to a locked one
+    is fine; equal to another candidate recorded for that layer is a problem; anything else
+    (Myelin sub-kernels, fused or split layers running kernels the log never listed) is a
+    warning, as is a locked layer with no matching engine layer.
     """
     from reprobuild.logs.layerinfo import parse_layer_info
 
     info = parse_layer_info(layer_info_json, "engine layer information", strict=False)
-    wanted: dict[str, set[str]] = {}
+    groups: dict[str, list[_Entry]] = {}
     for entry in locked_entries:
         if pinned_only and not entry.pinned:
             continue
-        if entry.kernel:
-            wanted.setdefault(entry.layer, set()).add(entry.kernel)
-    if not wanted:
-        return []
+        if entry.layer.startswith("<"):
+            continue  # <one of a, b> / <cache-only ...>: no single layer to look for
+        if entry.kernel or getattr(entry, "candidates", None):
+            groups.setdefault(entry.layer, []).append(entry)
+    if not groups:
+        return KernelCheck([], [])
     if info.names_only:
-        return [
-            "the engine's layer information lists names only, without TacticName: build with "
-            "ProfilingVerbosity.DETAILED to cross-check kernels"
-        ]
-    problems: list[str] = []
-    for op_name in sorted(wanted):
-        kernels = wanted[op_name]
-        matched = [
-            layer
-            for layer in info.layers
-            if not layer.is_reformat and engine_layer_matches(op_name, layer.name)
-        ]
-        if not matched:
-            problems.append(
-                f"layer {op_name!r}: no engine layer named {op_name!r}, "
-                f"'{op_name}_myl<N>_<M>' or fused '... + {op_name}' in the engine information"
-            )
+        return KernelCheck(
+            [],
+            [
+                "the engine's layer information lists names only, without TacticName: build "
+                "with ProfilingVerbosity.DETAILED to cross-check kernels"
+            ],
+        )
+    check = KernelCheck([], [])
+    for op_name in sorted(groups):
+        _check_layer(op_name, groups[op_name], info.layers, check)
+    return check
+
+
+def _check_layer(op_name: str, entries: list[_Entry], layers: Sequence, check: KernelCheck) -> None:
+    locked_kernels = {e.kernel for e in entries if e.kernel}
+    locked_tactics = {int(e.tactic) for e in entries}
+    other_kernels = {
+        c.kernel for e in entries for c in getattr(e, "candidates", ()) if c.kernel
+    } - locked_kernels
+    other_tactics = {
+        int(c.tactic) for e in entries for c in getattr(e, "candidates", ())
+    } - locked_tactics
+    matched = [
+        layer
+        for layer in layers
+        if not layer.is_reformat and engine_layer_matches(op_name, layer.name)
+    ]
+    if not matched:
+        check.warnings.append(
+            f"layer {op_name!r}: no engine layer is named after it (Myelin may have fused or "
+            "renamed it), so its kernel was not cross-checked; the timing cache map was"
+        )
+        return
+    want = " or ".join(sorted(repr(k) for k in locked_kernels)) or "its locked tactic"
+    for layer in matched:
+        value, used = layer.tactic_value, layer.tactic_name
+        if value is not None and int(value) in locked_tactics:
             continue
-        for layer in matched:
-            used = layer.tactic_name
-            if not used:
-                problems.append(
-                    f"layer {op_name!r}: engine layer {layer.name!r} reports no TacticName"
-                )
-            elif used not in kernels:
-                problems.append(
-                    f"layer {op_name!r}: engine layer {layer.name!r} uses kernel "
-                    f"{used!r}, the lock says {' or '.join(sorted(repr(k) for k in kernels))}"
-                )
-    return problems
+        if used and used in locked_kernels:
+            continue
+        if (value is not None and int(value) in other_tactics) or (used and used in other_kernels):
+            shown = used or f"0x{int(value or 0):x}"
+            check.problems.append(
+                f"layer {op_name!r}: engine layer {layer.name!r} uses kernel {shown!r}, "
+                f"the lock says {want}"
+            )
+        elif not used and value is None:
+            check.warnings.append(
+                f"layer {op_name!r}: engine layer {layer.name!r} reports no TacticName"
+            )
+        else:
+            check.warnings.append(
+                f"layer {op_name!r}: engine layer {layer.name!r} runs {used or hex(value or 0)!r}, "
+                "none of the layer's recorded candidates (a fused or split layer?); not checked"
+            )

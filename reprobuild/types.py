@@ -83,8 +83,20 @@ class Environment:
         return asdict(self)
 
     def fingerprint(self) -> str:
-        """Short stable id used to key timing caches under ``caches/``."""
+        """Short stable id of every field (what a lock and an engine are tied to)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    CACHE_FIELDS = ("backend", "tensorrt_version", "gpu", "compute_capability", "cuda_version")
+    """What makes timing caches differ: keys and tactics depend on the TensorRT version
+    (build included), the GPU model (name and compute capability, not which card of that
+    model: NVIDIA replays caches across same-SKU GPUs) and the CUDA runtime that ships the
+    kernel libraries. The driver is left out: its update changes neither keys nor tactics."""
+
+    def cache_fingerprint(self) -> str:
+        """Short stable id used to name timing caches under ``caches/``; it changes only
+        when a field of :attr:`CACHE_FIELDS` does."""
+        fields = {name: getattr(self, name) for name in self.CACHE_FIELDS}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
     def differences(self, here: Environment | None) -> list[str]:
         """``field: lock X, here Y`` for every field that differs from ``here`` (the one

@@ -23,8 +23,8 @@ class OffPlanBackend(ReferenceBackend):
     """A backend that quietly runs ``fc2`` in FP32 although the graph says FP16, the way a
     weakly typed TensorRT build may: only the layer information tells."""
 
-    def build(self, model_path: str, settings: Any, cache: Any, log: Any) -> Any:
-        out = super().build(model_path, settings, cache, log)
+    def build(self, model_path: str, settings: Any, cache: Any, log: Any, **kw: Any) -> Any:
+        out = super().build(model_path, settings, cache, log, **kw)
         data = json.loads(out.layer_info)
         for layer in data["Layers"]:
             if layer["Name"] == "fc2":

@@ -244,10 +244,10 @@ class _SneakyBackend(ReferenceBackend):
         super().__init__()
         self.layer_key, self.sneaky_tactic = layer_key, tactic
 
-    def build(self, model_path, settings, cache, log):
+    def build(self, model_path, settings, cache, log, **kwargs):
         if self.layer_key in cache.tactic_map():
             cache.update(self.layer_key, self.sneaky_tactic, 0.001)
-        return super().build(model_path, settings, cache, log)
+        return super().build(model_path, settings, cache, log, **kwargs)
 
 
 def test_verify_fails_naming_the_layer_changed_behind_its_back(work: Path) -> None:

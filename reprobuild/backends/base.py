@@ -97,11 +97,15 @@ class Backend(Protocol):
         settings: BuildSettings,
         cache: TimingCache,
         log: LogSink,
+        *,
+        pinned: bool = False,
     ) -> BuildOutput:
         """Build with the editable timing cache ``cache`` (mutated: new keys are added).
 
         Emits TensorRT-format verbose autotuning lines to ``log``. A pinned tactic that the
-        layer cannot use raises ``BuildError`` naming the layer.
+        layer cannot use raises ``BuildError`` naming the layer. ``pinned`` says every key
+        should come from ``cache`` (TensorRT then disables its compilation cache and makes a
+        miss an error where it can); the caller's cache-map check stays the authority.
         """
         ...
 

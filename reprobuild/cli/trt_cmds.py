@@ -31,9 +31,12 @@ def export_cache(
 ) -> None:
     """Write a standard TensorRT timing cache holding the lock's tactics.
 
-    trtexec (--timingCacheFile) and Torch-TensorRT (timing_cache_path) then build with the
-    locked kernels without reprobuild. Needs TensorRT and the GPU the lock was recorded on
-    (exit 3 otherwise).
+    trtexec (--timingCacheFile) and Torch-TensorRT (timing_cache_path) load it. Caveat: its
+    keys were made with the editable-cache flag, which trtexec and Torch-TensorRT cannot
+    set (and without it identical layers share one key), so their builds may miss these
+    keys and re-time; use --errorOnTimingCacheMiss to see it. Unproven either way until
+    `reprobuild doctor --probe` runs trtexec on a GPU. Needs TensorRT and the GPU the lock
+    was recorded on (exit 3 otherwise).
 
     \b
     Example:
@@ -71,17 +74,35 @@ def doctor(
     lock: Path | None = typer.Option(
         None, "--lock", "-l", help="Check whether this lock's environment matches this machine."
     ),
+    probe: bool = typer.Option(
+        False,
+        "--probe",
+        help="Run the whole cycle on the bundled examples with TensorRT and report what this "
+        "TensorRT does (exit 0 works, 1 a step failed, 3 no TensorRT/GPU).",
+    ),
+    bundle: Path | None = typer.Option(
+        None, "--bundle", help="With --probe: the .tar.gz to write (default: timestamped)."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Show what is installed (TensorRT, GPUs, CUDA) and whether a lock matches this machine.
 
     Works without TensorRT or a GPU. With --lock, exits 3 when the lock was recorded for
-    another environment.
+    another environment. With --probe, builds, records, pins, rebuilds, verifies and exports
+    the bundled examples and answers, per open question, what this TensorRT does; the
+    evidence goes into one .tar.gz for a bug report.
 
     \b
     Example:
       reprobuild doctor --lock tactics.lock
+      reprobuild doctor --probe --bundle probe.tar.gz
     """
+    if probe:
+        from reprobuild.cli.probe_cmds import run_probe
+
+        run_probe(bundle, as_json, quiet)
+        return
     from reprobuild.backends.tensorrt import backend as tensorrt_backend
     from reprobuild.backends.tensorrt import cuda_probe
     from reprobuild.errors import EnvironmentMismatch

@@ -253,7 +253,7 @@ def _record(
     cache = be.create_timing_cache(b"")
     output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
     save_cache_bytes(cfile, cache.serialize())
-    entries, w = entries_from_records(log.records, cache.tactic_map())
+    entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
     warnings += w
     new_lock.layers = entries
     timed = sum(1 for r in log.records if r.key is not None and not r.from_cache)
@@ -306,7 +306,9 @@ def _locked(
         if frozen:
             raise DriftError(f"{msg}; --frozen refuses to change it (run without --frozen)")
         assert rec.log is not None  # a key-set mismatch always re-records above
-        fresh, w = entries_from_records(rec.log.records, {k: recorded[k] for k in extra})
+        fresh, w = entries_from_records(
+            rec.log.records, {k: recorded[k] for k in extra}, rec.log.layer_info
+        )
         warnings += w
         new_lock.layers = [e for e in new_lock.layers if e.key not in gone] + fresh
         changes.append(f"added {len(fresh)} layers, removed {len(gone)}")

@@ -47,6 +47,9 @@ SCANNED_FILES = (
     "backends/tensorrt/backend.py",
     "backends/tensorrt/cache.py",
     "backends/tensorrt/cuda_probe.py",
+    "backends/tensorrt/device.py",
+    "backends/tensorrt/execute.py",
+    "backends/tensorrt/config.py",
     "backends/tensorrt/logger.py",
     "cli/trt_cmds.py",
 )

@@ -15,13 +15,44 @@ integer values other than ``EDITABLE_TIMING_CACHE`` (27 -> 26) and ``STRONGLY_TY
 (1 -> 0) are illustrative only.
 
 ``module._standin`` (private) holds test knobs, e.g. ``rekey_ops`` to force cache misses.
+
+Behaviours (``make_module(behaviours=...)``): what a real TensorRT may plausibly do that
+nothing public rules out. Each is named, so a test can run the whole workflow under it:
+
+- ``hit-headers``: a key served from the cache still prints ``Autotuning op X(key: K)``,
+  a one-row table and the selected-tactic line (only ``Writing ... to cache`` is missing).
+- ``multi-key``: a Conv gets a second key for another format combination (its own table,
+  same op name), and the network one reformat key that no log line names; the inspector
+  shows a ``Reformat`` layer with its ``TacticValue``.
+- ``keyless-cask``: Conv layers print the 10.x runner format (``Computing costs for``,
+  ``Tactic Name: ... Tactic: 0x... Time:``, ``Chose Runner Type``) with no key at all.
+- ``myelin-names``: Myelin engine layers rotate through one copy per profile
+  (``fc1 [profile 0]_myl0_0``), sanitised names and fusions named after no op.
+- ``strict-attach``: a cache loaded from bytes is refused by
+  ``set_timing_cache(cache, ignore_mismatch=False)`` (a second GPU of the same SKU).
+- ``inf-nan``: the slowest candidate times as NaN and every recorded entry holds an
+  infinite time (``update()`` refuses infinite times, as it refuses negative ones).
+- ``shuffled-keys``: ``queryKeys()`` returns the keys in a different order on every call.
+
+Always on: JIT-compiled Myelin kernels are kept with the timing cache object and reused
+by later builds unless ``BuilderFlag.DISABLE_COMPILATION_CACHE`` is set.
 """
 
 import types as _types
 
 from tests.trt_standin import _impl
 
-__all__ = ["VARIANTS", "make_module"]
+__all__ = ["BEHAVIOURS", "VARIANTS", "make_module"]
+
+BEHAVIOURS = (
+    "hit-headers",
+    "multi-key",
+    "keyless-cask",
+    "myelin-names",
+    "strict-attach",
+    "inf-nan",
+    "shuffled-keys",
+)
 
 # Version strings tests use; the conformance test checks each variant's names.
 VARIANTS = ("10.7.0.23", "10.8.0.43", "10.13.3.9", "11.0.0.114", "11.4.0.106")
@@ -32,7 +63,13 @@ def make_module(
     *,
     device: str = "NVIDIA A100-SXM4-80GB",
     compute_capability: tuple[int, int] = (8, 0),
+    behaviours: tuple[str, ...] | frozenset[str] = (),
 ) -> _types.ModuleType:
     """A fresh stand-in ``tensorrt`` module for one TensorRT version and GPU."""
+    unknown = set(behaviours) - set(BEHAVIOURS)
+    if unknown:
+        raise ValueError(f"unknown stand-in behaviours {sorted(unknown)}; known: {BEHAVIOURS}")
     module = _types.ModuleType("tensorrt", "Stand-in for the TensorRT Python bindings (tests).")
-    return _impl._build_module(module, version, device, compute_capability)
+    module = _impl._build_module(module, version, device, compute_capability)
+    module._standin.behaviours = set(behaviours)
+    return module

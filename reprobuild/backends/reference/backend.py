@@ -85,7 +85,11 @@ class ReferenceBackend:
         settings: BuildSettings,
         cache: TimingCache,
         log: LogSink,
+        *,
+        pinned: bool = False,
     ) -> BuildOutput:
+        """``pinned`` changes nothing here: the reference builder has no compilation cache,
+        and a miss shows in the caller's cache-map check."""
         from reprobuild.backends.reference.builder import build_engine
 
         if not isinstance(cache, ReferenceTimingCache):

@@ -14,13 +14,28 @@ by ``tests/test_trt_conformance.py``). Conventions that the conformance test rel
   ``hasattr``/``getattr(..., default)``.
 
 Build recipe: ONNX parser -> strongly typed network (the creation flag on 10.x, the default
-on 11.x) -> builder config with ``EDITABLE_TIMING_CACHE``, ``ProfilingVerbosity.DETAILED``
-and every candidate-changing setting from ``BuildSettings`` -> the caller's timing cache
-attached with ``set_timing_cache(cache, ignore_mismatch=False)`` -> ``build_serialized_network``
--> engine inspector JSON. The verbose log goes to the caller's sink with trtexec's prefix.
+on 11.x) -> builder config with ``EDITABLE_TIMING_CACHE``, ``ProfilingVerbosity.DETAILED``,
+``DISABLE_COMPILATION_CACHE`` and every candidate-changing setting from ``BuildSettings`` ->
+the caller's timing cache attached with ``set_timing_cache(cache, ignore_mismatch=True)`` ->
+``build_serialized_network`` -> engine inspector JSON. The verbose log goes to the caller's
+sink with trtexec's prefix.
 
-``run`` uses Polygraphy's ``TrtRunner`` (a dependency): it allocates device buffers through
-Polygraphy's own CUDA wrapper, so no cuda-python is needed.
+Why these choices (NVIDIA's own use of the editable cache at scale, TensorRT-Model-Connect):
+- ``DISABLE_COMPILATION_CACHE`` on every build: JIT-compiled (Myelin) code is otherwise
+  stored in and reused from the timing cache, and a reused compilation can carry the
+  recording's kernel past a pin.
+- ``ignore_mismatch=True``: a cache attached strictly was refused on a second GPU of the
+  same SKU. Foreign caches cannot slip in: cache files are named by the environment, a
+  cache that lacks the lock's keys is re-recorded, and the caller replays every locked
+  tactic with ``update()`` and compares the cache map before and after.
+- pinned builds also set ``ERROR_ON_TIMING_CACHE_MISS`` (where the version has it). When
+  such a build fails, it is run once more without the flag, so a miss becomes a cache-map
+  difference that names the key (drift, exit 1) and any other failure keeps its message.
+
+``run`` goes through TensorRT's own execution API (``create_execution_context``,
+``set_tensor_address``, ``execute_async_v3``) with device memory from :mod:`.device`
+(``libcudart`` where the pip wheels put it, else cuda-python or cupy); only when none of
+those exists does it fall back to Polygraphy's ``TrtRunner``, which searches system paths.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ from typing import Any
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink, TimingCache
 from reprobuild.backends.tensorrt import cuda_probe
 from reprobuild.backends.tensorrt.cache import TrtTimingCache
+from reprobuild.backends.tensorrt.config import configure
 from reprobuild.backends.tensorrt.logger import LogRouter, trt_make_logger
 from reprobuild.errors import (
     BackendUnavailable,
@@ -232,6 +248,7 @@ class TensorRTBackend:
         self._router = LogRouter()
         self._trt_logger = trt_make_logger(trt, self._router)
         self._trt_builder_obj: Any = None
+        self.last_run_path: str | None = None
 
     def check_settings(self, settings: BuildSettings) -> None:
         """Refuse settings that cannot be locked here (level 0 ignores the timing cache)."""
@@ -280,6 +297,13 @@ class TensorRTBackend:
             )
         return TrtTimingCache(self._trt_module, trt_cache, trt_config, self.create_timing_cache)
 
+    def strict_attach_accepted(self, data: bytes) -> bool:
+        """Whether ``set_timing_cache(cache, ignore_mismatch=False)`` takes a cache loaded
+        from ``data`` (``doctor --probe`` asks; builds always attach leniently)."""
+        trt_config = self._trt_builder().create_builder_config()
+        trt_cache = trt_config.create_timing_cache(bytes(data))
+        return bool(trt_config.set_timing_cache(trt_cache, ignore_mismatch=False))
+
     def _trt_cache_of(self, cache: TimingCache) -> Any:
         if isinstance(cache, TrtTimingCache):
             return cache.trt_cache
@@ -298,98 +322,6 @@ class TensorRTBackend:
             return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
         # 11.x: always strongly typed; the old flag is deprecated and ignored.
         return 0
-
-    def _trt_enum_member(self, trt_enum: Any, name: str, what: str) -> Any:
-        trt_members = trt_enum.__members__
-        if name not in trt_members:
-            choices = ", ".join(sorted(str(trt_name) for trt_name in trt_members))
-            raise UsageError(
-                f"unknown {what} {name!r} for TensorRT {self.version}; choose one of {choices}"
-            )
-        return trt_members[name]
-
-    def _configure(
-        self, trt_builder: Any, trt_network: Any, trt_config: Any, settings: BuildSettings
-    ) -> dict[str, Any]:
-        """Apply every candidate-changing setting; return what was applied, by name."""
-        trt = self._trt_module
-        trt_config.set_flag(trt.BuilderFlag.EDITABLE_TIMING_CACHE)
-        trt_config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED
-        trt_config.builder_optimization_level = int(settings.optimization_level)
-        if settings.workspace is not None:
-            trt_config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(settings.workspace))
-        if settings.tactic_sources is not None:
-            mask = 0
-            for source in settings.tactic_sources:
-                trt_source = self._trt_enum_member(trt.TacticSource, source, "tactic source")
-                mask |= 1 << int(trt_source)
-            if not bool(trt_config.set_tactic_sources(mask)):
-                raise UsageError(
-                    f"TensorRT rejected tactic sources {list(settings.tactic_sources)}; "
-                    "fix tactic_sources in the build settings"
-                )
-        if settings.tf32:
-            trt_config.set_flag(trt.BuilderFlag.TF32)
-        else:
-            trt_config.clear_flag(trt.BuilderFlag.TF32)
-        if settings.max_num_tactics is not None:
-            trt_config.max_num_tactics = int(settings.max_num_tactics)
-        if settings.avg_timing_iterations is not None:
-            trt_config.avg_timing_iterations = int(settings.avg_timing_iterations)
-        if settings.tiling_optimization_level is not None:
-            if not hasattr(trt, "TilingOptimizationLevel"):
-                raise UsageError(
-                    f"TensorRT {self.version} has no tiling optimization level; "
-                    "remove tiling_optimization_level from the build settings"
-                )
-            trt_config.tiling_optimization_level = self._trt_enum_member(
-                trt.TilingOptimizationLevel,
-                settings.tiling_optimization_level,
-                "tiling optimization level",
-            )
-        if settings.max_aux_streams is not None:
-            trt_config.max_aux_streams = int(settings.max_aux_streams)
-        if settings.hardware_compatibility_level is not None:
-            trt_config.hardware_compatibility_level = self._trt_enum_member(
-                trt.HardwareCompatibilityLevel,
-                settings.hardware_compatibility_level,
-                "hardware compatibility level",
-            )
-        if settings.input_shapes:
-            self._add_profile(trt_builder, trt_network, trt_config, settings)
-        trt_flags = trt.BuilderFlag.__members__
-        applied: dict[str, Any] = {
-            "tensorrt_version": self.version,
-            # Names, never integers: flag values changed between 10.x and 11.x.
-            "builder_flags": [
-                name
-                for name in sorted(str(trt_name) for trt_name in trt_flags)
-                if bool(trt_config.get_flag(trt_flags[name]))
-            ],
-            "strongly_typed": True,
-        }
-        if hasattr(trt_config, "build_route"):
-            # 11.1+: a candidate-changing setting; recorded so a change is visible.
-            applied["build_route"] = str(trt_config.build_route)
-        return applied
-
-    def _add_profile(
-        self, trt_builder: Any, trt_network: Any, trt_config: Any, settings: BuildSettings
-    ) -> None:
-        inputs = {str(trt_network.get_input(i).name) for i in range(int(trt_network.num_inputs))}
-        trt_profile = trt_builder.create_optimization_profile()
-        for name, mn, opt, mx in settings.input_shapes:
-            if name not in inputs:
-                raise UsageError(
-                    f"input_shapes names {name!r}, which is not a network input "
-                    f"(inputs: {', '.join(sorted(inputs))}); fix the build settings"
-                )
-            trt_profile.set_shape(name, tuple(mn), tuple(opt), tuple(mx))
-        if int(trt_config.add_optimization_profile(trt_profile)) < 0:
-            raise UsageError(
-                "TensorRT rejected the optimization profile from input_shapes "
-                "(each needs min <= opt <= max and the input's rank); fix the build settings"
-            )
 
     def _trt_parse(self, trt_network: Any, path: Path) -> Any:
         trt_parser = self._trt_module.OnnxParser(trt_network, self._trt_logger)
@@ -413,11 +345,14 @@ class TensorRTBackend:
         settings: BuildSettings,
         cache: TimingCache,
         log: LogSink,
+        *,
+        pinned: bool = False,
     ) -> BuildOutput:
         _check_settings(settings)
         path = Path(model_path)
         if not path.is_file():
             raise UsageError(f"{path}: no such ONNX model file; check the path")
+        trt = self._trt_module
         trt_cache = self._trt_cache_of(cache)
         self._router.start(log)
         try:
@@ -426,14 +361,26 @@ class TensorRTBackend:
             # The parser owns the weights the network points to: keep it until the build ends.
             trt_parser = self._trt_parse(trt_network, path)
             trt_config = trt_builder.create_builder_config()
-            applied = self._configure(trt_builder, trt_network, trt_config, settings)
-            if not bool(trt_config.set_timing_cache(trt_cache, ignore_mismatch=False)):
+            applied = configure(trt, self.version, trt_builder, trt_network, trt_config, settings)
+            if not bool(trt_config.set_timing_cache(trt_cache, ignore_mismatch=True)):
                 raise CacheError(
-                    "the timing cache was recorded on another GPU or TensorRT version; "
-                    "delete the cache file so a recording build re-creates it"
+                    "TensorRT refused the timing cache even with ignore_mismatch; delete the "
+                    "cache file so a recording build re-creates it"
+                )
+            strict = pinned and hasattr(trt.BuilderFlag, "ERROR_ON_TIMING_CACHE_MISS")
+            if strict:
+                trt_config.set_flag(trt.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
+                applied["builder_flags"] = sorted(
+                    [*applied["builder_flags"], "ERROR_ON_TIMING_CACHE_MISS"]
                 )
             mark = self._router.error_mark()
             trt_serialized = trt_builder.build_serialized_network(trt_network, trt_config)
+            if trt_serialized is None and strict:
+                # A miss or another failure: without the flag a miss lands in the cache,
+                # where the caller's map check names the key; other failures fail again.
+                trt_config.clear_flag(trt.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
+                trt_serialized = trt_builder.build_serialized_network(trt_network, trt_config)
+                applied["retried_without_error_on_miss"] = True
             if trt_serialized is None:
                 errors = self._router.errors_since(mark)
                 detail = " | ".join(errors[-3:]) if errors else "no error was logged"
@@ -475,14 +422,18 @@ class TensorRTBackend:
         return trt_runtime, trt_engine
 
     def run(self, engine: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """Run with Polygraphy's TrtRunner (device buffers via Polygraphy's CUDA wrapper)."""
-        import numpy as np
-        from polygraphy.backend.trt import TrtRunner
+        """Run on the GPU with TensorRT's own API; Polygraphy only when no CUDA runtime is
+        found (see :mod:`.device`). ``last_run_path`` says which ran."""
+        from reprobuild.backends.tensorrt import device as device_mod
+        from reprobuild.backends.tensorrt import execute
 
+        device, how = device_mod.find_device()
         trt_runtime, trt_engine = self._trt_load_engine(engine)
-        feed = {str(k): np.ascontiguousarray(v) for k, v in inputs.items()}
-        with TrtRunner(trt_engine) as runner:
-            outputs = runner.infer(feed_dict=feed)
-            result = {str(k): np.array(v, copy=True) for k, v in outputs.items()}
-        del trt_engine, trt_runtime
-        return result
+        try:
+            if device is not None:
+                self.last_run_path = how
+                return execute.run_engine(self._trt_module, trt_engine, inputs, device)
+            self.last_run_path = "polygraphy TrtRunner"
+            return execute.run_polygraphy(trt_engine, inputs, how)
+        finally:
+            del trt_engine, trt_runtime

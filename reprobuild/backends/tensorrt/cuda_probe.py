@@ -87,7 +87,7 @@ def _nvml_library_names() -> list[str]:
     return ["libnvidia-ml.so.1", "libnvidia-ml.so"]
 
 
-def _cudart_candidates() -> list[str]:
+def cudart_candidates() -> list[str]:
     """pip-installed CUDA runtimes first (what TensorRT wheels pull in), then the loader."""
     found: list[str] = []
     pattern = "cudart64_*.dll" if sys.platform.startswith("win") else "libcudart.so*"
@@ -177,7 +177,7 @@ def _probe_nvml() -> str | None:
 
 
 def _probe_runtime() -> str | None:
-    for candidate in _cudart_candidates():
+    for candidate in cudart_candidates():
         lib = _load([candidate])
         if lib is None:
             continue

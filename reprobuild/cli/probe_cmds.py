@@ -1,0 +1,64 @@
+"""``doctor --probe``: rendering the probe's answers (the work is in workflow/probe.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from reprobuild.cli.render import print_json
+
+
+def default_bundle() -> Path:
+    import time
+
+    return Path(f"reprobuild-probe-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz")
+
+
+def run_probe(bundle: Path | None, as_json: bool, quiet: bool) -> None:
+    """Run the probe; exit 0 when the whole cycle worked, 1 when a step failed, 3 without
+    TensorRT or a GPU (one line, before any work)."""
+    from reprobuild.backends import get_backend
+    from reprobuild.errors import BackendUnavailable, DriftError
+    from reprobuild.workflow.probe import probe
+
+    try:
+        backend = get_backend("tensorrt")
+    except BackendUnavailable as err:
+        raise BackendUnavailable(f"doctor --probe needs TensorRT and a GPU: {err}") from None
+    from reprobuild.cli.render import Progress
+
+    progress = Progress(quiet or as_json)
+    try:
+        report = probe(bundle or default_bundle(), backend=backend, progress=progress)
+    finally:
+        progress.done()
+    if as_json:
+        print_json(report.to_json())
+    else:
+        _print(report)
+    if not report.ok:
+        failed = next(s for s in report.steps if s.ok is False)
+        raise DriftError(
+            f"doctor --probe: step '{failed.name}' failed for {failed.model}: {failed.detail}; "
+            f"attach {report.bundle} to a bug report"
+        )
+
+
+def _print(report: Any) -> None:
+    env = report.environment
+    typer.echo(
+        f"TensorRT {env.get('tensorrt_version')} on {env.get('gpu')} "
+        f"(sm {env.get('compute_capability')}, CUDA {env.get('cuda_version')})"
+    )
+    for i, a in enumerate(report.answers, 1):
+        typer.echo(f"{i}. {a.question:<14} {a.result:<7} observed: {', '.join(a.observed)}")
+        typer.echo(f"   {a.text}")
+        if a.detail:
+            typer.echo(f"   {a.detail}")
+    for s in report.steps:
+        state = "ok" if s.ok else "skipped" if s.ok is None else "FAILED"
+        typer.echo(f"step {s.model}: {s.name}: {state} ({s.seconds:.2f} s) {s.detail}".rstrip())
+    typer.echo(f"bundle: {report.bundle}")
+    typer.echo("cycle: " + ("works" if report.ok else "FAILED"))

@@ -1,0 +1,323 @@
+"""``doctor --probe``: what this TensorRT actually does, settled on the user's first GPU.
+
+The backend was written against headers, docs and a stand-in; seven behaviours could not be
+observed without a GPU (see :data:`QUESTIONS`). The probe runs the whole cycle on the
+bundled examples (plain build, record, pin a non-fastest candidate, locked rebuild, verify,
+export-cache, and trtexec with ``--errorOnTimingCacheMiss`` where it is on PATH), answers
+each question with what it saw (pass / fail / skipped, and which stand-in behaviour this
+TensorRT shows), and writes one ``.tar.gz`` bundle of the raw evidence for a bug report.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprobuild.backends.base import Backend
+from reprobuild.errors import ReprobuildError
+from reprobuild.events import Progress, Step, quiet
+from reprobuild.workflow.probe_answers import answers, tar, timings, write_evidence, write_json
+from reprobuild.workflow.probe_capture import BuildCapture, CapturingBackend
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+DEFAULT_MODELS = ("cnn.onnx", "fp16_middle.onnx", "mlp.onnx")
+QUESTIONS = {
+    "hit-headers": "does a pinned build print 'Autotuning op X(key: K)' for keys it took "
+    "from the cache?",
+    "engine-names": "does every locked layer match an engine layer by name?",
+    "keyless": "are there cache keys no log line names (keyless Cask tables, several keys per "
+    "layer, reformats)?",
+    "pins": "does update() of a non-fastest candidate hold through the pinned build, with "
+    "finite times, in any key order?",
+    "strict-attach": "does a strict attach (ignore_mismatch=False) accept a reloaded cache?",
+    "run": "which CUDA runtime ran the engines?",
+    "trtexec": "does trtexec build from export-cache's file with --errorOnTimingCacheMiss?",
+}
+BUNDLE_FILES = (
+    "report.json",
+    "environment.json",
+    "timings.json",
+)
+MODEL_FILES = (
+    "recording.log",
+    "locked.log",
+    "cache_before.json",
+    "cache_after.json",
+    "inspector.json",
+    "tactics.lock",
+    "build_report.json",
+    "verify.json",
+)
+
+
+@dataclass
+class ProbeStep:
+    model: str
+    name: str
+    ok: bool | None  # None: skipped
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class Answer:
+    question: str
+    text: str
+    result: str  # pass | fail | skipped
+    observed: list[str]  # stand-in behaviour names this TensorRT shows, or ["default"]
+    detail: str = ""
+
+
+@dataclass
+class ProbeReport:
+    ok: bool
+    environment: dict[str, Any]
+    steps: list[ProbeStep]
+    answers: list[Answer]
+    timings: dict[str, Any]
+    bundle: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "environment": self.environment,
+            "answers": [a.__dict__ for a in self.answers],
+            "steps": [s.__dict__ for s in self.steps],
+            "timings": self.timings,
+            "bundle": self.bundle,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class _ModelRun:
+    """Everything one model's cycle produced, for the answers and the bundle."""
+
+    name: str
+    dir: Path
+    plain: BuildCapture | None = None
+    recording: BuildCapture | None = None
+    locked: BuildCapture | None = None
+    locked_wall: float = 0.0
+    locked_ok: bool = False
+    warnings: list[str] = field(default_factory=list)
+    pinned: tuple[str, int] | None = None  # key, tactic
+    lock: Any = None
+    run_path: str | None = None
+    strict_attach: bool | None = None
+    shuffled: bool = False
+    trtexec: ProbeStep | None = None
+
+
+def probe(
+    bundle: str | os.PathLike[str],
+    *,
+    backend: Backend | None = None,
+    models: tuple[str | os.PathLike[str], ...] | None = None,
+    progress: Progress = quiet,
+) -> ProbeReport:
+    """Run the cycle on every model, answer :data:`QUESTIONS`, write ``bundle``.
+
+    Raises ``BackendUnavailable`` (exit 3) before any work when TensorRT or a GPU is missing.
+    """
+    if backend is None:
+        from reprobuild.backends import get_backend
+
+        backend = get_backend("tensorrt")
+    be = CapturingBackend(backend)
+    paths = [Path(m) for m in models] if models else [EXAMPLES / m for m in DEFAULT_MODELS]
+    steps: list[ProbeStep] = []
+    runs: list[_ModelRun] = []
+    with tempfile.TemporaryDirectory(prefix="reprobuild-probe-") as tmp:
+        root = Path(tmp) / "probe"
+        for path in paths:
+            run = _ModelRun(path.stem, root / path.stem)
+            run.dir.mkdir(parents=True)
+            progress(Step(f"probe: {path.name}"))
+            _cycle(be, path, run, steps, progress)
+            runs.append(run)
+        env = be.environment().to_dict()
+        ok = all(s.ok is not False for s in steps)
+        report = ProbeReport(
+            ok, env, steps, answers(runs, steps, QUESTIONS), timings(runs), str(bundle)
+        )
+        write_json(root / "report.json", report.to_json())
+        write_json(root / "environment.json", env)
+        write_json(root / "timings.json", report.timings)
+        for run in runs:
+            write_evidence(run)
+        tar(root, Path(bundle))
+    return report
+
+
+def _step(run: _ModelRun, steps: list[ProbeStep], name: str, fn: Any) -> Any:
+    """Run one step; any error fails the step (recorded), never the probe: on an unknown
+    TensorRT an unexpected exception is exactly the evidence the bundle is for."""
+    t0 = time.perf_counter()
+    try:
+        value = fn()
+    except ReprobuildError as err:
+        steps.append(ProbeStep(run.name, name, False, str(err), _since(t0)))
+        return None
+    except Exception as err:  # noqa: BLE001 - reported in the bundle, see the docstring
+        detail = f"unexpected {type(err).__name__}: {err}"
+        steps.append(ProbeStep(run.name, name, False, detail, _since(t0)))
+        return None
+    steps.append(ProbeStep(run.name, name, True, "", _since(t0)))
+    return value if value is not None else True
+
+
+def _since(t0: float) -> float:
+    return round(time.perf_counter() - t0, 4)
+
+
+def _cycle(
+    be: CapturingBackend, model: Path, run: _ModelRun, steps: list[ProbeStep], progress: Progress
+) -> None:
+    import reprobuild
+    from reprobuild.types import BuildSettings
+    from reprobuild.workflow.export import export_pinned_cache
+
+    local = run.dir / model.name
+    shutil.copy(model, local)
+    lock, caches = run.dir / "tactics.lock", run.dir / "caches"
+    kw: dict[str, Any] = {"backend": be, "cache_dir": caches, "progress": progress}
+
+    def plain() -> None:
+        be.label = "plain"
+        be.build(str(local), BuildSettings(), be.create_timing_cache(), lambda line: None)
+        run.plain = be.builds[-1]
+
+    _step(run, steps, "plain build", plain)
+    be.label = "recording"
+    if not _step(run, steps, "record", lambda: reprobuild.build(local, lock=lock, **kw)):
+        return
+    run.recording = be.builds[-1]
+    run.shuffled = _keys_shuffle(be, caches)
+    run.strict_attach = _strict_attach(be, caches)
+    if not _step(run, steps, "pin a non-fastest candidate", lambda: _pin(run, lock)):
+        return
+    be.label = "locked"
+    t0 = time.perf_counter()
+    result = _step(
+        run,
+        steps,
+        "locked rebuild",
+        lambda: reprobuild.build(local, lock=lock, out=run.dir / "locked.engine", **kw),
+    )
+    run.locked_wall = _since(t0)
+    run.locked = next((b for b in reversed(be.builds) if b.pinned), None)
+    run.locked_ok = bool(result)
+    if result:
+        run.warnings = list(result.warnings)
+        shutil.copy(run.dir / "locked.engine.report.json", run.dir / "build_report.json")
+    be.label = "verify"
+    verify_report = run.dir / "verify.json"
+    _step(
+        run,
+        steps,
+        "verify",
+        lambda: _verified(reprobuild.verify(lock=lock, rebuilds=2, report=verify_report, **kw)),
+    )
+    run.run_path = getattr(be.inner, "last_run_path", None)
+    be.label = "export-cache"
+    exported = _step(
+        run,
+        steps,
+        "export-cache",
+        lambda: export_pinned_cache(lock, run.dir / "pinned.cache", caches, backend=be),
+    )
+    run.trtexec = _trtexec(run, local, bool(exported))
+    steps.append(run.trtexec)
+
+
+def _verified(result: Any) -> Any:
+    if not result.reproducible:
+        from reprobuild.errors import DriftError
+
+        raise DriftError("verify: the rebuilt engines' outputs or tactics differ (verify.json)")
+    return result
+
+
+def _pin(run: _ModelRun, lock: Path) -> None:
+    from reprobuild.errors import UsageError
+    from reprobuild.lock.edit import edit_lock
+    from reprobuild.lock.yamlio import load_lock
+
+    data = load_lock(lock)
+    names = [e.layer for e in data.layers]
+    entry = next(
+        (e for e in data.layers if len(e.candidates) > 1 and names.count(e.layer) == 1), None
+    )
+    if entry is None:
+        raise UsageError("no layer has a second recorded candidate to pin")
+    other = next(c for c in entry.candidates if c.tactic != entry.tactic)
+    edit_lock(lock, [f"key={entry.key}", f"tactic=0x{other.tactic:x}"])
+    run.pinned = (entry.key, other.tactic)
+    run.lock = load_lock(lock)
+
+
+def _recording_bytes(caches: Path) -> bytes | None:
+    files = sorted(caches.glob("*.cache")) if caches.is_dir() else []
+    return files[0].read_bytes() if files else None
+
+
+def _keys_shuffle(be: CapturingBackend, caches: Path) -> bool:
+    data = _recording_bytes(caches)
+    if data is None:
+        return False
+    cache = be.create_timing_cache(data)
+    return len({tuple(cache.query_keys()) for _ in range(4)}) > 1
+
+
+def _strict_attach(be: CapturingBackend, caches: Path) -> bool | None:
+    check = getattr(be.inner, "strict_attach_accepted", None)
+    data = _recording_bytes(caches)
+    if check is None or data is None:
+        return None
+    return bool(check(data))
+
+
+def _trtexec(run: _ModelRun, model: Path, exported: bool) -> ProbeStep:
+    exe = shutil.which("trtexec")
+    if exe is None or not exported or run.lock is None:
+        why = "trtexec is not on PATH" if exe is None else "export-cache did not succeed"
+        return ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", None, why)
+    from reprobuild.pinning import cross_check_kernels
+
+    cache = run.dir / "trtexec.cache"  # trtexec writes back to its cache file: use a copy
+    shutil.copy(run.dir / "pinned.cache", cache)
+    layers = run.dir / "trtexec_layers.json"
+    cmd = [
+        exe,
+        f"--onnx={model}",
+        f"--timingCacheFile={cache}",
+        "--errorOnTimingCacheMiss",
+        f"--builderOptimizationLevel={run.lock.settings.optimization_level}",
+        "--profilingVerbosity=detailed",
+        f"--exportLayerInfo={layers}",
+        f"--saveEngine={run.dir / 'trtexec.engine'}",
+    ]
+    if str(run.lock.environment.tensorrt_version or "").startswith("10."):
+        cmd.append("--stronglyTyped")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", False, str(err))
+    (run.dir / "trtexec.log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        detail = f"exit {proc.returncode}: see trtexec.log (a miss means the keys differ)"
+        return ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", False, detail, _since(t0))
+    check = cross_check_kernels(layers.read_text(), run.lock.layers)
+    detail = "; ".join(check.problems[:3]) or f"{len(check.warnings)} layers not checkable"
+    return ProbeStep(
+        run.name, "trtexec --errorOnTimingCacheMiss", not check.problems, detail, _since(t0)
+    )

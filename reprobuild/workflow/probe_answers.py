@@ -1,0 +1,212 @@
+"""Turning what the probe saw into answers to :data:`probe.QUESTIONS`, and its bundle.
+
+Each answer says whether reprobuild worked with this behaviour (``pass``/``fail``/
+``skipped``) and which of the stand-in's named behaviours this TensorRT shows
+(``observed``), so a stand-in variant can be confirmed or dropped from the first real run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+_KEY_HEADER = re.compile(r"Autotuning op .*\(key: (0x[0-9a-fA-F]{32})\)")
+
+
+def _result(ok: bool) -> str:
+    return "pass" if ok else "fail"
+
+
+def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> list[Any]:
+    """One answer per question, over every model the probe built."""
+    from reprobuild.workflow.probe import Answer
+    from reprobuild.workflow.probe_capture import non_finite_times
+
+    locked = [r for r in runs if r.locked is not None]
+    built = all(r.locked_ok for r in runs) and bool(runs)
+    out = []
+
+    headers = sorted(
+        {r.name for r in locked for line in r.locked.lines if _KEY_HEADER.search(line)}
+    )
+    out.append(
+        Answer(
+            "hit-headers",
+            questions["hit-headers"],
+            _result(built),
+            ["hit-headers"] if headers else ["default"],
+            f"headers in the locked build of {', '.join(headers)}" if headers else "no headers",
+        )
+    )
+    unmatched = sorted(
+        {w for r in runs for w in r.warnings if "engine layer" in w and "layer '" in w}
+    )
+    out.append(
+        Answer(
+            "engine-names",
+            questions["engine-names"],
+            _result(built),
+            ["myelin-names"] if unmatched else ["default"],
+            "; ".join(unmatched[:5]) or "every locked layer matched an engine layer",
+        )
+    )
+    keyless, multi = _keyless(runs)
+    several = multi or keyless["inspector"]
+    observed = (["keyless-cask"] if keyless["log"] else []) + (["multi-key"] if several else [])
+    out.append(
+        Answer(
+            "keyless",
+            questions["keyless"],
+            _result(built),
+            observed or ["default"],
+            ", ".join(f"{v} keys named from the {k}" for k, v in keyless.items())
+            + (f"; layers with several keys: {', '.join(multi)}" if multi else ""),
+        )
+    )
+    held = [
+        r.name
+        for r in locked
+        if r.pinned is not None and r.locked.after.get(r.pinned[0]) == r.pinned[1]
+    ]
+    bad_times = non_finite_times([c for r in runs for c in (r.recording, r.locked) if c])
+    shuffled = [r.name for r in runs if r.shuffled]
+    flags = sorted({f for r in locked for f in r.locked.extra.get("builder_flags", [])})
+    pins_observed = (["inf-nan"] if bad_times else []) + (["shuffled-keys"] if shuffled else [])
+    out.append(
+        Answer(
+            "pins",
+            questions["pins"],
+            _result(bool(locked) and len(held) == len(locked) and built),
+            pins_observed or ["default"],
+            f"pin held in {len(held)}/{len(locked)} models; non-finite cached times: "
+            f"{len(bad_times)}; flags: {', '.join(flags)}",
+        )
+    )
+    strict = [r.strict_attach for r in runs if r.strict_attach is not None]
+    out.append(
+        Answer(
+            "strict-attach",
+            questions["strict-attach"],
+            _result(built) if strict else "skipped",
+            ["strict-attach"] if strict and not all(strict) else ["default"],
+            "refused (reprobuild attaches with ignore_mismatch=True)"
+            if strict and not all(strict)
+            else "accepted"
+            if strict
+            else "not checked",
+        )
+    )
+    verify_ok = [s.ok for s in steps if s.name == "verify"]
+    paths = sorted({r.run_path for r in runs if r.run_path})
+    out.append(
+        Answer(
+            "run",
+            questions["run"],
+            _result(all(verify_ok)) if verify_ok else "skipped",
+            ["default"],
+            ", ".join(paths) or "no engine ran",
+        )
+    )
+    tx = [r.trtexec for r in runs if r.trtexec is not None]
+    ran = [s for s in tx if s.ok is not None]
+    out.append(
+        Answer(
+            "trtexec",
+            questions["trtexec"],
+            "skipped" if not ran else _result(all(s.ok for s in ran)),
+            ["default"],
+            "; ".join(f"{s.model}: {s.detail or 'ok'}" for s in tx) or "not run",
+        )
+    )
+    return out
+
+
+def _keyless(runs: list[Any]) -> tuple[dict[str, int], list[str]]:
+    """How the recording's unlogged keys were named, and layers holding several keys."""
+    counts = {"log": 0, "inspector": 0, "cache only": 0}
+    multi: set[str] = set()
+    for r in runs:
+        if r.lock is None or r.recording is None:
+            continue
+        logged = {
+            m.group(1).lower() for line in r.recording.lines if (m := _KEY_HEADER.search(line))
+        }
+        names = [e.layer for e in r.lock.layers]
+        multi |= {f"{r.name}:{n}" for n in names if names.count(n) > 1}
+        for e in r.lock.layers:
+            if e.key in logged:
+                continue
+            if e.layer.startswith("<cache-only"):
+                counts["cache only"] += 1
+            elif e.candidates:
+                counts["log"] += 1
+            else:
+                counts["inspector"] += 1
+    return counts, sorted(multi)
+
+
+def timings(runs: list[Any]) -> dict[str, Any]:
+    """Per model: a plain build, the recording, the locked build as the backend timed it and
+    as reprobuild's whole locked ``build`` took (the difference is reprobuild's overhead)."""
+    out: dict[str, Any] = {}
+    for r in runs:
+        plain = r.plain.seconds if r.plain else None
+        locked_backend = r.locked.seconds if r.locked else None
+        out[r.name] = {
+            "plain_build_s": plain,
+            "recording_build_s": r.recording.seconds if r.recording else None,
+            "locked_backend_build_s": locked_backend,
+            "locked_reprobuild_build_s": r.locked_wall or None,
+            "reprobuild_overhead_s": None
+            if locked_backend is None
+            else round(r.locked_wall - locked_backend, 4),
+            "locked_over_plain": None
+            if not plain or not r.locked_wall
+            else round(r.locked_wall / plain, 3),
+        }
+    return out
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_evidence(run: Any) -> None:
+    """The raw evidence of one model, under its folder in the bundle."""
+    d = run.dir
+    if run.recording is not None:
+        (d / "recording.log").write_text("\n".join(run.recording.lines) + "\n")
+    if run.locked is not None:
+        (d / "locked.log").write_text("\n".join(run.locked.lines) + "\n")
+        write_json(d / "cache_before.json", run.locked.cache_json("before"))
+        write_json(d / "cache_after.json", run.locked.cache_json("after"))
+        (d / "inspector.json").write_text(run.locked.layer_info)
+    for junk in (
+        "caches",
+        "locked.engine",
+        "locked.engine.report.json",
+        "trtexec.engine",
+        "tactics.lock.lck",
+    ):
+        p = d / junk
+        if p.is_dir():
+            import shutil
+
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
+    for onnx_file in d.glob("*.onnx"):
+        onnx_file.unlink()  # the bundled examples are in every install
+
+
+def tar(root: Path, bundle: Path) -> None:
+    """``bundle`` written whole or not at all (a temporary file, then ``os.replace``)."""
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    tmp = bundle.with_name(bundle.name + ".partial")
+    with tarfile.open(tmp, "w:gz") as tf:
+        tf.add(root, arcname=root.name)
+    os.replace(tmp, bundle)

@@ -1,0 +1,65 @@
+"""Pins as NVIDIA applies them: exactly the locked keys, finite times; cache file names that
+change only with what makes caches differ."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from reprobuild.backends.base import TimingValue
+from reprobuild.cachedir import cache_path
+from reprobuild.lock.model import LayerEntry
+from reprobuild.pinning import FALLBACK_TIME_MS, apply_pins, finite_time
+from reprobuild.types import BuildSettings, Environment
+
+
+class _RecordingCache:
+    """A cache double that refuses non-finite times like TensorRT and logs each update."""
+
+    def __init__(self, entries: dict[str, TimingValue]) -> None:
+        self.entries = dict(entries)
+        self.updates: list[tuple[str, int, float]] = []
+
+    def query(self, key: str) -> TimingValue | None:
+        return self.entries.get(key)
+
+    def update(self, key: str, tactic: int, time_ms: float) -> bool:
+        self.updates.append((key, tactic, time_ms))
+        if key not in self.entries or not math.isfinite(time_ms):
+            return False
+        self.entries[key] = TimingValue(tactic, time_ms)
+        return True
+
+
+def test_apply_pins_updates_exactly_the_locked_keys_with_finite_times() -> None:
+    k = ["0x" + c * 32 for c in "abc"]
+    cache = _RecordingCache(
+        {
+            k[0]: TimingValue(1, float("inf")),
+            k[1]: TimingValue(2, float("nan")),
+            k[2]: TimingValue(3, 0.25),  # not in the lock: never touched
+        }
+    )
+    apply_pins(cache, [LayerEntry(k[0], "a", 7), LayerEntry(k[1], "b", 8)])
+    assert [(key, t) for key, t, _ in cache.updates] == [(k[0], 7), (k[1], 8)]
+    assert all(math.isfinite(ms) and ms > 0 for _, _, ms in cache.updates)
+    assert cache.entries[k[2]] == TimingValue(3, 0.25)
+
+
+def test_finite_time() -> None:
+    assert finite_time(0.5) == 0.5 and finite_time(0.0) == 0.0
+    for bad in (None, float("inf"), float("-inf"), float("nan"), -1.0):
+        assert finite_time(bad) == FALLBACK_TIME_MS
+
+
+def test_cache_file_name_changes_only_with_what_makes_caches_differ(tmp_path: Path) -> None:
+    base = Environment("tensorrt", "10.13.3.9", "NVIDIA A100-SXM4-80GB", "8.0", "12.4", "550.54")
+    name = cache_path(tmp_path, base, BuildSettings(), "ab" * 32)
+    new_driver = Environment("tensorrt", "10.13.3.9", "NVIDIA A100-SXM4-80GB", "8.0", "12.4", "575")
+    assert cache_path(tmp_path, new_driver, BuildSettings(), "ab" * 32) == name
+    for changed in (
+        Environment("tensorrt", "10.13.3.10", "NVIDIA A100-SXM4-80GB", "8.0", "12.4", "550.54"),
+        Environment("tensorrt", "10.13.3.9", "NVIDIA H100 80GB HBM3", "9.0", "12.4", "550.54"),
+        Environment("tensorrt", "10.13.3.9", "NVIDIA A100-SXM4-80GB", "8.0", "12.9", "550.54"),
+    ):
+        assert cache_path(tmp_path, changed, BuildSettings(), "ab" * 32) != name
