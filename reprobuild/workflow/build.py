@@ -22,12 +22,15 @@ from reprobuild.errors import DriftError, EnvironmentMismatch, ReprobuildError, 
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK, Lock, ModelInfo
-from reprobuild.lock.yamlio import load_lock, save_lock
+from reprobuild.lock.yamlio import dumps_lock, load_lock
+from reprobuild.transaction import Outputs, check_output_path
 from reprobuild.types import BuildSettings
 from reprobuild.workflow.context import (
     announce_backend,
     check_backend,
     check_lock_matches,
+    check_model_file,
+    check_profiles,
     model_info,
     resolve_backend,
 )
@@ -110,10 +113,16 @@ def build(
     from reprobuild.cachedir import cache_path
 
     t0 = time.perf_counter()
-    model_path = Path(model)
-    if not model_path.is_file():
-        raise UsageError(f"{model_path}: no such model file; check the path")
+    model_path = check_model_file(model)
     lock_path = Path(lock)
+    # Every output path is checked before any work, and all are written together at the end.
+    engine_path = Path(out) if out is not None else Path(f"{model_path.stem}.engine")
+    report_path = Path(report) if report is not None else Path(f"{engine_path}.report.json")
+    if not frozen:
+        check_output_path(lock_path, "lock")
+    check_output_path(engine_path, "engine")
+    check_output_path(report_path, "build report")
+    check_output_path(Path(cache_dir) / "x", "recording timing cache")
     be = resolve_backend(backend)
     env = be.environment()
     warnings: list[str] = []
@@ -133,6 +142,7 @@ def build(
             existing, lock_path, info, settings, be, allow_env_change, frozen, warnings
         )
     settings = settings or BuildSettings()
+    check_profiles(settings)
     be.check_settings(settings)
 
     with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp:
@@ -166,21 +176,19 @@ def build(
                 done.lock.precision = plan
                 done.changes.append("recorded the model's observed precision")
         progress(Step("checks passed; writing outputs"))
-        engine_path = Path(out) if out is not None else Path(f"{model_path.stem}.engine")
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
-        if result.lock_written:
-            save_lock(done.lock, lock_path)
-        from reprobuild.fileio import atomic_write_bytes, atomic_write_text
-
-        atomic_write_bytes(engine_path, done.output.engine)
-        report_path = Path(report) if report is not None else Path(f"{engine_path}.report.json")
         rep = result.to_json()
         rep["report_path"] = str(report_path)
         rep["settings"] = settings.to_dict()
         rep["precision_error"] = precision_error
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
-        atomic_write_text(report_path, json.dumps(rep, indent=2) + "\n")
+        with Outputs() as outputs:  # all three, or none
+            if result.lock_written:
+                outputs.stage_text(lock_path, dumps_lock(done.lock), "lock")
+            outputs.stage_bytes(engine_path, done.output.engine, "engine")
+            outputs.stage_text(report_path, json.dumps(rep, indent=2) + "\n", "build report")
+            outputs.commit()
         result.report_path = str(report_path)
     return result
 
