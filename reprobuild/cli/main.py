@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> None:
     from reprobuild.cli import crash, render
 
     render.json_printed = False
+    for stream in (sys.stdout, sys.stderr):  # a lone surrogate in a lock must still print
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     args = sys.argv[1:] if argv is None else list(argv)
     as_json = crash.wants_json(args)
     try:

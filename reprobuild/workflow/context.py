@@ -102,6 +102,28 @@ def check_graph(proto: Any, model_path: Path) -> None:
                 )
     if len(graph.output) == 0:
         raise UsageError(f"{model_path}: the ONNX graph has no outputs; nothing to build")
+    known = {""} | {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    names = [v.name for v in (*graph.input, *graph.output, *graph.initializer)]
+    for node in graph.node:
+        names += [node.name, node.op_type, *node.input, *node.output]
+    if not all(isinstance(n, str) for n in names):  # protobuf hands invalid UTF-8 as bytes
+        raise UsageError(
+            f"{model_path}: names in the graph are not valid UTF-8 text; the file is damaged "
+            "or not an ONNX model"
+        )
+    for node in graph.node:  # in order: ONNX graphs are topologically sorted
+        if not (node.op_type.isascii() and node.op_type.isidentifier()):
+            raise UsageError(
+                f"{model_path}: node {node.name!r} has the invalid op type {node.op_type!r}; "
+                "the file is damaged or not an ONNX model"
+            )
+        missing = next((name for name in node.input if name not in known), None)
+        if missing is not None:
+            raise UsageError(
+                f"{model_path}: node {node.name or node.op_type!r} reads {missing!r}, which no "
+                "input, initializer or earlier node provides; re-export the model"
+            )
+        known.update(node.output)
 
 
 def _all_tensors(graph: Any):

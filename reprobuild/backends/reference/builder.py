@@ -391,6 +391,13 @@ def build_engine(
             f"{model_path}: out of memory running the layers with these input shapes "
             f"({', '.join(f'{n}: {v.shape}' for n, v in feeds.items())}); use smaller --shapes"
         ) from None
+    except ReprobuildError:
+        raise
+    except Exception as exc:  # the model is user input: a graph that cannot run is bad input
+        raise BuildError(
+            f"{model_path}: the model cannot run ({type(exc).__name__}: {exc}); check it with "
+            "onnx.checker.check_model"
+        ) from exc
     timed = sum(1 for c in builder.choices if c.source == "timed")
     from_cache = sum(1 for c in builder.choices if c.source == "cache")
     log.info(f"Autotuned {timed} layers, {from_cache} from the timing cache")
