@@ -118,12 +118,13 @@ class Outputs:
                 existed, backup = target.exists(), _backup(target)
                 try:
                     os.replace(tmp, target)
-                except OSError:
+                except BaseException:
                     if backup is not None:
-                        os.unlink(backup)
+                        with contextlib.suppress(OSError):
+                            os.unlink(backup)
                     raise
                 moved.append((target, backup, existed))
-        except OSError as err:
+        except BaseException as err:  # a full disk, or Ctrl-C between two renames
             for target, backup, existed in reversed(moved):
                 with contextlib.suppress(OSError):
                     if backup is not None:
@@ -131,6 +132,8 @@ class Outputs:
                     elif not existed:
                         os.unlink(target)
             self.abort()
+            if not isinstance(err, OSError):
+                raise
             raise UsageError(
                 f"cannot move the outputs into place ({_reason(err)}); the old files are kept"
             ) from None

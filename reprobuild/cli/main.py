@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as err:  # a bug: one line for the user, the traceback to a file
         code, message = crash.internal_error(err, args)
     else:
+        if rv == 130:  # typer turns Ctrl-C into exit 130
+            typer.echo("interrupted", err=True)
         if isinstance(rv, int) and rv != 0:
             sys.exit(rv)
         return

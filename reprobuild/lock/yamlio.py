@@ -20,13 +20,13 @@ import yaml
 from yaml import MappingNode, ScalarNode, SequenceNode
 
 from reprobuild.errors import LockError
-from reprobuild.fileio import atomic_write_text
 from reprobuild.limits import check_size
 from reprobuild.lock.emit import WIDTH, lock_events, restyle
 from reprobuild.lock.model import DEFAULT_LOCK, Lock
 from reprobuild.lock.nodes import MAP, SEQ, STR, layers_from_nodes
 from reprobuild.lock.schema import Doc, find_duplicate_key
 from reprobuild.lock.validate import FIX, lock_from_data
+from reprobuild.transaction import Outputs
 
 _Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _MERGE = "tag:yaml.org,2002:merge"
@@ -120,8 +120,11 @@ def _dumps(lock: Lock) -> str:
 
 
 def save_lock(lock: Lock, path: str | Path) -> None:
-    """Write atomically: a failure leaves the previous lock byte-for-byte intact."""
-    atomic_write_text(path, dumps_lock(lock))
+    """Write atomically: a failure leaves the previous lock byte-for-byte intact (and is a
+    one-line ``UsageError``, e.g. a full disk)."""
+    with Outputs() as out:
+        out.stage_text(path, dumps_lock(lock), "lock")
+        out.commit()
 
 
 # ---------------------------------------------------------------------------- reading

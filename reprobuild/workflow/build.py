@@ -93,6 +93,7 @@ class _Built:
     timed: int
     recorded: bool
     changes: list[str]
+    cache_bytes: bytes | None = None  # a recording build's cache, written with the outputs
 
 
 def build(
@@ -188,6 +189,8 @@ def build(
                 outputs.stage_text(lock_path, dumps_lock(done.lock), "lock")
             outputs.stage_bytes(engine_path, done.output.engine, "engine")
             outputs.stage_text(report_path, json.dumps(rep, indent=2) + "\n", "build report")
+            if done.cache_bytes is not None:
+                outputs.stage_bytes(cfile, done.cache_bytes, "recording timing cache")
             outputs.commit()
         result.report_path = str(report_path)
     return result
@@ -226,13 +229,11 @@ def _record(
     progress: Progress,
     warnings: list[str],
 ) -> _Built:
-    """A recording build: every candidate timed, every choice becomes a lock entry."""
-    from reprobuild.cachedir import save_cache_bytes
-
+    """A recording build: every candidate timed, every choice becomes a lock entry. Its
+    timing cache is written with the other outputs, so a failed build leaves the old one."""
     progress(Step("recording build (timing every candidate)"))
     cache = be.create_timing_cache(b"")
     output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
-    save_cache_bytes(cfile, cache.serialize())
     entries, w = entries_from_records(log.records, cache.tactic_map())
     warnings += w
     new_lock.layers = entries
@@ -246,6 +247,7 @@ def _record(
         timed,
         True,
         [f"recorded {len(entries)} layers"],
+        bytes(cache.serialize()),
     )
 
 

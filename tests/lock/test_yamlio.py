@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reprobuild import fileio
-from reprobuild.errors import LockError
+from reprobuild.errors import LockError, UsageError
 from reprobuild.lock.nodes import layers_from_nodes
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
 from reprobuild.lock.schema import Doc
@@ -184,7 +184,7 @@ def test_crash_during_write_keeps_old_lock(tmp_path: Path, monkeypatch) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(fileio.os, "fsync", crash)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(UsageError, match=r"cannot write the lock \(No space left on device\)"):
         save_lock(new, path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["tactics.lock"], "temporary file left behind"
