@@ -153,11 +153,14 @@ def test_process_boundary(tmp_path: Path) -> None:
     before = snapshot(tmp_path)
     proc = subprocess.Popen(
         [sys.executable, "-m", "reprobuild", "build", "mlp.onnx", "--lock", "t.lock",
-         "--backend", "reference", "--ref-timing", "reverse", "--allow-env-change"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+         "--backend", "reference", "--cache-dir", "other-caches"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(0.6)
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the first progress step: the build is under way
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
+    assert first and proc.returncode == -signal.SIGKILL, first
     after = snapshot(tmp_path)
     assert all(after.get(k) == v for k, v in before.items())
+    assert not [k for k in after if k.endswith((".tmp", ".bak"))], after
