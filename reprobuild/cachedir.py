@@ -92,14 +92,21 @@ def get_or_record(
     if path is not None:
         try:
             data = load_cache_bytes(path)
+            if data == b"":
+                warnings.append(f"replaced timing cache {path}: the file was empty (0 bytes)")
+                data = None
             cache = None if data is None else backend.create_timing_cache(data)
         except CacheError as err:
             warnings.append(f"ignored timing cache {path}: {err}; re-recording")
     if cache is not None and reject is not None:
         why = reject(cache)
         if why is not None:
-            if why:
-                warnings.append(f"timing cache {path} {why}; re-recording")
+            warnings.append(
+                f"timing cache {path} {why}; re-recording"
+                if why
+                else f"replaced timing cache {path}: it holds {len(cache.tactic_map())} entries "
+                "that are not this build's layers (a foreign or stale file)"
+            )
             cache = None
     if cache is not None:
         return cache, False

@@ -1,7 +1,9 @@
 """Errors that map to the documented exit codes.
 
 Every failure a user can cause is raised as a ``ReprobuildError`` so the CLI can print one
-line and exit with a code CI can act on; anything else escaping is a bug in reprobuild.
+line and exit with a code CI can act on; anything else escaping is a bug in reprobuild, and
+the CLI's one guard turns it into exit 4 with the traceback saved to a file
+(:mod:`reprobuild.cli.crash`), so no Python traceback ever reaches a user.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ EXIT_OK = 0
 EXIT_DIFFERENT = 1  # a difference, drift, or failed verification
 EXIT_USAGE = 2  # bad usage or bad input (file, option, model)
 EXIT_ENV = 3  # the lock was recorded for another environment
+EXIT_INTERNAL = 4  # a bug in reprobuild: an exception that is not a ReprobuildError
+
+DOCUMENTED_EXIT_CODES = (EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_ENV, EXIT_INTERNAL)
+"""Every code the CLI can exit with, besides 130 for Ctrl-C (the README's table)."""
 
 
 class ReprobuildError(Exception):

@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "reprobuild"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("__init__", "errors", "types", "events", "fileio", "accuracy"),
+    ("__init__", "errors", "types", "events", "fileio", "accuracy", "transaction", "limits"),
     ("lock",),
     ("logs",),
     ("precision",),

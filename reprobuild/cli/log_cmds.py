@@ -14,8 +14,6 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from reprobuild.errors import LogParseError
-
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
@@ -47,20 +45,17 @@ log_app = typer.Typer(
 
 
 def _check_readable(path: Path) -> None:
-    """Fail before printing anything, so a bad path never leaves half a JSON document."""
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as err:
-        raise LogParseError(
-            f"{path}: cannot read the log ({err.strerror or err}); "
-            "pass the path of a verbose builder log (trtexec --verbose or a VERBOSE logger)"
-        ) from None
+    """Fail before printing anything, so a bad path never leaves half a JSON document:
+    unreadable, over the size cap, or holding no builder log line at all."""
+    from reprobuild.logs.sniff import check_log_file
+
+    check_log_file(path)
 
 
 def _refuse_layer_information(path: Path) -> None:
     """A layer-information JSON or an engine is not a log: parsing one would print "0
     record(s)" and exit 0, so name the command that reads it instead (exit 2)."""
+    from reprobuild.errors import LogParseError
     from reprobuild.logs.layerinfo import looks_like_json, parse_layer_info
 
     with open(path, "rb") as fh:

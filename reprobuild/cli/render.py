@@ -31,9 +31,16 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+json_printed = False
+"""Whether this command already printed its JSON document (then a failure after it, such as
+``doctor --lock`` exit 3, goes to stderr only, so stdout stays one JSON document)."""
+
+
 def print_json(data: object) -> None:
     """One JSON document on stdout, indented, in the fields' own order."""
+    global json_printed
     typer.echo(json.dumps(data, indent=2, sort_keys=False))
+    json_printed = True
 
 
 class Progress:

@@ -16,6 +16,7 @@ from reprobuild.fileio import exclusive
 from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.lock.schema import HEX_RE, KEY_RE
 from reprobuild.lock.yamlio import load_lock, save_lock
+from reprobuild.transaction import check_output_path
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,11 @@ def resolve_tactic(
         raise UsageError(
             f"{where}: kernel {tactic!r} has several tactics ({hashes}); pin one by hash"
         )
+    if tactic[:2].lower() == "0x":
+        raise UsageError(
+            f"{where}: {tactic!r} is not a hex tactic hash ('0x' followed by hex digits, "
+            f"e.g. 0x{entry.tactic:x}); give a hash or one of: {_cand_list(entry)}"
+        )
     kernels = sorted({c.kernel for c in entry.candidates if c.kernel})
     close = difflib.get_close_matches(tactic, kernels, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]!r}? " if close else ""
@@ -164,11 +170,23 @@ class Change:
 
 
 def apply_pins(lock: Lock, sels: list[Selection], force: bool, lock_path: str) -> list[Change]:
+    """Pin every selection; one layer selected twice with different tactics is refused
+    (keeping the last would silently drop what the user asked for first)."""
     changes: list[Change] = []
+    chosen: dict[str, tuple[int, Selection]] = {}
     for sel in sels:
         entry = find_entry(lock, sel, lock_path)
         assert sel.tactic is not None
         value, kernel = resolve_tactic(entry, sel.tactic, force, lock_path)
+        earlier = chosen.setdefault(entry.key, (value, sel))
+        if earlier[0] != value:
+            raise UsageError(
+                f"{lock_path}: layer {entry.layer!r} ({entry.key}) is selected twice with "
+                f"different tactics ({earlier[1].describe()} tactic={earlier[1].tactic}, then "
+                f"{sel.describe()} tactic={sel.tactic}); pin it once"
+            )
+        if earlier[1] is not sel:
+            continue  # the same pin twice: once is enough
         changes.append(Change(entry.layer, entry.key, entry.tactic, value, kernel, True))
         entry.tactic, entry.kernel, entry.pinned = value, kernel, True
     return changes
@@ -190,6 +208,7 @@ def edit_lock(
 ) -> list[Change]:
     """Read-modify-write under an inter-process lock; any error leaves the file as it was."""
     sels = parse_selections(tokens, need_tactic=not unpin)
+    check_output_path(path, "lock")
     with exclusive(path):
         lock = load_lock(path)
         changes = (

@@ -103,10 +103,25 @@ class Doc:
         return [self.string(v, path + (i,)) for i, v in enumerate(self.seq(value, path))]
 
     def tactic(self, value: Any, path: Path_) -> int:
-        """A 64-bit tactic hash: ``"0x..."`` text (or the int YAML made of unquoted hex)."""
+        """A 64-bit tactic hash: ``"0x..."`` text (or the int YAML made of unquoted hex).
+
+        A decimal integer is refused: hashes are written in hex, and ``tactic: 12345`` is
+        far more likely a hand edit gone wrong than a hash someone converted.
+        """
         if isinstance(value, bool):
             self.fail(path, f"expected a tactic hash like '0x665ded9abbf88', got {value!r}")
         if isinstance(value, int):
+            node = find_node(self.root, path)
+            text = getattr(node, "value", None)
+            if not (isinstance(text, str) and HEX_RE.fullmatch(text.replace("_", ""))):
+                self.fail(
+                    path,
+                    f"expected a tactic hash as hex text like '0x665ded9abbf88', got the "
+                    f"integer {short(value)}",
+                    f'write it as "0x{value:x}" if that is the hash'
+                    if 0 <= value < 2**64
+                    else None,
+                )
             n = value
         elif isinstance(value, str) and HEX_RE.fullmatch(value):
             n = int(value, 16)

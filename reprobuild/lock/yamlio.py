@@ -20,12 +20,13 @@ import yaml
 from yaml import MappingNode, ScalarNode, SequenceNode
 
 from reprobuild.errors import LockError
-from reprobuild.fileio import atomic_write_text
+from reprobuild.limits import check_size
 from reprobuild.lock.emit import WIDTH, lock_events, restyle
 from reprobuild.lock.model import DEFAULT_LOCK, Lock
 from reprobuild.lock.nodes import MAP, SEQ, STR, layers_from_nodes
 from reprobuild.lock.schema import Doc, find_duplicate_key
 from reprobuild.lock.validate import FIX, lock_from_data
+from reprobuild.transaction import Outputs
 
 _Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _MERGE = "tag:yaml.org,2002:merge"
@@ -119,8 +120,11 @@ def _dumps(lock: Lock) -> str:
 
 
 def save_lock(lock: Lock, path: str | Path) -> None:
-    """Write atomically: a failure leaves the previous lock byte-for-byte intact."""
-    atomic_write_text(path, dumps_lock(lock))
+    """Write atomically: a failure leaves the previous lock byte-for-byte intact (and is a
+    one-line ``UsageError``, e.g. a full disk)."""
+    with Outputs() as out:
+        out.stage_text(path, dumps_lock(lock), "lock")
+        out.commit()
 
 
 # ---------------------------------------------------------------------------- reading
@@ -129,11 +133,14 @@ def save_lock(lock: Lock, path: str | Path) -> None:
 def load_lock(path: str | Path) -> Lock:
     p = Path(path)
     try:
+        check_size(p, p.stat().st_size, "lock")
         data = p.read_bytes()
     except FileNotFoundError:
         raise LockError(
             f"{p}: no such lockfile; record one with `reprobuild build MODEL --lock {p}`"
         ) from None
+    except IsADirectoryError:
+        raise LockError(f"{p}: is a directory, not a lockfile; give the lock's file path") from None
     except OSError as err:
         raise LockError(f"{p}: cannot read the lockfile ({err.strerror}); check the path") from None
     return loads_lock(data, str(p))
@@ -176,13 +183,48 @@ def _compose(text: str, filename: str) -> tuple[Any, Any]:
         loader = None
         try:
             loader = loader_class(text)
-            return loader, loader.get_single_node()
+            root = loader.get_single_node()
+            if "&" in text:  # no anchor, no alias: the common case costs one scan
+                _refuse_aliases(root, filename)
+            return loader, root
+        except LockError:
+            if loader is not None:
+                loader.dispose()
+            raise
         except (yaml.YAMLError, ValueError, TypeError, RecursionError) as err:
             if loader is not None:
                 loader.dispose()
             if loader_class is _PyLoader:
                 raise _yaml_error(err, filename) from None
     raise AssertionError("unreachable")
+
+
+def _refuse_aliases(root: Any, filename: str) -> None:
+    """A lock never needs YAML anchors and aliases; refuse any node reached twice.
+
+    Aliases make a DAG of the node tree: a few hundred bytes of nested ones expand to
+    billions of values for anything that walks it (validation, duplicate-key search). The
+    walk here visits each distinct node once, so it is linear in the text.
+    """
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            m = node.start_mark
+            raise LockError(
+                f"{filename}:{m.line + 1}:{m.column + 1}: YAML anchors and aliases (&name, "
+                "*name) are not allowed in a lockfile; write the values out, or re-record it"
+            )
+        seen.add(id(node))
+        if node.__class__ is ScalarNode:
+            continue
+        if node.__class__ is MappingNode:
+            for k, v in node.value:
+                stack.append(k)
+                stack.append(v)
+        else:
+            stack.extend(node.value)
 
 
 def _yaml_error(err: Exception, filename: str) -> LockError:

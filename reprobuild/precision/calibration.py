@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from reprobuild.errors import UsageError
+from reprobuild.limits import check_size, check_tensor_bytes
 from reprobuild.precision.analysis import np_dtype, real_inputs
 
 
@@ -37,18 +38,26 @@ def load_calibration(
     if path is None:
         return _seeded(inputs, seed), f"seeded:{seed}"
     try:
+        check_size(path, os.stat(path).st_size, "inputs")
         data = open(path, "rb").read()  # noqa: SIM115 - read once, hashed and parsed
     except FileNotFoundError:
         raise UsageError(
             f"{path}: no such calibration file; pass an existing .npz or Polygraphy JSON file"
         ) from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, not a calibration file") from None
     except OSError as err:
         raise UsageError(f"{path}: cannot read the calibration file ({err.strerror})") from None
     lower = path.lower()
     if lower.endswith(".npz"):
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+                # A compressed archive can unpack to far more than its size: check first.
+                unpacked = sum(info.file_size for info in npz.zip.infolist())
+                check_tensor_bytes(f"{path}: the arrays", unpacked)
                 feeds = {k: np.asarray(npz[k]) for k in npz.files}
+        except UsageError:
+            raise
         except Exception as err:  # noqa: BLE001 - any decoding problem is bad input
             raise UsageError(
                 f"{path}: not a readable .npz archive ({err}); save it with numpy.savez"

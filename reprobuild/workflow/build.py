@@ -22,12 +22,15 @@ from reprobuild.errors import DriftError, EnvironmentMismatch, ReprobuildError, 
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK, Lock, ModelInfo
-from reprobuild.lock.yamlio import load_lock, save_lock
+from reprobuild.lock.yamlio import dumps_lock, load_lock
+from reprobuild.transaction import Outputs, check_output_path
 from reprobuild.types import BuildSettings
 from reprobuild.workflow.context import (
     announce_backend,
     check_backend,
     check_lock_matches,
+    check_model_file,
+    check_profiles,
     model_info,
     resolve_backend,
 )
@@ -92,6 +95,7 @@ class _Built:
     timed: int
     recorded: bool
     changes: list[str]
+    cache_bytes: bytes | None = None  # a recording build's cache, written with the outputs
 
 
 def build(
@@ -112,10 +116,19 @@ def build(
     from reprobuild.cachedir import cache_path
 
     t0 = time.perf_counter()
-    model_path = Path(model)
-    if not model_path.is_file():
-        raise UsageError(f"{model_path}: no such model file; check the path")
+    model_path = check_model_file(model)
     lock_path = Path(lock)
+    # Every output path is checked before any work, and all are written together at the end.
+    engine_path = Path(out) if out is not None else Path(f"{model_path.stem}.engine")
+    report_path = Path(report) if report is not None else Path(f"{engine_path}.report.json")
+    if not frozen:
+        check_output_path(lock_path, "lock")
+    check_output_path(engine_path, "engine")
+    from reprobuild.workflow.layers import layers_path
+
+    check_output_path(layers_path(engine_path), "engine layer information")
+    check_output_path(report_path, "build report")
+    check_output_path(Path(cache_dir) / "x", "recording timing cache")
     be = resolve_backend(backend)
     env = be.environment()
     warnings: list[str] = []
@@ -135,6 +148,7 @@ def build(
             existing, lock_path, info, settings, be, allow_env_change, frozen, warnings
         )
     settings = settings or BuildSettings()
+    check_profiles(settings)
     be.check_settings(settings)
 
     with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp:
@@ -169,19 +183,13 @@ def build(
                 done.changes.append("recorded the model's observed precision")
         plan_check = _plan_check(done, built_model, warnings)
         progress(Step("checks passed; writing outputs"))
-        engine_path = Path(out) if out is not None else Path(f"{model_path.stem}.engine")
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
-        if result.lock_written:
-            save_lock(done.lock, lock_path)
-        from reprobuild.fileio import atomic_write_bytes, atomic_write_text
-
-        atomic_write_bytes(engine_path, done.output.engine)
         # Engine layer information (issue 14): written with the engine, summarised below.
-        from reprobuild.workflow.layers import summary_of, write_layers
+        from reprobuild.workflow.layers import layers_path, summary_of
 
-        result.layers_path = str(write_layers(engine_path, done.output.layer_info))
+        layers_file = layers_path(engine_path)
+        result.layers_path = str(layers_file)
         result.engine_layers = summary_of(done.output.layer_info)
-        report_path = Path(report) if report is not None else Path(f"{engine_path}.report.json")
         rep = result.to_json()
         rep["report_path"] = str(report_path)
         rep["settings"] = settings.to_dict()
@@ -189,7 +197,20 @@ def build(
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
         rep["plan_check"] = None if plan_check is None else plan_check.to_json()
-        atomic_write_text(report_path, json.dumps(rep, indent=2) + "\n")
+        layer_text = done.output.layer_info
+        with Outputs() as outputs:  # all of them, or none
+            if result.lock_written:
+                outputs.stage_text(lock_path, dumps_lock(done.lock), "lock")
+            outputs.stage_bytes(engine_path, done.output.engine, "engine")
+            outputs.stage_text(
+                layers_file,
+                layer_text if layer_text.endswith("\n") else layer_text + "\n",
+                "engine layer information",
+            )
+            outputs.stage_text(report_path, json.dumps(rep, indent=2) + "\n", "build report")
+            if done.cache_bytes is not None:
+                outputs.stage_bytes(cfile, done.cache_bytes, "recording timing cache")
+            outputs.commit()
         result.report_path = str(report_path)
     return result
 
@@ -246,13 +267,11 @@ def _record(
     progress: Progress,
     warnings: list[str],
 ) -> _Built:
-    """A recording build: every candidate timed, every choice becomes a lock entry."""
-    from reprobuild.cachedir import save_cache_bytes
-
+    """A recording build: every candidate timed, every choice becomes a lock entry. Its
+    timing cache is written with the other outputs, so a failed build leaves the old one."""
     progress(Step("recording build (timing every candidate)"))
     cache = be.create_timing_cache(b"")
     output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
-    save_cache_bytes(cfile, cache.serialize())
     entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
     warnings += w
     new_lock.layers = entries
@@ -266,6 +285,7 @@ def _record(
         timed,
         True,
         [f"recorded {len(entries)} layers"],
+        bytes(cache.serialize()),
     )
 
 

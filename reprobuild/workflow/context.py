@@ -14,6 +14,7 @@ from reprobuild.backends.base import Backend
 from reprobuild.errors import EnvironmentMismatch, UsageError
 from reprobuild.events import Progress, Step
 from reprobuild.fileio import sha256_file
+from reprobuild.limits import check_size
 from reprobuild.lock.model import ExternalFile, Lock, ModelInfo
 from reprobuild.lock.yamlio import load_lock
 from reprobuild.types import BuildSettings
@@ -34,6 +35,20 @@ def announce_backend(requested: str | Backend, be: Backend, progress: Progress) 
         progress(Step(f"backend auto -> {be.name}{why}"))
 
 
+def check_model_file(model: str | os.PathLike[str]) -> Path:
+    """Refuse what cannot be a model before anything is hashed or built."""
+    path = Path(model)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory, not an ONNX model file; give the .onnx file")
+    if not path.is_file():
+        raise UsageError(f"{path}: no such model file; check the path")
+    size = path.stat().st_size
+    if size == 0:
+        raise UsageError(f"{path}: empty file (0 bytes), not an ONNX model; re-export the model")
+    check_size(path, size, "model")
+    return path
+
+
 def model_info(model_path: Path, lock_dir: Path) -> ModelInfo:
     """Hash the ONNX file and every external-data file it references."""
     import onnx
@@ -45,6 +60,7 @@ def model_info(model_path: Path, lock_dir: Path) -> ModelInfo:
             f"{model_path}: not a readable ONNX model ({type(err).__name__}); "
             "check the path or re-export the model"
         ) from None
+    check_graph(proto, model_path)
     ext: set[str] = set()
     for tensor in _all_tensors(proto.graph):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
@@ -62,6 +78,52 @@ def model_info(model_path: Path, lock_dir: Path) -> ModelInfo:
     return ModelInfo(
         path=_rel(model_path, lock_dir), sha256=sha256_file(model_path), external_data=files
     )
+
+
+def check_graph(proto: Any, model_path: Path) -> None:
+    """A model that builds nothing, or that the builders cannot feed, is refused here.
+
+    An empty graph would record a 0-layer lock and "verify" it; a sequence, map or optional
+    input or output has no shape a builder can bind (TensorRT takes tensors only).
+    """
+    graph = proto.graph
+    if len(graph.node) == 0:
+        raise UsageError(
+            f"{model_path}: the ONNX graph has no nodes, so there is nothing to build; "
+            "check that this is the exported model"
+        )
+    for kind, values in (("input", graph.input), ("output", graph.output)):
+        for v in values:
+            which = v.type.WhichOneof("value")
+            if which not in ("tensor_type", None):
+                raise UsageError(
+                    f"{model_path}: {kind} {v.name!r} is a {which.removesuffix('_type')}, not "
+                    "a tensor; reprobuild builds models whose inputs and outputs are tensors"
+                )
+    if len(graph.output) == 0:
+        raise UsageError(f"{model_path}: the ONNX graph has no outputs; nothing to build")
+    known = {""} | {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    names = [v.name for v in (*graph.input, *graph.output, *graph.initializer)]
+    for node in graph.node:
+        names += [node.name, node.op_type, *node.input, *node.output]
+    if not all(isinstance(n, str) for n in names):  # protobuf hands invalid UTF-8 as bytes
+        raise UsageError(
+            f"{model_path}: names in the graph are not valid UTF-8 text; the file is damaged "
+            "or not an ONNX model"
+        )
+    for node in graph.node:  # in order: ONNX graphs are topologically sorted
+        if not (node.op_type.isascii() and node.op_type.isidentifier()):
+            raise UsageError(
+                f"{model_path}: node {node.name!r} has the invalid op type {node.op_type!r}; "
+                "the file is damaged or not an ONNX model"
+            )
+        missing = next((name for name in node.input if name not in known), None)
+        if missing is not None:
+            raise UsageError(
+                f"{model_path}: node {node.name or node.op_type!r} reads {missing!r}, which no "
+                "input, initializer or earlier node provides; re-export the model"
+            )
+        known.update(node.output)
 
 
 def _all_tensors(graph: Any):
@@ -84,15 +146,46 @@ def _rel(path: Path, base: Path) -> str:
         return path.resolve().as_posix()
 
 
+def check_profiles(settings: BuildSettings) -> None:
+    """Refuse shape profiles no builder can take: each dimension needs 1 <= min <= opt <= max.
+
+    Backend-neutral (TensorRT refuses these too, but only deep inside the build).
+    """
+    for name, lo, opt, hi in settings.input_shapes:
+        shown = " / ".join("x".join(map(str, s)) or "scalar" for s in (lo, opt, hi))
+        why = None
+        if not len(lo) == len(opt) == len(hi):
+            why = "min, opt and max have different numbers of dimensions"
+        elif any(d < 1 for d in (*lo, *opt, *hi)):
+            why = "a dimension is 0 or negative"
+        elif any(not a <= b <= c for a, b, c in zip(lo, opt, hi, strict=True)):
+            why = "a dimension's min > opt or opt > max"
+        if why:
+            raise UsageError(
+                f"input {name!r}: shape profile (min / opt / max) {shown} is invalid: {why}; "
+                "every dimension needs 1 <= min <= opt <= max"
+            )
+
+
 def check_lock_matches(
-    lock: Lock, lock_path: Path, info: ModelInfo, settings: BuildSettings, backend: Backend
+    lock: Lock,
+    lock_path: Path,
+    info: ModelInfo,
+    settings: BuildSettings,
+    backend: Backend,
+    model_path: Path | None = None,
 ) -> list[str]:
-    """Model and settings mismatches are errors (exit 2); environment ones are returned."""
+    """Model and settings mismatches are errors (exit 2); environment ones are returned.
+
+    A model mismatch names the file that was actually hashed, with its hash, beside what the
+    lock recorded: after a hand edit of ``model.path`` those are different files.
+    """
     if lock.model.sha256 != info.sha256:
+        actual = model_path if model_path is not None else info.path
         raise UsageError(
-            f"{lock_path}: recorded for model {lock.model.path} (sha256 {lock.model.sha256[:12]}), "
-            f"not this one (sha256 {info.sha256[:12]}); use that model, or delete the lock to "
-            "re-record"
+            f"{lock_path}: recorded for model {lock.model.path} with sha256 "
+            f"{lock.model.sha256[:12]}, but {actual} has sha256 {info.sha256[:12]}; use the "
+            "recorded model, or delete the lock to re-record"
         )
     if [(f.path, f.sha256) for f in lock.model.external_data] != [
         (f.path, f.sha256) for f in info.external_data
@@ -126,11 +219,12 @@ def open_lock(
     lock_path = Path(lock)
     data = load_lock(lock_path)
     model_path = Path(model) if model is not None else lock_path.parent / data.model.path
-    if not model_path.is_file():
+    if not model_path.exists() and model is None:
         raise UsageError(f"{model_path}: model file not found (from {lock_path}); pass MODEL")
+    check_model_file(model_path)
     check_backend(data, lock_path, be)
     env_diff = check_lock_matches(
-        data, lock_path, model_info(model_path, lock_path.parent), data.settings, be
+        data, lock_path, model_info(model_path, lock_path.parent), data.settings, be, model_path
     )
     if env_diff:
         raise EnvironmentMismatch(

@@ -15,10 +15,11 @@ from typing import Any
 from reprobuild.backends.base import Backend, TimingCache
 from reprobuild.cachedir import cache_path, get_or_record
 from reprobuild.errors import BuildError, EnvironmentMismatch, UsageError
-from reprobuild.fileio import atomic_write_bytes, sha256_file
+from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import Lock
 from reprobuild.lock.yamlio import load_lock
 from reprobuild.pinning import apply_pins
+from reprobuild.transaction import Outputs, check_output_path
 
 
 @dataclass
@@ -52,6 +53,7 @@ def export_pinned_cache(
     backend: Backend | None = None,
 ) -> ExportResult:
     """Write ``output`` atomically; ``backend`` defaults to a new ``TensorRTBackend``."""
+    check_output_path(output, "timing cache")
     lock_path = Path(lock_path)
     lock = load_lock(lock_path)
     if lock.environment.backend != "tensorrt":
@@ -87,7 +89,9 @@ def export_pinned_cache(
             f"layer {e.layer!r} (key {e.key}): the timing cache holds "
             f"{tactics.get(e.key)!r} after update(), not 0x{e.tactic:x}; re-record the lock"
         )
-    atomic_write_bytes(output, cache.serialize())
+    with Outputs() as out:
+        out.stage_bytes(output, cache.serialize(), "timing cache")
+        out.commit()
     locked_keys = {e.key for e in lock.layers}
     return ExportResult(
         output=str(output),

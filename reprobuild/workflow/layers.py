@@ -15,7 +15,7 @@ from typing import Any
 from reprobuild.errors import UsageError
 from reprobuild.logs.layerinfo import LayerInfo, load_layer_info, parse_layer_info
 
-__all__ = ["layers_path", "read_layers", "summary_of", "write_layers"]
+__all__ = ["layers_path", "read_layers", "summary_of"]
 
 LAYERS_SUFFIX = ".layers.json"
 _REFERENCE_MAGIC = b"RBREFENG"  # reprobuild.backends.reference.engine.ENGINE_MAGIC
@@ -24,16 +24,6 @@ _REFERENCE_MAGIC = b"RBREFENG"  # reprobuild.backends.reference.engine.ENGINE_MA
 def layers_path(engine_path: str | os.PathLike[str]) -> Path:
     """``model.engine`` -> ``model.engine.layers.json``."""
     return Path(f"{engine_path}{LAYERS_SUFFIX}")
-
-
-def write_layers(engine_path: str | os.PathLike[str], layer_info: str) -> Path:
-    """Write a build's layer information next to its engine (atomically, like the engine)."""
-    from reprobuild.fileio import atomic_write_text
-
-    path = layers_path(engine_path)
-    text = layer_info if layer_info.endswith("\n") else layer_info + "\n"
-    atomic_write_text(path, text)
-    return path
 
 
 def _is_binary(head: bytes) -> bool:

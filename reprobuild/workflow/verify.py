@@ -112,6 +112,10 @@ def verify(
         raise UsageError(f"--rebuilds must be at least 1, got {rebuilds}")
     if control_limit is not None and control_limit < 1:
         raise UsageError(f"--control-limit must be at least 1, got {control_limit}")
+    if report is not None:  # before any build: an hour of rebuilds must not end in a typo
+        from reprobuild.transaction import check_output_path
+
+        check_output_path(report, "verify report")
     be = resolve_backend(backend)
     announce_backend(backend, be, progress)
     data, lock_path, model_path = open_lock(lock, model, be)
@@ -193,10 +197,12 @@ def verify(
         plan_check=plan_check,
     )
     if report is not None:
-        from reprobuild.fileio import atomic_write_text
+        from reprobuild.transaction import Outputs
 
         result.report_path = str(report)
-        atomic_write_text(report, json.dumps(result.to_json(), indent=2) + "\n")
+        with Outputs() as out:
+            out.stage_text(report, json.dumps(result.to_json(), indent=2) + "\n", "verify report")
+            out.commit()
     return result
 
 

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reprobuild import fileio
-from reprobuild.errors import LockError
+from reprobuild.errors import LockError, UsageError
 from reprobuild.lock.nodes import layers_from_nodes
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
 from reprobuild.lock.schema import Doc
@@ -184,7 +184,7 @@ def test_crash_during_write_keeps_old_lock(tmp_path: Path, monkeypatch) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(fileio.os, "fsync", crash)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(UsageError, match=r"cannot write the lock \(No space left on device\)"):
         save_lock(new, path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["tactics.lock"], "temporary file left behind"
@@ -312,11 +312,21 @@ def test_layer_errors_still_point_at_line_and_column() -> None:
     assert "layers[1].tactic: malformed tactic hash b'hi'" in _err(text)
 
 
-def test_merge_keys_and_aliases_read_as_the_safe_loader_reads_them() -> None:
+def test_aliases_are_refused_and_merge_keys_read_as_the_safe_loader_reads_them() -> None:
     text = GOOD.replace("environment:\n", "environment: &env\n", 1).replace(
         "settings:\n", "extra: *env\nsettings:\n", 1
     )
-    assert "t.lock:" in _err(text) and "unknown field 'extra'" in _err(text)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if "&env" in s)
+    assert _err(text).startswith(f"t.lock:{line}:")
+    assert "anchors and aliases (&name, *name) are not allowed" in _err(text)
+    scalar = GOOD.replace("kernel: kern_0", "kernel: &k kern_0", 1).replace(
+        "kernel: kern_1", "kernel: *k", 1
+    )
+    assert "anchors and aliases" in _err(scalar)
+    assert "&" not in GOOD  # an '&' inside a value is no anchor:
+    assert loads_lock(GOOD.replace("kernel: kern_0", "kernel: kern&0", 1)).layers[0].kernel == (
+        "kern&0"
+    )
     merged = GOOD.replace("environment:\n", "environment:\n  <<: {backend: other}\n", 1)
     assert loads_lock(merged).environment.backend == "reference"
 

@@ -128,8 +128,11 @@ def test_log_diff_across_logs_without_keys(cli, tmp_path: Path) -> None:
 
 def test_log_errors_and_help(cli, tmp_path: Path) -> None:
     r = cli("log", str(tmp_path / "missing.log"), "--json")
-    assert r.code == 2 and r.out == ""
-    assert r.err.startswith("error: ") and "missing.log: cannot read the log" in r.err
+    assert r.code == 2 and r.out == r.err  # one JSON line on stdout, the same on stderr
+    error = json.loads(r.out)["error"]
+    assert error["code"] == 2 and "missing.log: cannot read the log" in error["message"]
+    r = cli("log", str(tmp_path / "missing.log"))
+    assert r.code == 2 and r.out == "" and r.err.startswith("error: ")
     r = cli("log", "diff", str(REF), str(tmp_path / "nope.log"))
     assert r.code == 2 and "nope.log: cannot read the log" in r.err
     for args in (("log", "--help"), ("log", "show", "--help"), ("log", "diff", "--help")):

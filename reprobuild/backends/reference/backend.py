@@ -104,7 +104,16 @@ class ReferenceBackend:
         return build_engine(str(model_path), settings, cache, log, self.environment(), self.timing)
 
     def check_settings(self, settings: BuildSettings) -> None:
-        """Every setting is accepted; level 0 builds with default tactics, as TensorRT's."""
+        """Refuse what cannot be locked. Level 0 builds with default tactics, as TensorRT's,
+        and never consults the timing cache: a lock recorded with it holds no layer."""
+        if settings.optimization_level == 0:
+            raise UsageError(
+                "builder optimization level 0 ignores the timing cache, so tactics cannot be "
+                "locked; use a level from 1 to 5 (default 3)"
+            )
+        from reprobuild.backends.reference.builder import check_settings
+
+        check_settings(settings)
 
     def run(self, engine: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
         from reprobuild.backends.reference.engine import check_inputs, load_engine

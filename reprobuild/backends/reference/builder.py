@@ -47,6 +47,7 @@ from reprobuild.backends.reference.buildlog import (
 from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError, ReprobuildError, UsageError
+from reprobuild.limits import check_tensor_bytes
 
 DEFAULT_TIMING_REPS = 3
 FAST_SKIP_FACTOR = 4.0  # a warm-up this many times slower than the best so far is not repeated
@@ -104,7 +105,7 @@ class LayerChoice:
         }
 
 
-def _check_settings(settings: BuildSettings) -> None:
+def check_settings(settings: BuildSettings) -> None:
     if not 0 <= settings.optimization_level <= 5:
         raise UsageError(
             f"optimization_level {settings.optimization_level} is outside 0..5: pick 1..5 "
@@ -148,19 +149,29 @@ def synthetic_inputs(prepared: engine_mod.PreparedModel, settings: BuildSettings
             f"({', '.join(sorted(names)) or 'none'})"
         )
     rng = np.random.default_rng(0)
-    feeds: dict[str, Any] = {}
+    planned: list[tuple[Any, tuple[int, ...], Any]] = []
     for vi in prepared.inputs:
+        dims = vi.type.tensor_type.shape.dim
         if vi.name in shapes:
             shape = shapes[vi.name]
+            if vi.type.tensor_type.HasField("shape") and len(dims) != len(shape):
+                raise UsageError(
+                    f"input {vi.name!r} has {len(dims)} dimensions, the shape "
+                    f"{'x'.join(map(str, shape))} gives {len(shape)}; check --shapes"
+                )
         else:
-            dims = vi.type.tensor_type.shape.dim
             if not all(d.HasField("dim_value") for d in dims):
                 raise UsageError(
                     f"input {vi.name!r} has a dynamic shape: give its min/opt/max shapes in the "
                     "build settings (input_shapes)"
                 )
             shape = tuple(int(d.dim_value) for d in dims)
-        dtype = engine_mod.input_dtype(vi)
+        planned.append((vi, shape, engine_mod.input_dtype(vi)))
+    # Checked before anything is allocated: a typo in --shapes must not exhaust memory.
+    nbytes = sum(math.prod(shape) * max(dtype.itemsize, 8) for _, shape, dtype in planned)
+    check_tensor_bytes("the build's input tensors", nbytes)
+    feeds: dict[str, Any] = {}
+    for vi, shape, dtype in planned:
         if np.issubdtype(dtype, np.floating) or dtype.kind == "V" or "bfloat16" in str(dtype):
             feeds[vi.name] = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32).astype(dtype)
         else:
@@ -348,7 +359,7 @@ def build_engine(
     knob: TimingKnob | None = None,
 ) -> BuildOutput:
     started = time.perf_counter()
-    _check_settings(settings)
+    check_settings(settings)
     knob = knob or TimingKnob()
     log = BuildLog(sink)
     model, model_bytes, file_sha = load_model(model_path)
@@ -376,7 +387,20 @@ def build_engine(
         log.warning(f"timing knob {knob.describe()}: measured costs are perturbed (test knob)")
     log.verbose(f"Folded {prepared.folded} constant nodes; {len(prepared.layers)} layers remain")
     builder = Builder(settings, cache, log, environment, knob)
-    builder.run(prepared, feeds)
+    try:
+        builder.run(prepared, feeds)
+    except MemoryError:
+        raise UsageError(
+            f"{model_path}: out of memory running the layers with these input shapes "
+            f"({', '.join(f'{n}: {v.shape}' for n, v in feeds.items())}); use smaller --shapes"
+        ) from None
+    except ReprobuildError:
+        raise
+    except Exception as exc:  # the model is user input: a graph that cannot run is bad input
+        raise BuildError(
+            f"{model_path}: the model cannot run ({type(exc).__name__}: {exc}); check it with "
+            "onnx.checker.check_model"
+        ) from exc
     timed = sum(1 for c in builder.choices if c.source == "timed")
     from_cache = sum(1 for c in builder.choices if c.source == "cache")
     log.info(f"Autotuned {timed} layers, {from_cache} from the timing cache")

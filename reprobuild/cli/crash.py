@@ -1,0 +1,111 @@
+"""The CLI's one guard: every failure becomes one line and a documented exit code.
+
+Known failures are ``ReprobuildError``s and carry their own code. Click's usage errors are
+exit 2, shortened to one line. Anything else is a bug in reprobuild: the user gets exit 4
+and one line naming the file that holds the traceback, never the traceback itself (it would
+bury the one line that says what to do, and CI greps for it). The file goes to
+``$REPROBUILD_CRASH_DIR``, else ``$XDG_CACHE_HOME/reprobuild/crashes`` (``~/.cache/...``),
+else the system temporary directory when that cannot be written.
+
+Under ``--json`` a failure is also JSON, ``{"error": {"code": N, "message": "..."}}``, one
+line on stdout (for the program reading it) and the same line on stderr (for the person).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import typer
+
+from reprobuild.errors import EXIT_INTERNAL, EXIT_USAGE
+
+_MAX_MESSAGE = 2000
+"""A message longer than this is cut: one line a person can read, not a dump."""
+
+
+def one_line(message: str) -> str:
+    """Collapse a message to a single line (CI logs and ``grep`` see it whole)."""
+    text = " ".join(str(message).split())
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def wants_json(argv: list[str]) -> bool:
+    """``--json`` among the options (not after ``--``, where it would be an argument)."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+def report(code: int, message: str, as_json: bool, stdout_used: bool = False) -> None:
+    """Print the failure: ``error: ...`` on stderr, or the JSON line on stdout and stderr
+    (stderr only when the command already printed its JSON result to stdout)."""
+    text = one_line(message)
+    if as_json:
+        line = json.dumps({"error": {"code": code, "message": text}}, ensure_ascii=False)
+        if not stdout_used:
+            typer.echo(line)
+        typer.echo(line, err=True)
+    else:
+        typer.echo(f"error: {text}", err=True)
+
+
+def crash_dirs() -> list[Path]:
+    """Where a traceback may be saved, in order of preference."""
+    dirs = []
+    if os.environ.get("REPROBUILD_CRASH_DIR"):
+        dirs.append(Path(os.environ["REPROBUILD_CRASH_DIR"]))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    dirs.append(Path(cache) / "reprobuild" / "crashes")
+    dirs.append(Path(tempfile.gettempdir()) / "reprobuild-crashes")
+    return dirs
+
+
+def save_traceback(err: BaseException, argv: list[str]) -> Path | None:
+    """Write the traceback and the command line to a new file; None if nowhere is writable."""
+    from reprobuild import __version__
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    text = (
+        f"reprobuild {__version__}, python {sys.version.split()[0]}\n"
+        f"command: reprobuild {' '.join(argv)}\ncwd: {os.getcwd()}\n\n"
+        + "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    )
+    for directory in crash_dirs():
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f"crash-{stamp}-", suffix=".log", dir=directory)
+            with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
+                fh.write(text)
+            return Path(name)
+        except OSError:
+            continue
+    return None
+
+
+def internal_error(err: BaseException, argv: list[str]) -> tuple[int, str]:
+    """Exit 4 and the line that says where the traceback went."""
+    saved = save_traceback(err, argv)
+    where = f"traceback saved to {saved}" if saved else "the traceback could not be saved"
+    what = f"{type(err).__name__}: {err}"
+    if len(what) > 300:
+        what = what[:297] + "..."
+    return (
+        EXIT_INTERNAL,
+        f"internal error ({what}); this is a bug in reprobuild, please report it; {where}",
+    )
+
+
+def usage_error(err: Exception) -> tuple[int, str]:
+    """Click's parse errors (a ``ClickException``) as one line with the help hint: exit 2."""
+    ctx = getattr(err, "ctx", None)
+    hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
+    return EXIT_USAGE, f"{err.format_message()}{hint}"  # type: ignore[attr-defined]

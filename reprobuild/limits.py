@@ -1,0 +1,74 @@
+"""Size caps on what reprobuild reads, so no input makes it work without bound.
+
+Each cap is far above anything real (a 20,000-layer lock is about 10 MB, a verbose
+TensorRT log of a large model a few hundred MB, ONNX's protobuf itself stops at 2 GiB), so
+only a wrong or hostile file meets one, and it gets one line instead of minutes of work or
+an allocation failure. ``REPROBUILD_MAX_<KIND>_BYTES`` raises a cap when a real file needs
+more (e.g. ``REPROBUILD_MAX_LOG_BYTES=20000000000``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from reprobuild.errors import UsageError
+
+CAPS: dict[str, int] = {
+    "lock": 256 << 20,
+    "log": 8 << 30,
+    "model": 2 << 30,  # protobuf's own limit; weights beyond it live in external data
+    "inputs": 4 << 30,  # calibration / verify inputs (.npz, Polygraphy JSON)
+    "cache": 1 << 30,  # a timing cache holds one small entry per layer
+}
+
+MEMORY_FRACTION = 0.5
+"""A reference build may allocate at most this share of the machine's memory for tensors."""
+
+
+def cap(kind: str) -> int:
+    """The cap in bytes for ``kind``, after the environment override."""
+    override = os.environ.get(f"REPROBUILD_MAX_{kind.upper()}_BYTES", "")
+    if override.isdigit():
+        return int(override)
+    return CAPS[kind]
+
+
+def check_size(path: str | os.PathLike[str], size: int, kind: str) -> None:
+    """Refuse a ``kind`` file of ``size`` bytes above its cap, with the override to use."""
+    limit = cap(kind)
+    if size > limit:
+        raise UsageError(
+            f"{Path(path)}: {size:,} bytes is over the {limit:,}-byte limit for a {kind} file; "
+            f"check that this is the right file (REPROBUILD_MAX_{kind.upper()}_BYTES raises it)"
+        )
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process could use: physical memory, or a cgroup's limit."""
+    total = None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    for cgroup in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(cgroup).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text)) if total else int(text)
+    return total
+
+
+def check_tensor_bytes(what: str, nbytes: int) -> None:
+    """Refuse, before allocating, tensors larger than the memory share a build may use."""
+    memory = available_memory()
+    if memory is None:
+        return
+    limit = int(memory * MEMORY_FRACTION)
+    if nbytes > limit:
+        raise UsageError(
+            f"{what} need {nbytes / (1 << 30):,.1f} GiB, over the {limit / (1 << 30):,.1f} GiB "
+            "this machine allows a build (half its memory); use smaller --shapes"
+        )

@@ -1,0 +1,179 @@
+"""A command's outputs as one transaction: all of them are written, or none.
+
+A build writes a lock, an engine and a report. If the engine cannot be written after the
+lock was, the lock describes an engine that does not exist, and the next build trusts it.
+So every writing command first checks that each output path can be written (before any
+slow work: an hour-long build should not fail at its last step on a typo), then stages each
+output as a fsynced temporary file beside its target, and only when every one is staged
+moves them into place. Staging is where disks fill and permissions bite; the moves are
+renames within a directory. Should one of those fail anyway, the files already moved are
+put back from hard-linked backups, so the old outputs are left as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+from reprobuild.errors import UsageError
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or type(err).__name__
+
+
+def check_output_path(path: str | os.PathLike[str], what: str) -> Path:
+    """Refuse, before any work, a path ``what`` cannot be written to; return it as a Path.
+
+    Catches a path that is a directory, a parent that is a file, and a folder where files
+    cannot be created (permissions, read-only or virtual file systems: probed by creating
+    and removing a temporary file, since ``os.access`` says yes to root everywhere).
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{target}: cannot write the {what}: it is a directory; give a file path")
+    parent = target.parent if str(target.parent) else Path(".")
+    existing = parent
+    while not existing.exists():
+        if existing.is_symlink():  # a dangling link: mkdir would fail on it
+            break
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(
+            f"{target}: cannot write the {what}: {existing} is not a directory; choose another path"
+        )
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".reprobuild-probe-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise UsageError(
+            f"{target}: cannot write the {what}: cannot create files in {existing} "
+            f"({_reason(err)}); choose another path"
+        ) from None
+    return target
+
+
+class Outputs:
+    """Stage outputs, then ``commit`` them together; leaving the ``with`` unstaged cleans up.
+
+    >>> with Outputs() as out:                    # doctest: +SKIP
+    ...     out.stage_bytes("model.engine", engine, "engine")
+    ...     out.stage_text("tactics.lock", text, "lock")
+    ...     out.commit()
+    """
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, str]] = []  # (target, temporary file beside it)
+
+    def __enter__(self) -> Outputs:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.abort()
+
+    def stage_bytes(self, path: str | os.PathLike[str], data: bytes, what: str) -> None:
+        """Write ``data`` to a fsynced temporary file beside ``path`` (not yet in place)."""
+        target = Path(path)
+        directory = target.parent if str(target.parent) else Path(".")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        except OSError as err:
+            raise UsageError(
+                f"{target}: cannot write the {what} ({_reason(err)}); nothing was written"
+            ) from None
+        self._staged.append((target, tmp))
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            _copy_mode(target, tmp)
+        except OSError as err:
+            self.abort()
+            raise UsageError(
+                f"{target}: cannot write the {what} ({_reason(err)}); nothing was written"
+            ) from None
+
+    def stage_text(self, path: str | os.PathLike[str], text: str, what: str) -> None:
+        self.stage_bytes(path, text.encode("utf-8"), what)
+
+    def commit(self) -> None:
+        """Move every staged file into place; on a failure put back what was already moved."""
+        moved: list[tuple[Path, str | None, bool]] = []  # (target, backup, existed before)
+        try:
+            for target, tmp in self._staged:
+                existed, backup = target.exists(), _backup(target)
+                try:
+                    os.replace(tmp, target)
+                except BaseException:
+                    if backup is not None:
+                        with contextlib.suppress(OSError):
+                            os.unlink(backup)
+                    raise
+                moved.append((target, backup, existed))
+        except BaseException as err:  # a full disk, or Ctrl-C between two renames
+            for target, backup, existed in reversed(moved):
+                with contextlib.suppress(OSError):
+                    if backup is not None:
+                        os.replace(backup, target)
+                    elif not existed:
+                        os.unlink(target)
+            self.abort()
+            if not isinstance(err, OSError):
+                raise
+            raise UsageError(
+                f"cannot move the outputs into place ({_reason(err)}); the old files are kept"
+            ) from None
+        finally:
+            for _, backup, _ in moved:
+                if backup is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(backup)
+        self._staged = []
+
+    def abort(self) -> None:
+        """Remove every staged temporary file (targets are untouched)."""
+        for _, tmp in self._staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        self._staged = []
+
+
+def _backup(target: Path) -> str | None:
+    """A hard link to the current ``target`` (None when there is none), to roll back to."""
+    if not target.is_file():
+        return None
+    backup = f"{target.parent / ('.' + target.name)}.{os.getpid()}.bak"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(backup)
+    try:
+        os.link(target, backup)
+    except OSError as err:
+        if err.errno in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP):
+            return None  # no hard links here: the rename is still atomic per file
+        raise
+    return backup
+
+
+def _copy_mode(target: Path, tmp: str) -> None:
+    """The new file keeps the old one's permissions, or gets the umask's defaults."""
+    with contextlib.suppress(OSError):
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
