@@ -64,10 +64,6 @@ def _short(text: str | None, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _json_dump(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
-
-
 @log_app.command("show")
 def show(
     file: Path = typer.Argument(..., metavar="FILE", help="Verbose builder log to read."),
