@@ -134,6 +134,11 @@ def report(name: str, threads: list[int], runs: dict[tuple[int, bool], list[dict
             f"contended {[round(x['wall'], 2) for x in c]}; CPU s quiet "
             f"{[round(x['cpu'], 2) for x in q]}, contended {[round(x['cpu'], 2) for x in c]}"
         )
+        qc, cc = statistics.median(x["cpu"] for x in q), statistics.median(x["cpu"] for x in c)
+        print(
+            f"  CPU seconds (what a neighbour's spinning inflates; waiting for a core does not): "
+            f"quiet {qc:.2f}, contended {cc:.2f}: {cc / qc:.2f}x"
+        )
         tactic_sets = {json.dumps(x["tactics"], sort_keys=True) for x in q + c}
         print(f"  distinct tactic maps over these {len(q) + len(c)} builds: {len(tactic_sets)}")
         if quiet_1 is None:
