@@ -26,6 +26,11 @@ used only when it was built in place (``pip install -e .`` does that).
     python scripts/bench_parse.py                               # 1 GB
     python scripts/bench_parse.py --size-mb 64 --python-mb 16   # quick run
     python scripts/bench_parse.py --python-mb 0                 # skip the pure-Python run
+    python scripts/bench_parse.py --json                        # reprobuild log --json
+
+``--json`` times the whole command ``reprobuild log BIG.log --json > /dev/null`` (streamed
+writer) in rounds of grep, the command, and the per-record ``json.dumps(rec.to_json())``
+path it replaced (a child of this script that writes the same document), side by side.
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ def peak_rss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-IMPLS = ("default", "native", "python")
+IMPLS = ("default", "native", "python", "json-old")
 
 
 def child(path: str, impl: str) -> None:
@@ -164,6 +169,64 @@ def describe(label: str, res: dict) -> str:
 
 
 COUNTS = ("records", "candidates", "chosen", "lines", "warnings")
+JSON_GOAL = 150  # MB/s, issue 15
+
+
+def json_old_child(path: str) -> None:
+    """The per-record dict path ``log --json`` had before streaming, to /dev/null."""
+    from reprobuild.logs.parser import LogParser
+    from reprobuild.logs.reader import iter_file
+
+    parser = LogParser(source=path)
+    with open(os.devnull, "w", encoding="utf-8") as out:
+        out.write('{"file": ' + json.dumps(path, ensure_ascii=False) + ', "records": [')
+        first = True
+        for rec in iter_file(path, parser):
+            out.write(
+                ("\n  " if first else ",\n  ") + json.dumps(rec.to_json(), ensure_ascii=False)
+            )
+            first = False
+        out.write("\n], " + json.dumps([w.to_json() for w in parser.warnings]) + "}\n")
+
+
+def time_command(argv: list[str]) -> float:
+    """Seconds of one whole command, stdout to /dev/null (startup included)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as null:
+        subprocess.run(argv, stdout=null, env=env, check=True)
+    return time.perf_counter() - t0
+
+
+def json_mode(path: Path, rounds: int, old: bool) -> None:
+    """Rounds of grep, ``reprobuild log --json`` and (``old``) the per-record path."""
+    mb = path.stat().st_size / MB
+    new_cmd = [sys.executable, "-m", "reprobuild", "log", str(path), "--json"]
+    old_cmd = [sys.executable, __file__, "--child", str(path), "--impl", "json-old"]
+    rows = []
+    for _ in range(rounds):
+        g = time_grep(path)[0]
+        n = time_command(new_cmd)
+        o = time_command(old_cmd) if old else float("nan")
+        rows.append((g, n, o))
+        print(
+            f"round        : grep {mb / g:.0f} MB/s, log --json {mb / n:.1f} MB/s"
+            + (f", per-record path {mb / o:.1f} MB/s" if old else "")
+        )
+    med = sorted(rows, key=lambda r: r[1])[len(rows) // 2]
+    g, n, o = med
+    verdict = "met" if mb / n >= JSON_GOAL else "NOT met"
+    print(
+        f"log --json   : {n:.2f} s  {mb / n:.1f} MB/s over {mb:.1f} MB "
+        "(median round; the whole command)"
+    )
+    if old:
+        print(
+            f"per-record   : {o:.2f} s  {mb / o:.1f} MB/s (the dict + json.dumps path); "
+            f"streamed is {o / n:.2f}x faster"
+        )
+    print(f"grep -c Tactic: {g:.2f} s  {mb / g:.1f} MB/s; log --json at {g / n:.3f} of grep")
+    print(f"goal         : >= {JSON_GOAL} MB/s for log --json: {verdict}")
 
 
 def main() -> None:
@@ -182,11 +245,16 @@ def main() -> None:
         help="rounds of grep then the default parser, back to back (default 3; median reported)",
     )
     ap.add_argument("--tmpdir", default=None, help="directory for the temporary logs")
+    ap.add_argument("--json", action="store_true", help="time reprobuild log --json instead")
+    ap.add_argument("--no-old", action="store_true", help="with --json: skip the old path")
     ap.add_argument("--child", metavar="LOG", help=argparse.SUPPRESS)
     ap.add_argument("--impl", choices=IMPLS, default="default", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.impl)
+        if args.impl == "json-old":
+            json_old_child(args.child)
+        else:
+            child(args.child, args.impl)
         return
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_parse_", dir=args.tmpdir))
@@ -200,6 +268,11 @@ def main() -> None:
         size, reps, nfiles = build_log(path, args.size_mb)
         warm(path)
         time_grep(path)  # untimed: page cache and binary warm
+        if args.json:
+            print(f"log          : {size / MB:.1f} MB ({nfiles} fixtures x {reps})")
+            json_mode(path, args.rounds, not args.no_old)
+            print(f"load average : {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end")
+            return
         for _ in range(args.rounds):
             grep_s, grep_count = time_grep(path)
             rounds.append((grep_s, run_child(path, "default")))

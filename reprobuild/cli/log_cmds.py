@@ -86,10 +86,6 @@ def _short(text: str | None, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _json_dump(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
-
-
 @log_app.command("show")
 def show(
     file: Path = typer.Argument(..., metavar="FILE", help="Verbose builder log to read."),
@@ -114,25 +110,9 @@ def show(
     parser = LogParser(source=str(file))
     out = sys.stdout
     if as_json:
-        out.write('{"file": ' + _json_dump(str(file)) + ', "records": [')
-        first = True
-        for rec in iter_file(file, parser):
-            out.write(("\n  " if first else ",\n  ") + _json_dump(rec.to_json()))
-            first = False
-        out.write("\n], ")
-        out.write('"warnings": ' + _json_dump([w.to_json() for w in parser.warnings]) + ", ")
-        out.write('"warnings_dropped": ' + str(parser.warnings_dropped) + ", ")
-        layers = [
-            {
-                "name": e.name,
-                "layer_type": e.layer_type,
-                "tactic_name": e.tactic_name,
-                "tactic_value": None if e.tactic_value is None else f"0x{e.tactic_value:x}",
-                "metadata": list(e.metadata),
-            }
-            for e in parser.engine_layers
-        ]
-        out.write('"engine_layers": ' + _json_dump(layers) + "}\n")
+        from reprobuild.logs.jsonout import write_log_json
+
+        write_log_json(out, str(file), iter_file(file, parser), parser)
         return
     header = (
         f"{'LINE':>7}  {'LAYER':<40}  {'KEY':<34}  {'CANDS':>5}  {'CHOSEN':<18}  CACHED  KERNEL"

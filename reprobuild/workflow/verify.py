@@ -171,6 +171,7 @@ def verify(
                     [] if plan is None else plan.problems(),
                 )
             )
+            del pb, outputs  # this rebuild's engine must not be alive while the next builds
         ref = checks[0].output_sha256
         differing = sorted(
             {n for c in checks for n, h in c.output_sha256.items() if ref.get(n) != h}
@@ -179,6 +180,7 @@ def verify(
         ctx = ProbeContext(be, built_model, data, cfile, feeds, first_outputs or {}, progress)
         ctl = positive_control(ctx, control_limit) if control and ok else None
         sens = sensitivity(ctx) if with_sensitivity else None
+        getattr(be, "release", lambda: None)()  # its engine and ONNX Runtime's: not both
         progress(Step("comparing with ONNX Runtime"))
         accuracy = engine_accuracy(model_path, feeds, first_outputs or {})
     result = VerifyResult(

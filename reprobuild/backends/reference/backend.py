@@ -58,15 +58,19 @@ class ReferenceBackend:
 
     name = "reference"
 
-    def __init__(self, *, timing: str = "") -> None:
+    def __init__(self, *, timing: str = "", threads: int | None = None) -> None:
         """``timing`` perturbs the measured costs (tests and demos; see the package docs).
 
-        It is never part of keys or fingerprints, so caches from perturbed builds stay
-        interchangeable with real ones.
+        ``threads`` caps the BLAS threads of timing and engine runs (:mod:`.threads`):
+        None takes ``$REPROBUILD_REF_THREADS``, else 1; 0 leaves the BLAS default (every
+        core). Neither is part of keys or fingerprints, so caches from perturbed or
+        differently threaded builds stay interchangeable with the others.
         """
         from reprobuild.backends.reference.knob import parse_timing_knob
+        from reprobuild.backends.reference.threads import resolve
 
         self.timing = parse_timing_knob(timing)
+        self.threads = resolve(threads)
 
     def environment(self) -> Environment:
         return machine_environment()
@@ -101,7 +105,14 @@ class ReferenceBackend:
             raise BuildError(
                 "the timing cache belongs to another environment: create it on this machine"
             )
-        return build_engine(str(model_path), settings, cache, log, self.environment(), self.timing)
+        from reprobuild.backends.reference.threads import limited
+
+        with limited(self.threads) as used:
+            out = build_engine(
+                str(model_path), settings, cache, log, self.environment(), self.timing
+            )
+        out.extra["blas_threads"] = used
+        return out
 
     def check_settings(self, settings: BuildSettings) -> None:
         """Refuse what cannot be locked. Level 0 builds with default tactics, as TensorRT's,
@@ -117,12 +128,14 @@ class ReferenceBackend:
 
     def run(self, engine: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
         from reprobuild.backends.reference.engine import check_inputs, load_engine
+        from reprobuild.backends.reference.threads import limited
         from reprobuild.errors import ReprobuildError
 
         loaded = load_engine(engine, self.environment())
         feeds = check_inputs(loaded.prepared, inputs)
         try:
-            return loaded.prepared.execute(feeds, loaded.plan)
+            with limited(self.threads):
+                return loaded.prepared.execute(feeds, loaded.plan)
         except ReprobuildError:
             raise
         except Exception as exc:
@@ -130,6 +143,17 @@ class ReferenceBackend:
                 f"the engine failed on these inputs ({type(exc).__name__}: {exc}); check their "
                 "shapes against the model"
             ) from exc
+
+    def release(self) -> None:
+        """Drop the folded model and the loaded engine kept for the next build or run.
+
+        ``verify`` calls it before ONNX Runtime loads the model, so that the two copies of
+        the weights are not alive at once (optional: backends without it keep nothing).
+        """
+        from reprobuild.backends.reference import engine, modelcache
+
+        modelcache.clear()
+        engine.clear_loaded()
 
     def engine_metadata(self, engine: bytes) -> dict[str, Any]:
         """The engine's JSON metadata (environment, settings, per-layer tactics)."""

@@ -37,7 +37,7 @@ import onnx
 
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
 from reprobuild.backends.reference import engine as engine_mod
-from reprobuild.backends.reference import kernels
+from reprobuild.backends.reference import kernels, modelcache
 from reprobuild.backends.reference.buildlog import (
     BuildLog,
     autotune_lines,
@@ -136,6 +136,33 @@ def load_model(model_path: str) -> tuple[onnx.ModelProto, bytes, str]:
             raise UsageError(f"cannot load external data of {model_path}: {exc}") from exc
         raw = model.SerializeToString()
     return model, raw, file_sha
+
+
+def _folded(model_path: str) -> tuple[bytes, str, engine_mod.PreparedModel]:
+    """(model bytes for the engine, file sha256, the folded model), folding only when the
+    model is not the one folded last (:mod:`.modelcache`: verify rebuilds one model)."""
+    try:
+        raw = Path(model_path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read model {model_path}: {exc.strerror or exc}") from exc
+    file_sha = hashlib.sha256(raw).hexdigest()
+    prepared = modelcache.get(file_sha)  # the key is the engine's model bytes: here the file
+    if prepared is not None:
+        return raw, file_sha, prepared
+    del raw  # load_model reads it again: one copy of the weights alive, not two
+    model, model_bytes, file_sha = load_model(model_path)
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    try:
+        prepared = engine_mod.prepare(model)
+    except ReprobuildError:
+        raise
+    except Exception as exc:
+        raise BuildError(
+            f"cannot fold the constants of {model_path}: {type(exc).__name__}: {exc}"
+        ) from exc
+    # with external data the engine stores the model re-serialized, not the file
+    modelcache.put(hashlib.sha256(model_bytes).hexdigest() if external else file_sha, prepared)
+    return model_bytes, file_sha, prepared
 
 
 def synthetic_inputs(prepared: engine_mod.PreparedModel, settings: BuildSettings) -> dict[str, Any]:
@@ -328,6 +355,8 @@ class Builder:
                     outputs = [output]
                     tactic = (choice.spec.name, choice.spec.tactic_hash, _LAYER_TYPES[layer.op])
                 else:
+                    # the folded model may be reused: say which path ran in this build
+                    prepared.fast_layers.discard(layer.index)
                     outputs = prepared.run_layer(layer, inputs, None, values)
                     path = "ref_numpy" if layer.index in prepared.fast_layers else "onnx_reference"
                     tactic = (f"{path}_{layer.op.lower()}", 0, f"Ref{layer.op}")
@@ -362,15 +391,7 @@ def build_engine(
     check_settings(settings)
     knob = knob or TimingKnob()
     log = BuildLog(sink)
-    model, model_bytes, file_sha = load_model(model_path)
-    try:
-        prepared = engine_mod.prepare(model)
-    except ReprobuildError:
-        raise
-    except Exception as exc:
-        raise BuildError(
-            f"cannot fold the constants of {model_path}: {type(exc).__name__}: {exc}"
-        ) from exc
+    model_bytes, file_sha, prepared = _folded(model_path)
     feeds = synthetic_inputs(prepared, settings)
     if settings.optimization_level == 0:
         log.warning(

@@ -39,7 +39,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from reprobuild.backends.base import Environment
-from reprobuild.backends.reference import kernels, ops
+from reprobuild.backends.reference import kernels, modelcache, ops
 from reprobuild.errors import EngineError, UsageError
 
 ENGINE_MAGIC = b"RBREFENG"
@@ -62,42 +62,48 @@ _NONDETERMINISTIC_OPS = {
 # -- file format ------------------------------------------------------------------------------
 def write_engine(metadata: Mapping[str, Any], model_bytes: bytes) -> bytes:
     meta = json.dumps({"format": ENGINE_FORMAT_NAME, **metadata}, sort_keys=True).encode()
-    body = (
-        _PREFIX.pack(ENGINE_MAGIC, ENGINE_FORMAT_VERSION, len(meta), len(model_bytes))
-        + meta
-        + model_bytes
-    )
-    return body + hashlib.sha256(body).digest()
+    head = _PREFIX.pack(ENGINE_MAGIC, ENGINE_FORMAT_VERSION, len(meta), len(model_bytes)) + meta
+    digest = hashlib.sha256(head)
+    digest.update(model_bytes)
+    # one join: the model (the weights) is copied once, not once per concatenation
+    return b"".join((head, model_bytes, digest.digest()))
 
 
 def read_engine(data: bytes) -> tuple[dict[str, Any], bytes]:
     """Return (metadata, model bytes); raises ``EngineError`` for foreign or corrupted data."""
+    meta, model, _ = split_engine(data)
+    return meta, bytes(model)
+
+
+def split_engine(data: bytes) -> tuple[dict[str, Any], memoryview, bytes]:
+    """(metadata, a view of the model bytes, the checked SHA-256 of the body), copying nothing:
+    an engine carries the whole model, and copies of it were verify's memory peak."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise EngineError(f"engine must be bytes, got {type(data).__name__}")
-    data = bytes(data)
-    if len(data) < _PREFIX.size + _DIGEST_SIZE or data[:8] != ENGINE_MAGIC:
+    view = memoryview(data).cast("B")
+    if len(view) < _PREFIX.size + _DIGEST_SIZE or bytes(view[:8]) != ENGINE_MAGIC:
         raise EngineError(
             "engine was not written by the reference backend (bad magic or too short): "
             "rebuild it with the reference backend, or run it with the backend that built it"
         )
-    _, version, meta_len, model_len = _PREFIX.unpack_from(data)
+    _, version, meta_len, model_len = _PREFIX.unpack_from(view)
     if version != ENGINE_FORMAT_VERSION:
         raise EngineError(
             f"engine has format version {version}, this reprobuild reads version "
             f"{ENGINE_FORMAT_VERSION}: rebuild the engine"
         )
-    body, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
+    body, digest = view[:-_DIGEST_SIZE], bytes(view[-_DIGEST_SIZE:])
     if len(body) != _PREFIX.size + meta_len + model_len:
         raise EngineError("engine file is truncated or has trailing bytes: rebuild the engine")
     if hashlib.sha256(body).digest() != digest:
         raise EngineError("engine file is corrupted (checksum mismatch): rebuild the engine")
     try:
-        meta = json.loads(body[_PREFIX.size : _PREFIX.size + meta_len].decode())
+        meta = json.loads(bytes(body[_PREFIX.size : _PREFIX.size + meta_len]).decode())
     except ValueError as exc:
         raise EngineError(f"engine metadata is unreadable ({exc}): rebuild the engine") from exc
     if not isinstance(meta, dict) or meta.get("format") != ENGINE_FORMAT_NAME:
         raise EngineError("engine metadata has an unknown format: rebuild the engine")
-    return meta, body[_PREFIX.size + meta_len :]
+    return meta, body[_PREFIX.size + meta_len :], digest
 
 
 def engine_environment(meta: Mapping[str, Any]) -> Environment:
@@ -302,6 +308,9 @@ def prepare(model: onnx.ModelProto) -> PreparedModel:
     constants: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     inputs = [vi for vi in graph.input if vi.name not in constants]
     input_names = {vi.name for vi in inputs}
+    # The arrays above are copies: the proto's copy of the weights is dead weight from here
+    # on (the engine keeps the serialized bytes, not this proto), so free it.
+    graph.ClearField("initializer")
     order = _toposort(list(graph.node), set(constants) | input_names)
     prepared = PreparedModel(
         model=model,
@@ -385,18 +394,23 @@ class LoadedEngine:
     plan: dict[int, kernels.KernelSpec]
 
 
-_LOADED: OrderedDict[str, LoadedEngine] = OrderedDict()
-_LOADED_MAX = 2
+_LOADED: OrderedDict[bytes, LoadedEngine] = OrderedDict()
+_LOADED_MAX = 1  # one engine in memory at a time: verify runs one engine, then the next
+
+
+def clear_loaded() -> None:
+    """Forget the loaded engine (its folded model stays only if :mod:`.modelcache` has it)."""
+    _LOADED.clear()
 
 
 def load_engine(data: bytes, environment: Environment) -> LoadedEngine:
-    """Parse, check and prepare an engine; the last two loaded engines stay in memory."""
-    digest = hashlib.sha256(bytes(data)).hexdigest()
+    """Parse, check and prepare an engine; the last loaded engine stays in memory, and the
+    folded model is shared with the build that made it (:mod:`.modelcache`)."""
+    meta, model_view, digest = split_engine(data)
     cached = _LOADED.get(digest)
     if cached is not None:
         _LOADED.move_to_end(digest)
         return cached
-    meta, model_bytes = read_engine(data)
     recorded = engine_environment(meta)
     if recorded.fingerprint() != environment.fingerprint():
         raise EngineError(
@@ -404,11 +418,15 @@ def load_engine(data: bytes, environment: Environment) -> LoadedEngine:
             f"{recorded.driver_version}; this machine: cpu {environment.gpu!r}, "
             f"{environment.driver_version}): rebuild it here"
         )
-    try:
-        model = onnx.load_model_from_string(model_bytes)
-    except Exception as exc:  # protobuf raises its own DecodeError
-        raise EngineError(f"engine holds an unreadable model ({exc}): rebuild it") from exc
-    prepared = prepare(model)
+    model_sha = hashlib.sha256(model_view).hexdigest()
+    prepared = modelcache.get(model_sha)
+    if prepared is None:
+        try:
+            model = onnx.load_model_from_string(bytes(model_view))
+        except Exception as exc:  # protobuf raises its own DecodeError
+            raise EngineError(f"engine holds an unreadable model ({exc}): rebuild it") from exc
+        prepared = prepare(model)
+        modelcache.put(model_sha, prepared)
     plan: dict[int, kernels.KernelSpec] = {}
     by_index = {layer.index: layer for layer in prepared.layers}
     for entry in meta.get("layers", []):
@@ -423,7 +441,7 @@ def load_engine(data: bytes, environment: Environment) -> LoadedEngine:
             raise EngineError(f"engine layer {entry.get('name')!r} has an inconsistent tactic")
         plan[layer.index] = spec
     loaded = LoadedEngine(meta, prepared, plan)
-    _LOADED[digest] = loaded
-    while len(_LOADED) > _LOADED_MAX:
+    while len(_LOADED) >= _LOADED_MAX:  # drop the old engine before keeping the new one
         _LOADED.popitem(last=False)
+    _LOADED[digest] = loaded
     return loaded

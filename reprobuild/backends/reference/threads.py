@@ -1,0 +1,67 @@
+"""How many BLAS threads the reference backend's timing and engine runs use.
+
+Why: autotuning times kernels and keeps the fastest, so a timing must measure the kernel,
+not the neighbours. OpenBLAS starts one thread per core and its threads spin-wait for each
+other; when another process holds a core, every multi-threaded matmul waits for the slowest
+thread, and the recording build of ResNet50 took 4.8x longer with a second build on the same
+two cores (issue 15). One thread per build keeps timings steady under load, at a small cost
+on a quiet machine (figures: ``scripts/bench_contention.py``).
+
+The count is a setting of the run, not of the result: it is recorded in the build report
+(``BuildOutput.extra["blas_threads"]``) and never in keys or fingerprints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from reprobuild.errors import UsageError
+
+DEFAULT_THREADS = 1
+ENV_VAR = "REPROBUILD_REF_THREADS"
+
+
+def resolve(threads: int | None) -> int:
+    """The thread count to use: ``threads``, else ``$REPROBUILD_REF_THREADS``, else the
+    default (1). 0 means the BLAS library's own choice (every core)."""
+    if threads is None:
+        text = os.environ.get(ENV_VAR, "").strip()
+        if not text:
+            return DEFAULT_THREADS
+        try:
+            threads = int(text)
+        except ValueError:
+            raise UsageError(
+                f"{ENV_VAR}={text!r} is not a thread count: use a whole number "
+                "(1 = one BLAS thread, 0 = the BLAS library's default)"
+            ) from None
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise UsageError(
+            f"threads must be a whole number >= 0 (0 = the BLAS default), got {threads!r}"
+        )
+    return threads
+
+
+def _blas_threads() -> int:
+    """Threads the loaded BLAS libraries use now (the most of any)."""
+    from threadpoolctl import threadpool_info
+
+    counts = [
+        int(i.get("num_threads", 1)) for i in threadpool_info() if i.get("user_api") == "blas"
+    ]
+    return max(counts, default=1)
+
+
+@contextmanager
+def limited(threads: int) -> Iterator[int]:
+    """Run the block with at most ``threads`` BLAS threads (0: leave BLAS alone); yields
+    the count in effect, for the build report. numpy must already be imported."""
+    if threads == 0:
+        yield _blas_threads()
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=threads, user_api="blas"):
+        yield threads

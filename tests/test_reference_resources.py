@@ -1,0 +1,109 @@
+"""The reference backend's BLAS threads and the memory it keeps between builds and runs."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+from reprobuild.backends.base import BuildSettings
+from reprobuild.backends.reference import ReferenceBackend, engine, modelcache, threads
+from reprobuild.errors import UsageError
+from tests.test_reference_build import cnn_model
+
+
+def _blas_threads() -> int:
+    return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def _build(backend: ReferenceBackend, model: str, cache=None):
+    cache = cache if cache is not None else backend.create_timing_cache()
+    return backend.build(model, BuildSettings(), cache, lambda line: None), cache
+
+
+def _feeds(out) -> dict[str, np.ndarray]:
+    meta = ReferenceBackend().engine_metadata(out.engine)
+    rng = np.random.default_rng(0)
+    return {i["name"]: rng.random(i["shape"], dtype=np.float32) for i in meta["inputs"]}
+
+
+# -- threads ----------------------------------------------------------------------------------
+def test_thread_count_resolves_from_argument_env_and_default(monkeypatch) -> None:
+    monkeypatch.delenv(threads.ENV_VAR, raising=False)
+    assert threads.resolve(None) == threads.DEFAULT_THREADS == 1
+    assert threads.resolve(3) == 3 and threads.resolve(0) == 0
+    monkeypatch.setenv(threads.ENV_VAR, "2")
+    assert ReferenceBackend().threads == 2
+    assert ReferenceBackend(threads=1).threads == 1  # the argument wins over the variable
+    monkeypatch.setenv(threads.ENV_VAR, "many")
+    with pytest.raises(UsageError, match=threads.ENV_VAR):
+        ReferenceBackend()
+    for bad in (-1, 1.5, True):
+        with pytest.raises(UsageError, match="threads"):
+            ReferenceBackend(threads=bad)  # type: ignore[arg-type]
+
+
+def test_limit_holds_inside_and_is_undone_after() -> None:
+    before = _blas_threads()
+    with threads.limited(1) as used:
+        assert used == 1 and _blas_threads() == 1
+    assert _blas_threads() == before
+    with threads.limited(0) as used:
+        assert used == before  # 0 leaves BLAS alone and reports what it uses
+
+
+def test_threads_recorded_in_report_not_in_keys(tmp_path: Path) -> None:
+    model = cnn_model(tmp_path)
+    one, many = ReferenceBackend(threads=1), ReferenceBackend(threads=0)
+    out1, cache1 = _build(one, model)
+    assert out1.extra["blas_threads"] == 1
+    assert one.environment().fingerprint() == many.environment().fingerprint()
+    # the other setting reads the first one's cache: same keys, nothing timed again
+    out0, cache0 = _build(many, model, many.create_timing_cache(cache1.serialize()))
+    assert out0.extra["blas_threads"] == _blas_threads()
+    assert out0.extra["timed_layers"] == 0
+    assert cache0.tactic_map() == cache1.tactic_map()
+
+
+# -- memory -----------------------------------------------------------------------------------
+def test_engine_run_reuses_the_builds_folded_model(tmp_path: Path) -> None:
+    model = cnn_model(tmp_path)
+    modelcache.clear()
+    backend = ReferenceBackend()
+    out, cache = _build(backend, model)
+    sha = hashlib.sha256(Path(model).read_bytes()).hexdigest()
+    folded = modelcache.get(sha)
+    assert folded is not None
+    loaded = engine.load_engine(out.engine, backend.environment())
+    assert loaded.prepared is folded  # folded once, by the build
+    again, _ = _build(backend, model, backend.create_timing_cache(cache.serialize()))
+    assert again.engine == out.engine and again.layer_info == out.layer_info
+    backend.release()
+    assert modelcache.get(sha) is None and not engine._LOADED
+
+
+def test_one_engine_loaded_at_a_time_and_outputs_unchanged(tmp_path: Path) -> None:
+    model = cnn_model(tmp_path)
+    backend = ReferenceBackend()
+    out, cache = _build(backend, model)
+    feeds = _feeds(out)
+    warm = backend.run(out.engine, feeds)
+    backend.release()  # cold: parse and fold the engine's own model
+    cold = backend.run(out.engine, feeds)
+    assert len(engine._LOADED) == 1
+    for name in warm:
+        assert warm[name].tobytes() == cold[name].tobytes()
+    other, _ = _build(ReferenceBackend(timing="reverse"), model)
+    assert other.engine != out.engine
+    backend.run(other.engine, feeds)
+    assert len(engine._LOADED) == 1  # the first engine was dropped
+
+
+def test_engine_bytes_round_trip_without_copies(tmp_path: Path) -> None:
+    data = engine.write_engine({"environment": {}}, b"model-bytes")
+    meta, view, digest = engine.split_engine(data)
+    assert bytes(view) == b"model-bytes" and digest == data[-32:]
+    assert engine.read_engine(bytearray(data))[1] == b"model-bytes"
