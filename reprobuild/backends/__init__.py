@@ -31,11 +31,12 @@ __all__ = [
 ]
 
 
-def get_backend(name: str, *, ref_timing: str = "") -> Backend:
+def get_backend(name: str, *, ref_timing: str = "", threads: int | None = None) -> Backend:
     """Return a backend instance by name; ``auto`` prefers TensorRT when it can really run.
 
     ``ref_timing`` is the reference backend's timing knob (tests and demos); asking for it
-    picks the reference backend under ``auto`` and is refused with ``tensorrt``.
+    picks the reference backend under ``auto`` and is refused with ``tensorrt``. ``threads``
+    is the reference backend's BLAS thread count (TensorRT ignores it).
     """
     if name == "auto" and not ref_timing:
         from reprobuild.backends.tensorrt import backend as tensorrt_backend
@@ -45,7 +46,7 @@ def get_backend(name: str, *, ref_timing: str = "") -> Backend:
     if name in ("auto", "reference"):
         from reprobuild.backends.reference import ReferenceBackend
 
-        return ReferenceBackend(timing=ref_timing)
+        return ReferenceBackend(timing=ref_timing, threads=threads)
     if ref_timing and name == "tensorrt":
         raise UsageError("--ref-timing perturbs the reference backend only; drop it")
     if name == "tensorrt":

@@ -21,15 +21,21 @@ BACKEND_HELP = (
 )
 # Hidden: the reference backend's timing knob, for demos of drift and bisect.
 RefTimingOpt = typer.Option("", "--ref-timing", hidden=True)
+ThreadsOpt = typer.Option(
+    None,
+    "--threads",
+    help="reference backend: BLAS threads for timing and runs [default: 1; 0 = one per core]. "
+    "Keep it the same between builds you compare: it can change the last bits.",
+)
 
 
-def backend_arg(name: str, ref_timing: str) -> Any:
-    """The backend name, or a perturbed reference backend when the demo knob is given."""
-    if not ref_timing:
+def backend_arg(name: str, ref_timing: str, threads: int | None = None) -> Any:
+    """The backend name, or a configured reference backend when its options are given."""
+    if not ref_timing and threads is None:
         return name
     from reprobuild.backends import get_backend
 
-    return get_backend(name, ref_timing=ref_timing)
+    return get_backend(name, ref_timing=ref_timing, threads=threads)
 
 
 def _size(text: str) -> int:
@@ -186,6 +192,7 @@ def build(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
+    threads: int | None = ThreadsOpt,
 ) -> None:
     """Build an engine; record the lock, or apply it and check that nothing drifted.
 
@@ -245,7 +252,7 @@ def build(
         model,
         lock=lock,
         out=out,
-        backend=backend_arg(backend, ref_timing),
+        backend=backend_arg(backend, ref_timing, threads),
         settings=settings,
         frozen=frozen,
         cache_dir=cache_dir,

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from reprobuild.cli.build_cmds import BACKEND_HELP, RefTimingOpt, backend_arg
+from reprobuild.cli.build_cmds import BACKEND_HELP, RefTimingOpt, ThreadsOpt, backend_arg
 from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
@@ -48,6 +48,7 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
+    threads: int | None = ThreadsOpt,
 ) -> None:
     """Rebuild from the lock N times and prove the outputs bit-identical (exit 1 if not).
 
@@ -74,7 +75,7 @@ def verify(
         rebuilds=rebuilds,
         inputs=inputs,
         report=report,
-        backend=backend_arg(backend, ref_timing),
+        backend=backend_arg(backend, ref_timing, threads),
         cache_dir=cache_dir,
         seed=seed,
         control=not no_control,
@@ -172,6 +173,7 @@ def bisect(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
+    threads: int | None = ThreadsOpt,
 ) -> None:
     """Find the smallest set of layers whose tactics make two locks' outputs differ.
 
@@ -189,7 +191,7 @@ def bisect(
         model,
         lock=lock,
         against=against,
-        backend=backend_arg(backend, ref_timing),
+        backend=backend_arg(backend, ref_timing, threads),
         cache_dir=cache_dir,
         inputs=inputs,
     )

@@ -62,7 +62,7 @@ class ReferenceBackend:
         """``timing`` perturbs the measured costs (tests and demos; see the package docs).
 
         ``threads`` caps the BLAS threads of timing and engine runs (:mod:`.threads`):
-        None takes ``$REPROBUILD_REF_THREADS``, else 1; 0 leaves the BLAS default (every
+        None takes the default, 1; 0 leaves the BLAS default (every
         core). Neither is part of keys or fingerprints, so caches from perturbed or
         differently threaded builds stay interchangeable with the others.
         """

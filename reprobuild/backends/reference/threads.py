@@ -13,33 +13,22 @@ The count is a setting of the run, not of the result: it is recorded in the buil
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from reprobuild.errors import UsageError
 
 DEFAULT_THREADS = 1
-ENV_VAR = "REPROBUILD_REF_THREADS"
 
 
 def resolve(threads: int | None) -> int:
-    """The thread count to use: ``threads``, else ``$REPROBUILD_REF_THREADS``, else the
-    default (1). 0 means the BLAS library's own choice (every core)."""
+    """The thread count to use: ``threads``, else the default (1). 0 means the BLAS
+    library's own choice (every core)."""
     if threads is None:
-        text = os.environ.get(ENV_VAR, "").strip()
-        if not text:
-            return DEFAULT_THREADS
-        try:
-            threads = int(text)
-        except ValueError:
-            raise UsageError(
-                f"{ENV_VAR}={text!r} is not a thread count: use a whole number "
-                "(1 = one BLAS thread, 0 = the BLAS library's default)"
-            ) from None
+        return DEFAULT_THREADS
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise UsageError(
-            f"threads must be a whole number >= 0 (0 = the BLAS default), got {threads!r}"
+            f"--threads must be a whole number >= 0 (0 = the BLAS default), got {threads!r}"
         )
     return threads
 
