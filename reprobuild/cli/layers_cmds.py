@@ -13,25 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
+from reprobuild.cli.groups import ShowByDefaultGroup
 from reprobuild.cli.render import format_table, print_json
 
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
-class _LayersGroup(TyperGroup):
-    """Routes ``layers FILE ...`` to ``show``, so ``layers FILE`` and ``layers diff A B``
-    both work (the same spelling as ``reprobuild log``)."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
-            args = ["show", *args]
-        return super().parse_args(ctx, args)
-
-
 layers_app = typer.Typer(
-    cls=_LayersGroup,
+    cls=ShowByDefaultGroup,
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,

@@ -12,23 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+
+from reprobuild.cli.groups import ShowByDefaultGroup
 
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
-class _LogGroup(TyperGroup):
-    """Routes ``log FILE ...`` to the ``show`` subcommand, so both spellings work:
-    ``reprobuild log FILE`` and ``reprobuild log diff A B``."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
-            args = ["show", *args]
-        return super().parse_args(ctx, args)
-
-
 log_app = typer.Typer(
-    cls=_LogGroup,
+    cls=ShowByDefaultGroup,
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
