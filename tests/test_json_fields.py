@@ -377,3 +377,9 @@ def test_compare_paths_catches_removed_renamed_and_retyped_fields() -> None:
         "missing field 'layers[].tactic' (was str)",
     ]
     assert key_paths({"m": {"0xab": "0x1", "0xcd": "0x2"}}) == {"m": "object", "m{}": "str"}
+
+
+def test_every_scenario_output_has_a_golden(outputs: dict[str, Output]) -> None:
+    """A golden that never reached the repository (an ignore rule, a lost file) would
+    silently drop its check: every output a scenario produces must have one."""
+    assert sorted(set(outputs) - set(GOLDENS)) == []
