@@ -18,6 +18,7 @@ from reprobuild.lock.schema import Doc, Path_
 
 CALIB_METHODS = ("entropy", "minmax", "percentile")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
+_HEX_FLOAT = re.compile(r"^0x[0-9a-f](\.[0-9a-f]*)?p[+-]?[0-9]+$")  # float.hex(), positive
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class QuantPlan:
 
 def _hex_float(doc: Doc, value: Any, path: Path_) -> float:
     text = doc.string(value, path)
+    if not _HEX_FLOAT.match(text):  # float.fromhex alone would read "0.5" as hex digits
+        doc.fail(path, f"{text!r} is not a hex float", "write it as float.hex() gives it")
     try:
         scale = float.fromhex(text)
     except (ValueError, OverflowError):
