@@ -226,3 +226,24 @@ def test_lock_scale_that_is_not_a_hex_float_is_refused(cli, tmp_path: Path) -> N
     lock.write_text(text.replace(f'"{first}"', '"0.0123"', 1))
     r = cli("show", "--lock", str(lock), "--precision")
     assert r.code == 2 and "is not a hex float" in r.err and "t.lock:" in r.err, r
+
+
+def test_plan_diff_shows_scale_changes() -> None:
+    from reprobuild.precision.report import diff_plans
+
+    model = onnx.load(str(digits.model_path("cnn")))
+    x = digits.held_out_split()[0]
+
+    def plan(n: int):
+        data = CalibData({"input": x[:n]}, n, samples_hash({"input": x[:n]}), "x")
+        return calibrate(model, PrecisionSettings(), "minmax", 32, data)[0]
+
+    a, b = plan(32), plan(CALIB)
+    lines = diff_plans(a, b)
+    assert "quantization.samples: 32 -> 256" in lines
+    relu = [ln for ln in lines if ln.startswith("scale relu1_out: ")]
+    assert relu == [
+        f"scale relu1_out: {a.quantization.scales()['relu1_out'].hex()} -> "  # type: ignore[union-attr]
+        f"{b.quantization.scales()['relu1_out'].hex()}"  # type: ignore[union-attr]
+    ]
+    assert diff_plans(b, b) == []
