@@ -440,8 +440,8 @@ def test_out_of_range_input_is_not_cast_to_fp16(cli, tmp: Path) -> None:
             ("--precision", "fp16", "--max-reduction-depth", "0"),
             "--max-reduction-depth 0: must be a positive integer",
         ),
-        (("--precision", "fp8"), "--precision 'fp8': unknown precision; use fp16 or bf16"),
-        (("--keep-fp32", "fc"), "precision options need --precision fp16 or --precision bf16"),
+        (("--precision", "fp8"), "--precision 'fp8': unknown precision; use fp16, bf16 or int8"),
+        (("--keep-fp32", "fc"), "precision options need --precision fp16, bf16 or int8"),
         (("--fp32-accumulate",), "precision options need --precision"),
     ],
 )

@@ -169,7 +169,9 @@ def build(
         None, "--avg-timing", help="Timing iterations per tactic."
     ),
     precision: str | None = typer.Option(
-        None, "--precision", help="Convert to mixed precision: fp16 or bf16."
+        None,
+        "--precision",
+        help="Convert to mixed precision: fp16, bf16, or int8 (Q/DQ by calibration).",
     ),
     keep_fp32: list[str] = typer.Option(
         [], "--keep-fp32", help="Regex of node names kept in FP32 (repeatable)."
@@ -188,6 +190,15 @@ def build(
     ),
     calibration: Path | None = typer.Option(
         None, "--calibration", help="Inputs (.npz or Polygraphy JSON) for the magnitude rule."
+    ),
+    calib_method: str | None = typer.Option(
+        None, "--calib-method", help="INT8: entropy (default), minmax or percentile."
+    ),
+    calib_batch_size: int | None = typer.Option(
+        None, "--calib-batch-size", help="INT8: samples per calibration batch [default: 1]."
+    ),
+    calib_samples: int | None = typer.Option(
+        None, "--calib-samples", help="INT8: calibrate on the first N samples [default: all]."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
@@ -236,6 +247,7 @@ def build(
                 fp32_accumulate,
             ),
             None if calibration is None else str(calibration),
+            **calib_options(precision, calib_method, calib_batch_size, calib_samples),
         )
     elif (
         keep_fp32
@@ -244,8 +256,11 @@ def build(
         or calibration is not None
         or max_reduction_depth is not None
         or max_output is not None
+        or calib_method is not None
+        or calib_batch_size is not None
+        or calib_samples is not None
     ):
-        raise UsageError("precision options need --precision fp16 or --precision bf16")
+        raise UsageError("precision options need --precision fp16, bf16 or int8")
     result = with_progress(
         run,
         quiet or as_json,
@@ -294,6 +309,40 @@ def build(
             f"layers: {result.layers_path} ({summary['layers']} layers: {counts}; "
             f"{summary['reformat_layers']} reformat layers; `reprobuild layers` shows them)"
         )
+
+
+def calib_options(
+    mode: str, method: str | None, batch_size: int | None, samples: int | None
+) -> dict[str, Any]:
+    """The INT8 calibration options as PrecisionRequest fields; refused for other modes."""
+    given = [
+        n
+        for n, v in (
+            ("--calib-method", method),
+            ("--calib-batch-size", batch_size),
+            ("--calib-samples", samples),
+        )
+        if v is not None
+    ]
+    if mode != "int8":
+        if given:
+            raise UsageError(
+                f"{given[0]} is an INT8 calibration option; use it with --precision int8"
+            )
+        return {}
+    from reprobuild.lock.qplan import CALIB_METHODS
+
+    if method is not None and method not in CALIB_METHODS:
+        raise UsageError(
+            f"--calib-method {method!r}: unknown method; use {', '.join(CALIB_METHODS)}"
+        )
+    for name, value in (("--calib-batch-size", batch_size), ("--calib-samples", samples)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} {value}: must be a positive integer")
+    out: dict[str, Any] = {"calib_method": method or "entropy", "calib_samples": samples}
+    if batch_size is not None:
+        out["calib_batch_size"] = batch_size
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -106,6 +106,14 @@ def show(
                 for n in plan.nodes
             ]
             typer.echo(format_table(["node", "op", "precision", "rule"], rows))
+            q = plan.quantization
+            if q is not None:
+                typer.echo(
+                    f"int8: {q.method} calibration, batch size {q.batch_size}, {q.samples} "
+                    f"samples, onnxruntime {q.onnxruntime}; {len(q.weights)} weights per channel"
+                )
+                acts = [[a.tensor, a.scale.hex(), f"{a.scale:.6g}"] for a in q.activations]
+                typer.echo(format_table(["tensor", "scale", "(decimal)"], acts))
         return
     rows = show_rows(data)
     if as_json:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from reprobuild.lock.qplan import QuantPlan, quant_from_data
 from reprobuild.lock.schema import Doc, Path_
 
-MODES = ("fp16", "bf16", "observed")
-PRECISIONS = ("fp32", "fp16", "bf16", "other")
+MODES = ("fp16", "bf16", "int8", "observed")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "other")
 RULES = (
     "default",  # converted: no rule kept it in FP32
     "name",  # --keep-fp32 regex matched the node name
@@ -74,21 +75,27 @@ class PrecisionPlan:
     settings: PrecisionSettings = field(default_factory=PrecisionSettings)
     calibration: str | None = None  # e.g. "seeded:0" or "sha256:<hex> (inputs.npz)"
     nodes: list[NodePrecision] = field(default_factory=list)
+    # mode int8: calibration and every scale. Left out of repr() so that the loader's
+    # output for existing locks stays what tests/lock/test_golden.py holds it to.
+    quantization: QuantPlan | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "mode": self.mode,
             "settings": self.settings.to_dict(),
             "calibration": self.calibration,
-            "nodes": [n.to_dict() for n in self.nodes],
         }
+        if self.quantization is not None:  # absent otherwise: older locks keep their bytes
+            d["quantization"] = self.quantization.to_dict()
+        d["nodes"] = [n.to_dict() for n in self.nodes]
+        return d
 
     def by_node(self) -> dict[str, NodePrecision]:
         return {n.node: n for n in self.nodes}
 
 
 def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
-    m = doc.mapping(value, path, ("mode", "nodes"), ("settings", "calibration"))
+    m = doc.mapping(value, path, ("mode", "nodes"), ("settings", "calibration", "quantization"))
     mode = doc.choice(m["mode"], path + ("mode",), MODES)
     settings = PrecisionSettings()
     if m.get("settings") is not None:
@@ -144,4 +151,7 @@ def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
         settings=settings,
         calibration=doc.string(m.get("calibration"), path + ("calibration",), optional=True),
         nodes=nodes,
+        quantization=None
+        if m.get("quantization") is None
+        else quant_from_data(doc, m["quantization"], path + ("quantization",)),
     )

@@ -77,8 +77,8 @@ def validate_options(
 
 def check_mode(mode: str) -> None:
     """One message for an unknown mode, whether it comes from the CLI or the Python API."""
-    if mode not in LOW_TYPES:
-        raise UsageError(f"--precision {mode!r}: unknown precision; use fp16 or bf16")
+    if mode not in LOW_TYPES and mode != "int8":
+        raise UsageError(f"--precision {mode!r}: unknown precision; use fp16, bf16 or int8")
 
 
 def known_op_types() -> frozenset[str]:

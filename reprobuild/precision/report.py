@@ -29,6 +29,28 @@ def diff_plans(old: PrecisionPlan, new: PrecisionPlan) -> list[str]:
             what = f"{n.op} -> {m.op}" if m.op != n.op else f"{show(n)} -> {show(m)}"
             out.append(f"node {n.node}: {what}")
     out.extend(f"node {n.node}: added ({show(n)})" for n in new.nodes if n.node not in before)
+    return out + _diff_quant(old, new)
+
+
+def _diff_quant(old: PrecisionPlan, new: PrecisionPlan) -> list[str]:
+    """INT8: calibration settings, data and every scale that changed (hex floats)."""
+    qa, qb = old.quantization, new.quantization
+    if qa is None or qb is None:
+        return [] if qa is qb else [f"quantization: {'added' if qa is None else 'removed'}"]
+    a, b = qa.to_dict(), qb.to_dict()
+    keys = ("method", "batch_size", "samples", "data_sha256", "onnxruntime")
+    out = [f"quantization.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
+    sa, sb = qa.scales(), qb.scales()
+    for t in sorted(set(sa) | set(sb)):
+        if sa.get(t) != sb.get(t):
+            was = "-" if t not in sa else sa[t].hex()
+            now = "-" if t not in sb else sb[t].hex()
+            out.append(f"scale {t}: {was} -> {now}")
+    wa = {w.tensor: w for w in qa.weights}
+    wb = {w.tensor: w for w in qb.weights}
+    out.extend(
+        f"weight scales {t}: changed" for t in sorted(set(wa) | set(wb)) if wa.get(t) != wb.get(t)
+    )
     return out
 
 

@@ -15,7 +15,8 @@ Reformat layers and nodes the plan computes nothing in (Cast, Shape, integer ops
   around an FP32 node), so FP32 is what it should show;
 - a layer's precision is its first output's floating-point type (else its first input's);
   when a Cast was fused into the layer, any of its tensor types may carry the planned one;
-- fused nodes planned in different precisions cannot be attributed: unmapped.
+- fused nodes planned in different precisions cannot be attributed: unmapped;
+- a node planned ``int8`` whose layer runs in float (Q/DQ not fused) is unchecked.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ __all__ = [
 _CHECKED = ("fp32", "fp16", "bf16", "int8")
 _PROFILE = re.compile(r" \[profile \d+\]$")
 _CASTS = ("Cast", "CastLike")
+# An INT8 node's quantization is the graph's Q/DQ; a backend that does not fuse DQ -> node
+# -> Q runs the node itself in float on dequantized values, with the same INT8 rounding.
+_UNFUSED = "INT8 node run on dequantized values (Q/DQ not fused into an INT8 kernel)"
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,8 @@ class _Mapper:
         else:
             got = layer.precision
             ok = got is not None and got.lower() == want
+        if want == "int8" and not ok and got is not None:
+            return LayerVerdict(name, "unchecked", nodes, want, got, reason=_UNFUSED)
         if got is None:
             return LayerVerdict(
                 name, "unmapped", nodes, want, reason="the layer information has no tensor types"

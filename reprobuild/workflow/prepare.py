@@ -22,6 +22,9 @@ class PrecisionRequest:
     mode: str
     settings: PrecisionSettings
     calibration: str | None = None  # .npz / Polygraphy JSON path; None = seeded inputs
+    calib_method: str = "entropy"  # int8 only: ONNX Runtime's calibration method
+    calib_batch_size: int = 1  # int8 only: samples per calibration batch (torch2trt's default)
+    calib_samples: int | None = None  # int8 only: the first N samples; None = all
 
 
 def prepare_model(
@@ -44,7 +47,11 @@ def prepare_model(
     if locked is not None:
         _check_request(locked, request, frozen, lock_path)
         plan = locked
-        if request is not None and request.calibration is not None:
+        if locked.mode == "int8":
+            from reprobuild.workflow.prepare_int8 import check_locked_int8
+
+            notes += check_locked_int8(proto, locked, request, frozen, lock_path)
+        elif request is not None and request.calibration is not None:
             notes.append(
                 f"--calibration {request.calibration} ignored: the lock's plan (calibrated on "
                 f"{locked.calibration}) is applied as recorded"
@@ -57,8 +64,14 @@ def prepare_model(
                 f"{lock_path}: was recorded without a precision plan; delete it to re-record "
                 f"with --precision {request.mode}"
             )
-        feeds, desc = precision.load_calibration(request.calibration, proto)
-        plan = precision.derive_plan(proto, request.mode, request.settings, feeds, desc)
+        if request.mode == "int8":
+            from reprobuild.workflow.prepare_int8 import calibrate_int8
+
+            plan, more = calibrate_int8(proto, request)
+            notes += more
+        else:
+            feeds, desc = precision.load_calibration(request.calibration, proto)
+            plan = precision.derive_plan(proto, request.mode, request.settings, feeds, desc)
     else:
         plan = precision.observe_plan(proto)
         if lock is not None and lock.precision is None and plan is not None:
@@ -67,7 +80,12 @@ def prepare_model(
         if plan is not None:
             precision.apply_plan(proto, plan)  # validates node names against the model
         return model_path, plan, notes
-    converted = precision.apply_plan(proto, plan)
+    if plan.mode == "int8":
+        from reprobuild.precision.qdq import apply_quant_plan
+
+        converted = apply_quant_plan(proto, plan)
+    else:
+        converted = precision.apply_plan(proto, plan)
     out = workdir / f"{model_path.stem}.{plan.mode}.onnx"
     onnx.save(converted, str(out))
     return out, plan, notes

@@ -24,7 +24,7 @@ from .helpers import (
         ({"max_output": float("nan")}, "--max-output nan: must be a positive"),
         ({"max_reduction_depth": -5}, "--max-reduction-depth -5: must be a positive integer"),
         ({"max_reduction_depth": 0}, "--max-reduction-depth 0: must be a positive integer"),
-        ({"mode": "int8"}, "--precision 'int8': unknown precision; use fp16 or bf16"),
+        ({"mode": "int4"}, "--precision 'int4': unknown precision; use fp16, bf16 or int8"),
     ],
 )
 def test_invalid_options(kw: dict, match: str) -> None:

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from reprobuild.backends.reference.qdq import run_qdq
+
 
 def _pool_geometry(
     x: np.ndarray, attrs: Mapping[str, Any]
@@ -241,6 +243,8 @@ def run_fast(
         return dropout_inference(inputs, attrs, opset, n_outputs)
     if op == "LRN":
         return lrn(inputs, attrs, n_outputs)
+    if op in ("QuantizeLinear", "DequantizeLinear") and n_outputs == 1:
+        return run_qdq(op, inputs, attrs)
     pool = {"MaxPool": max_pool, "AveragePool": average_pool}.get(op)
     if pool is None or n_outputs != 1 or len(inputs) != 1:
         return None

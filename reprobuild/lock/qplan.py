@@ -1,0 +1,127 @@
+"""The lock's INT8 quantization plan: how it was calibrated and every scale, exactly.
+
+Strongly typed TensorRT gets INT8 only from QuantizeLinear/DequantizeLinear nodes, so the
+scales are as much a build decision as a tactic: calibrate again (other data, another batch
+size or method) and they change, and with them the output bits. Activation scales are kept
+verbatim as hex floats (``float.hex`` of the float32 value: no decimal rounding can alter
+them); weight scales follow from the weights, so only their hash is kept, as a check.
+Like ``plan.py`` this module holds data and validation only (no numpy/onnx).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from reprobuild.lock.schema import Doc, Path_
+
+CALIB_METHODS = ("entropy", "minmax", "percentile")
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_HEX_FLOAT = re.compile(r"^0x[0-9a-f](\.[0-9a-f]*)?p[+-]?[0-9]+$")  # float.hex(), positive
+
+
+@dataclass(frozen=True)
+class ActivationScale:
+    """One quantized activation tensor: its symmetric INT8 scale (zero point 0)."""
+
+    tensor: str
+    scale: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tensor": self.tensor, "scale": float(self.scale).hex()}
+
+
+@dataclass(frozen=True)
+class WeightScale:
+    """One per-channel quantized weight: the channel axis and the sha256 of its float32
+    scales (recomputed from the weight on every build and compared)."""
+
+    tensor: str
+    axis: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tensor": self.tensor, "axis": self.axis, "sha256": self.sha256}
+
+
+@dataclass
+class QuantPlan:
+    """Calibration settings, the data's identity and every scale."""
+
+    method: str
+    batch_size: int
+    samples: int
+    data_sha256: str
+    onnxruntime: str
+    activations: list[ActivationScale] = field(default_factory=list)
+    weights: list[WeightScale] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "batch_size": self.batch_size,
+            "samples": self.samples,
+            "data_sha256": self.data_sha256,
+            "onnxruntime": self.onnxruntime,
+            "activations": [a.to_dict() for a in self.activations],
+            "weights": [w.to_dict() for w in self.weights],
+        }
+
+    def scales(self) -> dict[str, float]:
+        return {a.tensor: a.scale for a in self.activations}
+
+
+def _hex_float(doc: Doc, value: Any, path: Path_) -> float:
+    text = doc.string(value, path)
+    if not _HEX_FLOAT.match(text):  # float.fromhex alone would read "0.5" as hex digits
+        doc.fail(path, f"{text!r} is not a hex float", "write it as float.hex() gives it")
+    try:
+        scale = float.fromhex(text)
+    except (ValueError, OverflowError):
+        doc.fail(path, f"{text!r} is not a hex float", "write it as float.hex() gives it")
+    if not scale > 0 or scale == float("inf"):
+        doc.fail(path, f"scale {text} is not positive and finite", "re-record the lock")
+    return scale
+
+
+def _sha(doc: Doc, value: Any, path: Path_) -> str:
+    text = doc.string(value, path)
+    if not _SHA.match(text):
+        doc.fail(path, f"{text!r} is not a sha256 (64 lowercase hex digits)", "re-record")
+    return text
+
+
+def quant_from_data(doc: Doc, value: Any, path: Path_) -> QuantPlan:
+    keys = ("method", "batch_size", "samples", "data_sha256", "onnxruntime")
+    m = doc.mapping(value, path, (*keys, "activations", "weights"), ())
+    acts: list[ActivationScale] = []
+    seen: set[str] = set()
+    for i, item in enumerate(doc.seq(m["activations"], path + ("activations",))):
+        p = path + ("activations", i)
+        a = doc.mapping(item, p, ("tensor", "scale"), ())
+        name = doc.string(a["tensor"], p + ("tensor",))
+        if name in seen:
+            doc.fail(p + ("tensor",), f"tensor {name!r} appears twice", "keep one entry")
+        seen.add(name)
+        acts.append(ActivationScale(name, _hex_float(doc, a["scale"], p + ("scale",))))
+    weights: list[WeightScale] = []
+    for i, item in enumerate(doc.seq(m["weights"], path + ("weights",))):
+        p = path + ("weights", i)
+        w = doc.mapping(item, p, ("tensor", "axis", "sha256"), ())
+        weights.append(
+            WeightScale(
+                doc.string(w["tensor"], p + ("tensor",)),
+                doc.integer(w["axis"], p + ("axis",), minimum=0),
+                _sha(doc, w["sha256"], p + ("sha256",)),
+            )
+        )
+    return QuantPlan(
+        method=doc.choice(m["method"], path + ("method",), CALIB_METHODS),
+        batch_size=doc.integer(m["batch_size"], path + ("batch_size",), minimum=1),
+        samples=doc.integer(m["samples"], path + ("samples",), minimum=1),
+        data_sha256=_sha(doc, m["data_sha256"], path + ("data_sha256",)),
+        onnxruntime=doc.string(m["onnxruntime"], path + ("onnxruntime",)),
+        activations=acts,
+        weights=weights,
+    )

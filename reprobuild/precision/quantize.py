@@ -1,0 +1,211 @@
+"""Deciding an INT8 plan: which nodes are quantized, and every activation scale, by
+calibrating with ONNX Runtime's quantization tools.
+
+``quantize_static`` (QDQ format, symmetric INT8 activations, per-channel symmetric
+weights: what strongly typed TensorRT accepts) is run once to *measure*; only its
+activation scales are kept. The graph that is built is always made by :mod:`.qdq` from
+the plan, on the recording build as on every locked one, so a locked rebuild gives the
+same Q/DQ graph bit for bit without the calibration data, whatever ONNX Runtime version
+is installed later. Quantized ops are those TensorRT runs as INT8 kernels (Conv, MatMul,
+Gemm); everything else stays FP32 with rule ``unsupported``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from reprobuild.errors import UsageError
+from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
+from reprobuild.lock.qplan import ActivationScale, QuantPlan
+from reprobuild.precision.analysis import node_keys
+from reprobuild.precision.calibdata import CalibData, samples_hash
+
+QUANT_OPS = ("Conv", "MatMul", "Gemm")
+_WEIGHT_INPUT = {"Conv": 1, "MatMul": 1, "Gemm": 1}
+
+
+def decide_nodes(model: onnx.ModelProto, settings: PrecisionSettings) -> list[NodePrecision]:
+    """Each node's decision and the rule that made it (the ``--keep-fp32`` options win)."""
+    patterns = [re.compile(p) for p in settings.keep_fp32]
+    out: list[NodePrecision] = []
+    for key, node in zip(node_keys(model), model.graph.node, strict=True):
+        op = node.op_type
+        if op not in QUANT_OPS:
+            out.append(NodePrecision(key, op, "fp32", "unsupported"))
+        elif any(p.search(key) for p in patterns):
+            out.append(NodePrecision(key, op, "fp32", "name"))
+        elif op in settings.keep_fp32_ops:
+            out.append(NodePrecision(key, op, "fp32", "op"))
+        else:
+            out.append(NodePrecision(key, op, "int8", "default"))
+    return out
+
+
+def activation_inputs(model: onnx.ModelProto, node: onnx.NodeProto) -> list[str]:
+    """The inputs of a quantized node that get Q/DQ from an activation scale."""
+    inits = {i.name for i in model.graph.initializer}
+    limit = 2  # data and weight; a Conv/Gemm bias stays float (TensorRT adds it in FP32)
+    return [t for t in list(node.input)[:limit] if t and t not in inits]
+
+
+def weight_input(model: onnx.ModelProto, node: onnx.NodeProto) -> str | None:
+    """The weight initializer quantized per channel, if the node has one."""
+    inits = {i.name for i in model.graph.initializer}
+    i = _WEIGHT_INPUT[node.op_type]
+    name = node.input[i] if len(node.input) > i else ""
+    return name if name in inits else None
+
+
+def _dynamic_batch(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose inputs and outputs take any first dimension, so that calibration runs
+    in batches of ``--calib-batch-size`` whatever the model's static batch is."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for vi in list(copy.graph.input) + list(copy.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims):
+            dims[0].Clear()
+            dims[0].dim_param = "reprobuild_calib_batch"
+    del copy.graph.value_info[:]
+    for key, node in zip(node_keys(copy), copy.graph.node, strict=True):
+        node.name = key  # ONNX Runtime's nodes_to_exclude needs names
+    return copy
+
+
+def calibrate(
+    model: onnx.ModelProto,
+    settings: PrecisionSettings,
+    method: str,
+    batch_size: int,
+    data: CalibData,
+) -> tuple[PrecisionPlan, list[str]]:
+    """Calibrate with ONNX Runtime and return the INT8 plan, with notes for the user."""
+    import onnxruntime
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    notes: list[str] = []
+    batches = data.batches(batch_size)
+    if not batches:
+        raise UsageError(
+            f"{data.source}: {data.count} samples do not fill one batch of "
+            f"--calib-batch-size {batch_size}; pass a smaller batch size or more samples"
+        )
+    used = len(batches) * batch_size
+    if used != data.count:
+        notes.append(
+            f"calibration: the last {data.count - used} samples do not fill a batch of "
+            f"{batch_size} and are not used"
+        )
+    sha = (
+        data.sha256
+        if used == data.count
+        else samples_hash({k: v[:used] for k, v in data.arrays.items()})
+    )
+    nodes = decide_nodes(model, settings)
+    excluded = [n.node for n in nodes if n.precision != "int8"]
+
+    class _Reader(CalibrationDataReader):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self._it = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._it, None)
+
+    calib_method = {
+        "entropy": CalibrationMethod.Entropy,
+        "minmax": CalibrationMethod.MinMax,
+        "percentile": CalibrationMethod.Percentile,
+    }[method]
+    with tempfile.TemporaryDirectory(prefix="reprobuild-calib-") as tmp:
+        src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.qdq.onnx"
+        onnx.save(_dynamic_batch(model), str(src))
+        with _quiet():
+            quantize_static(
+                str(src),
+                str(dst),
+                _Reader(),
+                quant_format=QuantFormat.QDQ,
+                op_types_to_quantize=list(QUANT_OPS),
+                nodes_to_exclude=excluded,
+                per_channel=True,
+                activation_type=QuantType.QInt8,
+                weight_type=QuantType.QInt8,
+                calibrate_method=calib_method,
+                extra_options={
+                    "ActivationSymmetric": True,
+                    "WeightSymmetric": True,
+                    "CalibNumBins": 2048,  # TensorRT's entropy calibrator's histogram size
+                    "CalibTensorRangeSymmetric": True,
+                },
+            )
+        measured = _scales_of(onnx.load(str(dst)))
+    scales: dict[str, float] = {}
+    by_key = dict(zip(node_keys(model), model.graph.node, strict=True))
+    for i, n in enumerate(nodes):
+        if n.precision != "int8":
+            continue
+        wanted = activation_inputs(model, by_key[n.node])
+        if any(t not in measured for t in wanted):
+            nodes[i] = NodePrecision(n.node, n.op, "fp32", "unsupported")
+            notes.append(f"node {n.node!r}: ONNX Runtime gave no scale for its input; kept FP32")
+            continue
+        scales.update({t: measured[t] for t in wanted})
+    from reprobuild.precision.qdq import weight_scale_entries
+
+    quant = QuantPlan(
+        method=method,
+        batch_size=batch_size,
+        samples=used,
+        data_sha256=sha,
+        onnxruntime=onnxruntime.__version__,
+        activations=[ActivationScale(t, scales[t]) for t in sorted(scales)],
+        weights=weight_scale_entries(model, nodes),
+    )
+    plan = PrecisionPlan(
+        mode="int8",
+        settings=settings,
+        calibration=f"sha256:{sha} ({data.source}, {used} samples)",
+        nodes=nodes,
+        quantization=quant,
+    )
+    return plan, notes
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """ONNX Runtime's quantizer prints progress to stdout and warns on the root logger;
+    reprobuild's stdout is for results (``--json``), so both are muted while it runs."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        logging.disable(previous)
+
+
+def _scales_of(qdq: onnx.ModelProto) -> dict[str, float]:
+    """Activation tensor -> the float32 scale ONNX Runtime's QuantizeLinear gives it."""
+    inits = {i.name: i for i in qdq.graph.initializer}
+    out: dict[str, float] = {}
+    for node in qdq.graph.node:
+        if node.op_type == "QuantizeLinear" and node.input[1] in inits:
+            value = onnx.numpy_helper.to_array(inits[node.input[1]])
+            if value.size == 1:
+                out[node.input[0]] = float(np.float32(value.reshape(())))
+    return out

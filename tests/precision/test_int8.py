@@ -1,0 +1,249 @@
+"""INT8 by calibration (issue 17): scales locked to the bit, locked rebuilds without the
+calibration data, ``--frozen`` against other data, and accuracy on the digits models.
+
+Calibration data: the first 256 images of the digits test split (the only digits data in
+the repository), so accuracy is reported on all 540 images and, held apart from
+calibration, on the last 284.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from reprobuild.backends import get_backend
+from reprobuild.lock import load_lock
+from reprobuild.lock.plan import PrecisionSettings
+from reprobuild.precision.calibdata import CalibData, samples_hash
+from reprobuild.precision.qdq import apply_quant_plan, quantize_weight
+from reprobuild.precision.quantize import calibrate
+from tests.models import digits
+
+CALIB = 256
+
+
+def _calib_npz(path: Path, order: np.ndarray | None = None, n: int = CALIB) -> Path:
+    x = digits.held_out_split()[0][:n]
+    np.savez(path, input=x if order is None else x[order])
+    return path
+
+
+def _build(cli, tmp: Path, kind: str, *extra: str, lock: str = "t", out: str = "a"):
+    return cli(
+        "build",
+        str(digits.model_path(kind)),
+        "--backend",
+        "reference",
+        "--lock",
+        str(tmp / f"{lock}.lock"),
+        "--out",
+        str(tmp / f"{out}.engine"),
+        "--cache-dir",
+        str(tmp / "caches"),
+        "-q",
+        *extra,
+    )
+
+
+def _int8(calib: Path, batch: int = 32) -> tuple[str, ...]:
+    return ("--precision", "int8", "--calibration", str(calib), "--calib-batch-size", str(batch))
+
+
+def _outputs(engine: Path) -> np.ndarray:
+    out = get_backend("reference").run(engine.read_bytes(), digits.held_out_feeds())
+    return np.asarray(out[digits.OUTPUT])
+
+
+def test_lock_scales_equal_the_built_graph_to_the_bit(cli, tmp_path: Path) -> None:
+    r = _build(cli, tmp_path, "cnn", *_int8(_calib_npz(tmp_path / "c.npz")))
+    assert r.code == 0, r
+    plan = load_lock(tmp_path / "t.lock").precision
+    assert plan is not None and plan.mode == "int8" and plan.quantization is not None
+    q = plan.quantization
+    assert (q.method, q.batch_size, q.samples) == ("entropy", 32, CALIB)
+    assert [n.node for n in plan.nodes if n.precision == "int8"] == ["conv1", "conv2", "fc"]
+    assert {a.tensor for a in q.activations} == {"input", "relu1_out", "flat"}
+    text = (tmp_path / "t.lock").read_text()
+    built = apply_quant_plan(onnx.load(str(digits.model_path("cnn"))), plan)
+    inits = {i.name: numpy_helper.to_array(i) for i in built.graph.initializer}
+    for a in q.activations:
+        assert f'scale: "{a.scale.hex()}"' in text  # written as a hex float
+        in_graph = inits[f"{a.tensor}_int8_scale"]
+        assert in_graph.dtype == np.float32
+        assert in_graph.view(np.uint32) == np.float32(a.scale).view(np.uint32)
+    # the input is [0, 1]: its symmetric scale is 1/127 rounded to float32
+    assert np.float32(q.scales()["input"]) == np.float32(1.0) / np.float32(127.0)
+    # per-channel weights: int8 values within +-127, scales max|w| / 127
+    w = numpy_helper.to_array(
+        next(
+            i
+            for i in onnx.load(str(digits.model_path("cnn"))).graph.initializer
+            if i.name == "conv1.w"
+        )
+    )
+    qw, scale = quantize_weight(w, 0)
+    assert np.array_equal(inits["conv1.w_int8"], qw) and np.abs(qw).max() == 127
+    assert np.array_equal(inits["conv1.w_int8_scale"], scale)
+
+
+def test_locked_rebuild_without_data_gives_the_same_bits(cli, tmp_path: Path) -> None:
+    calib = _calib_npz(tmp_path / "c.npz")
+    assert _build(cli, tmp_path, "cnn", *_int8(calib), out="a").code == 0
+    before = (tmp_path / "t.lock").read_bytes()
+    calib.unlink()  # the data is gone: the lock alone must rebuild the same graph
+    r = _build(cli, tmp_path, "cnn", "--frozen", out="b")
+    assert r.code == 0, r
+    assert (tmp_path / "t.lock").read_bytes() == before
+    assert (tmp_path / "a.engine").read_bytes() == (tmp_path / "b.engine").read_bytes()
+    a, b = _outputs(tmp_path / "a.engine"), _outputs(tmp_path / "b.engine")
+    assert a.tobytes() == b.tobytes()
+    # and the INT8 outputs really differ from FP32 (the Q/DQ graph is what ran)
+    fp32 = _build(cli, tmp_path, "cnn", lock="f", out="f")
+    assert fp32.code == 0, fp32
+    assert not np.array_equal(a, _outputs(tmp_path / "f.engine"))
+
+
+def test_reordered_data_is_caught_by_frozen(cli, tmp_path: Path) -> None:
+    assert _build(cli, tmp_path, "cnn", *_int8(_calib_npz(tmp_path / "c.npz"))).code == 0
+    before = (tmp_path / "t.lock").read_bytes()
+    order = np.random.default_rng(1).permutation(CALIB)
+    other = _calib_npz(tmp_path / "r.npz", order)
+    r = _build(cli, tmp_path, "cnn", *_int8(other), "--frozen", out="b")
+    assert r.code == 1, r
+    assert "r.npz" in r.err and "another order" in r.err and "--frozen refuses" in r.err
+    assert r.err.count("\n") == 1
+    assert not (tmp_path / "b.engine").exists()
+    assert (tmp_path / "t.lock").read_bytes() == before
+    # the same data again passes; another batch size is refused
+    assert _build(cli, tmp_path, "cnn", *_int8(tmp_path / "c.npz"), "--frozen").code == 0
+    r = _build(cli, tmp_path, "cnn", *_int8(tmp_path / "c.npz", 16), "--frozen")
+    assert r.code == 1 and "batch_size: 32 -> 16" in r.err, r
+
+
+def test_calibration_data_decides_the_scales() -> None:
+    """Other samples give other scales. Reordering the same samples does not, with ONNX
+    Runtime's calibrators on this model (a measured fact, not an assumption): the lock's
+    data hash is what catches a reordered set."""
+    model = onnx.load(str(digits.model_path("cnn")))
+    x = digits.held_out_split()[0]
+
+    def scales(xx: np.ndarray, method: str, batch: int) -> dict[str, float]:
+        data = CalibData({"input": xx}, len(xx), samples_hash({"input": xx}), "x")
+        plan, _ = calibrate(model, PrecisionSettings(), method, batch, data)
+        assert plan.quantization is not None and plan.quantization.data_sha256 == data.sha256
+        return plan.quantization.scales()
+
+    few, many = scales(x[:32], "minmax", 32), scales(x[:CALIB], "minmax", 32)
+    assert few["relu1_out"] != many["relu1_out"]
+    shuffled = x[:CALIB][np.random.default_rng(1).permutation(CALIB)]
+    assert samples_hash({"input": shuffled}) != samples_hash({"input": x[:CALIB]})
+    assert scales(shuffled, "entropy", 8) == scales(x[:CALIB], "entropy", 8)
+    assert scales(x[:CALIB], "percentile", 32)["input"] < many["input"]
+
+
+@pytest.mark.parametrize("kind", digits.KINDS)
+def test_int8_accuracy_against_fp32_and_labels(cli, tmp_path: Path, kind: str) -> None:
+    _, labels = digits.held_out_split()
+    assert _build(cli, tmp_path, kind, lock="f", out="f").code == 0
+    assert _build(cli, tmp_path, kind, *_int8(_calib_npz(tmp_path / "c.npz"))).code == 0
+    fp32, int8 = _outputs(tmp_path / "f.engine"), _outputs(tmp_path / "a.engine")
+    acc32, acc8 = digits.accuracy(fp32, labels), digits.accuracy(int8, labels)
+    agree = float((fp32.argmax(-1) == int8.argmax(-1)).mean())
+    # images CALIB.. were not calibrated on: the held-apart figure
+    apart32 = digits.accuracy(fp32[CALIB:], labels[CALIB:])
+    apart8 = digits.accuracy(int8[CALIB:], labels[CALIB:])
+    print(
+        f"{kind}: top-1 FP32 {acc32:.3f}, INT8 {acc8:.3f}, agreement {agree:.3f}; "
+        f"on the {len(labels) - CALIB} images not calibrated on: FP32 {apart32:.3f}, "
+        f"INT8 {apart8:.3f}"
+    )
+    assert acc32 >= digits.FP32_FLOOR[kind]
+    assert acc8 >= acc32 - 0.03 and apart8 >= apart32 - 0.03 and agree >= 0.95
+
+
+def test_keep_fp32_leaves_nodes_unquantized(cli, tmp_path: Path) -> None:
+    extra = (
+        *_int8(_calib_npz(tmp_path / "c.npz")),
+        "--keep-fp32",
+        "^fc$",
+        "--keep-fp32-op",
+        "Conv",
+    )
+    assert _build(cli, tmp_path, "cnn", *extra).code == 0
+    plan = load_lock(tmp_path / "t.lock").precision
+    assert plan is not None and plan.quantization is not None
+    rules = {n.node: (n.precision, n.rule) for n in plan.nodes}
+    assert rules["fc"] == ("fp32", "name") and rules["conv1"] == ("fp32", "op")
+    assert plan.quantization.activations == [] and plan.quantization.weights == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (("--precision", "int8"), "--precision int8 needs --calibration DATA"),
+        (
+            ("--precision", "int8", "--calibration", "MISSING.npz"),
+            "MISSING.npz: no such calibration",
+        ),
+        (
+            ("--precision", "int8", "--calibration", "c.npz", "--calib-method", "mse"),
+            "--calib-method 'mse'",
+        ),
+        (
+            ("--precision", "int8", "--calibration", "c.npz", "--calib-samples", "999"),
+            "holds 256 samples",
+        ),
+        (
+            ("--precision", "int8", "--calibration", "c.npz", "--calib-batch-size", "512"),
+            "do not fill one batch",
+        ),
+        (("--precision", "fp16", "--calib-batch-size", "4"), "--calib-batch-size is an INT8"),
+    ],
+)
+def test_bad_int8_input_is_one_line_exit_2(cli, tmp_path: Path, monkeypatch, extra, needle) -> None:
+    monkeypatch.chdir(tmp_path)
+    _calib_npz(tmp_path / "c.npz")
+    r = _build(cli, tmp_path, "cnn", *extra)
+    assert r.code == 2, r
+    assert r.err.startswith("error: ") and r.err.count("\n") == 1 and needle in r.err, r.err
+
+
+def test_bad_npz_shape_names_the_file(cli, tmp_path: Path) -> None:
+    np.savez(tmp_path / "bad.npz", input=np.zeros((4, 64), np.float32))
+    r = _build(cli, tmp_path, "cnn", *_int8(tmp_path / "bad.npz", 2))
+    assert r.code == 2 and "bad.npz: array 'input' has shape [4, 64]" in r.err, r
+
+
+def test_lock_scale_that_is_not_a_hex_float_is_refused(cli, tmp_path: Path) -> None:
+    assert _build(cli, tmp_path, "cnn", *_int8(_calib_npz(tmp_path / "c.npz"))).code == 0
+    lock = tmp_path / "t.lock"
+    text = lock.read_text()
+    first = load_lock(lock).precision.quantization.activations[0].scale.hex()  # type: ignore[union-attr]
+    lock.write_text(text.replace(f'"{first}"', '"0.0123"', 1))
+    r = cli("show", "--lock", str(lock), "--precision")
+    assert r.code == 2 and "is not a hex float" in r.err and "t.lock:" in r.err, r
+
+
+def test_plan_diff_shows_scale_changes() -> None:
+    from reprobuild.precision.report import diff_plans
+
+    model = onnx.load(str(digits.model_path("cnn")))
+    x = digits.held_out_split()[0]
+
+    def plan(n: int):
+        data = CalibData({"input": x[:n]}, n, samples_hash({"input": x[:n]}), "x")
+        return calibrate(model, PrecisionSettings(), "minmax", 32, data)[0]
+
+    a, b = plan(32), plan(CALIB)
+    lines = diff_plans(a, b)
+    assert "quantization.samples: 32 -> 256" in lines
+    relu = [ln for ln in lines if ln.startswith("scale relu1_out: ")]
+    assert relu == [
+        f"scale relu1_out: {a.quantization.scales()['relu1_out'].hex()} -> "  # type: ignore[union-attr]
+        f"{b.quantization.scales()['relu1_out'].hex()}"  # type: ignore[union-attr]
+    ]
+    assert diff_plans(b, b) == []
