@@ -37,7 +37,7 @@ import onnx
 
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
 from reprobuild.backends.reference import engine as engine_mod
-from reprobuild.backends.reference import kernels, modelcache
+from reprobuild.backends.reference import int8, kernels, modelcache
 from reprobuild.backends.reference.buildlog import (
     BuildLog,
     autotune_lines,
@@ -251,7 +251,11 @@ class Builder:
     def filter_candidates(
         self, layer: engine_mod.Layer, geo: kernels.Geometry
     ) -> list[kernels.KernelSpec]:
-        specs = kernels.candidates(geo)
+        if layer.fusion is not None:
+            has_bias = len(layer.node.input) > 2 and bool(layer.node.input[2])
+            specs = int8.candidates(layer.op, layer.fusion, has_bias)
+        else:
+            specs = kernels.candidates(geo)
         if self.settings.workspace is not None:
             fitting = [s for s in specs if geo.scratch_bytes(s) <= self.settings.workspace]
             for s in specs:
@@ -278,7 +282,7 @@ class Builder:
         key = layer_key(layer, inputs, self.env_fp, self.settings_fp)
 
         def runner(spec: kernels.KernelSpec) -> Callable[[], Any]:
-            return lambda: kernels.execute(spec, inputs, layer.attrs)
+            return lambda: engine_mod.execute_spec(layer, spec, inputs)
 
         def choice(spec: kernels.KernelSpec, time_ms: float, source: str) -> LayerChoice:
             return LayerChoice(layer.index, layer.name, layer.op, key, spec, time_ms, source, specs)

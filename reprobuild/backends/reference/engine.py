@@ -39,7 +39,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from reprobuild.backends.base import Environment
-from reprobuild.backends.reference import kernels, modelcache, ops
+from reprobuild.backends.reference import int8, kernels, modelcache, ops
 from reprobuild.errors import EngineError, UsageError
 
 ENGINE_MAGIC = b"RBREFENG"
@@ -135,6 +135,7 @@ class Layer:
     name: str
     node: onnx.NodeProto
     attrs: dict[str, Any]
+    fusion: int8.Fusion | None = None  # DQ -> layer (-> Q): runs INT8 kernels
 
     @property
     def op(self) -> str:
@@ -213,7 +214,7 @@ class PreparedModel:
         values: Mapping[str, Any] | None = None,
     ) -> list[Any]:
         if spec is not None:
-            return [kernels.execute(spec, inputs, layer.attrs)]
+            return [execute_spec(layer, spec, inputs)]
         outer = None
         if layer.has_subgraph and values is not None:
             own = set(layer.node.input)
@@ -241,6 +242,15 @@ class PreparedModel:
                 if name and self.last_use.get(name) == position and name not in self.constants:
                     values.pop(name, None)
         return {name: values[name] for name in self.output_names}
+
+
+def execute_spec(layer: Layer, spec: kernels.KernelSpec, inputs: Sequence[Any]) -> Any:
+    """Run an autotuned layer with one of its kernels (INT8 kernels need the fusion)."""
+    if int8.is_int8(spec):
+        if layer.fusion is None:
+            raise ValueError(f"layer {layer.name!r} is not a fused Q/DQ layer: no INT8 kernel")
+        return int8.execute(spec, layer.fusion, inputs, layer.attrs)
+    return kernels.execute(spec, inputs, layer.attrs)
 
 
 def _toposort(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[int]:
@@ -312,6 +322,12 @@ def prepare(model: onnx.ModelProto) -> PreparedModel:
     # on (the engine keeps the serialized bytes, not this proto), so free it.
     graph.ClearField("initializer")
     order = _toposort(list(graph.node), set(constants) | input_names)
+    producers = {o: n for n in graph.node for o in n.output if o}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for n in graph.node:
+        for name in dict.fromkeys(_consumed_names(n)):
+            consumers.setdefault(name, []).append(n)
+    graph_outputs = {o.name for o in graph.output}
     prepared = PreparedModel(
         model=model,
         opsets=opsets,
@@ -338,6 +354,7 @@ def prepare(model: onnx.ModelProto) -> PreparedModel:
                 constants[name] = value
             prepared.folded += 1
         else:
+            layer.fusion = int8.find_fusion(node, producers, consumers, constants, graph_outputs)
             prepared.layers.append(layer)
     needed = {n for layer in prepared.layers for n in _consumed_names(layer.node)}
     needed.update(prepared.output_names)
@@ -430,9 +447,14 @@ def load_engine(data: bytes, environment: Environment) -> LoadedEngine:
     plan: dict[int, kernels.KernelSpec] = {}
     by_index = {layer.index: layer for layer in prepared.layers}
     for entry in meta.get("layers", []):
-        spec = kernels.KERNELS.get(entry.get("kernel"))
+        spec = kernels.KERNELS.get(entry.get("kernel")) or int8.BY_NAME.get(entry.get("kernel"))
         layer = by_index.get(entry.get("index"))
-        if spec is None or layer is None or layer.op != spec.op:
+        if (
+            spec is None
+            or layer is None
+            or layer.op != spec.op
+            or (int8.is_int8(spec) and layer.fusion is None)
+        ):
             raise EngineError(
                 f"engine layer {entry.get('name')!r} names kernel {entry.get('kernel')!r} that "
                 "this reprobuild does not have for it: rebuild the engine"

@@ -59,6 +59,10 @@ class KernelSpec:
     scheme: str  # "blas" | "splitk" | "tree" | "chunk" | "direct"
     parts: int = 1  # splits for splitk/tree, chunk length for chunk
     low_acc: bool = False  # accumulate in the layer's precision instead of FP32
+    # INT8 kernels (precision "i8", :mod:`.int8`): how the int32 accumulator is requantized
+    requant: str = ""  # "fscale" | "fxmul" | "deq" | "ibias"
+    rounding: str = ""  # "rne" | "rna" ("" when nothing is rounded to an integer)
+    epilogue: str = ""  # "f32" | "f16"
 
     @property
     def tactic_hash(self) -> int:
@@ -373,21 +377,14 @@ def _conv(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> 
     if params is None:
         raise ValueError("unsupported Conv configuration")
     nd, group, kernel = params["nd"], params["group"], params["kernel"]
-    strides, dilations, pads, out = (
-        params["strides"],
-        params["dilations"],
-        params["pads"],
-        params["out"],
-    )
+    strides, dilations, out = params["strides"], params["dilations"], params["out"]
     out_dtype = x.dtype
     xf, wf = _f32(x), _f32(w)
     n_batch, channels = xf.shape[0], xf.shape[1]
     m_out = wf.shape[0]
     cg, mg = channels // group, m_out // group
     positions = math.prod(out)
-    if any(pads):
-        width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
-        xf = np.pad(xf, width)
+    xf = _padded(xf, params)
     if spec.scheme == "direct":
         acc: np.ndarray | None = None
         for taps in itertools.product(*(range(k) for k in kernel)):
@@ -402,26 +399,52 @@ def _conv(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> 
         assert acc is not None
         result = acc
     else:
-        if _is_pointwise(params):
-            cols = xf.reshape(n_batch, group, cg, positions)
-        else:
-            st = xf.strides
-            view = np.lib.stride_tricks.as_strided(
-                xf,
-                shape=(n_batch, channels, *kernel, *out),
-                strides=(
-                    st[0],
-                    st[1],
-                    *(st[2 + i] * dilations[i] for i in range(nd)),
-                    *(st[2 + i] * strides[i] for i in range(nd)),
-                ),
-                writeable=False,
-            )
-            cols = np.ascontiguousarray(view).reshape(
-                n_batch, group, cg * math.prod(kernel), positions
-            )
+        cols = _columns(xf, params)
         result = reduce_gemm(wf.reshape(group, mg, -1), cols, spec)
     result = result.reshape(n_batch, m_out, *out)
     if bias is not None:
         result = result + _f32(bias).reshape((1, m_out) + (1,) * nd)
     return result.astype(out_dtype)
+
+
+def _padded(x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
+    nd, pads = params["nd"], params["pads"]
+    if not any(pads):
+        return x
+    return np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)])
+
+
+def _columns(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
+    """The im2col matrix ``(N, group, C/group * taps, positions)`` of a padded input."""
+    nd, group, kernel, out = params["nd"], params["group"], params["kernel"], params["out"]
+    n_batch, channels = xp.shape[0], xp.shape[1]
+    positions = math.prod(out)
+    if _is_pointwise(params):
+        return xp.reshape(n_batch, group, channels // group, positions)
+    st = xp.strides
+    view = np.lib.stride_tricks.as_strided(
+        xp,
+        shape=(n_batch, channels, *kernel, *out),
+        strides=(
+            st[0],
+            st[1],
+            *(st[2 + i] * params["dilations"][i] for i in range(nd)),
+            *(st[2 + i] * params["strides"][i] for i in range(nd)),
+        ),
+        writeable=False,
+    )
+    return np.ascontiguousarray(view).reshape(
+        n_batch, group, (channels // group) * math.prod(kernel), positions
+    )
+
+
+def conv_integer_gemm(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """A Conv without bias in ``x``'s dtype by one GEMM over the im2col matrix: for INT8
+    values in float64 every sum is exact, so this is the int32 accumulation."""
+    params = _conv_params(x, w, attrs)
+    if params is None:
+        raise ValueError("unsupported Conv configuration")
+    group, m_out = params["group"], w.shape[0]
+    cols = _columns(_padded(x, params), params)
+    result = np.matmul(w.reshape(group, m_out // group, -1), cols)
+    return result.reshape(x.shape[0], m_out, *params["out"])
