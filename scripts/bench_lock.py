@@ -69,7 +69,8 @@ def main() -> None:
         print(f"{'command':<20} {'seconds':>8} {'x python -c pass':>17}")
         for name, ts in times.items():
             med = statistics.median(ts)
-            print(f"{name:<20} {med:8.3f} {med / base:17.1f}")
+            rounds = " ".join(f"{t:.3f}" for t in ts)
+            print(f"{name:<20} {med:8.3f} {med / base:17.1f}  {rounds}")
 
 
 if __name__ == "__main__":

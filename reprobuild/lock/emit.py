@@ -59,9 +59,13 @@ _K = {
 }
 
 
-def text_event(value: str) -> ScalarEvent:
+def is_plain(value: str) -> bool:
     """Plain only for identifier-like words; YAML 1.1 reads 'no', 'on', 'y' as booleans."""
-    if _PLAIN_RE.fullmatch(value) and value.lower() not in _YAML_WORDS:
+    return _PLAIN_RE.fullmatch(value) is not None and value.lower() not in _YAML_WORDS
+
+
+def text_event(value: str) -> ScalarEvent:
+    if is_plain(value):
         return ScalarEvent(None, None, (True, False), value)
     return ScalarEvent(None, None, (False, True), value, style='"')
 

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import gc
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from yaml import MappingNode, ScalarNode, SequenceNode
 from reprobuild.errors import LockError
 from reprobuild.limits import check_size
 from reprobuild.lock.emit import WIDTH, lock_events, restyle
+from reprobuild.lock.linereader import read_layers, split_layers
+from reprobuild.lock.linewriter import layer_lines
 from reprobuild.lock.model import DEFAULT_LOCK, Lock
 from reprobuild.lock.nodes import MAP, SEQ, STR, layers_from_nodes
 from reprobuild.lock.schema import Doc, find_duplicate_key
@@ -31,6 +34,7 @@ from reprobuild.transaction import Outputs
 _Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _MERGE = "tag:yaml.org,2002:merge"
 _MAX_DEPTH = 1000
+_NO_LAYERS = "\nlayers: []\n"
 
 
 class _QuickResolve:
@@ -109,7 +113,19 @@ def dumps_lock(lock: Lock) -> str:
 
 
 def _dumps(lock: Lock) -> str:
-    """Apart from ``dumps_lock`` so the events are freed before the collector runs again."""
+    """Apart from ``dumps_lock`` so the events are freed before the collector runs again.
+
+    The layers are formatted by ``linewriter`` when it can (the emitter then writes only
+    the head, ending in ``layers: []``), otherwise the emitter writes everything."""
+    lines = layer_lines(lock.layers) if lock.layers else None
+    if lines is None:
+        return _emit(lock)
+    head = _emit(replace(lock, layers=[]))
+    assert head.endswith(_NO_LAYERS), "the layers are the lock's last section"
+    return head[: 1 - len(_NO_LAYERS)] + "layers:\n" + lines
+
+
+def _emit(lock: Lock) -> str:
     events = lock_events(lock)
     options: dict[str, Any] = {"width": WIDTH, "allow_unicode": True}
     try:
@@ -165,6 +181,9 @@ def loads_lock(data: bytes | str, filename: str = DEFAULT_LOCK) -> Lock:
 def _loads(text: str, filename: str) -> Lock:
     """Apart from ``loads_lock`` so the node tree is freed before the collector runs again
     (otherwise its first pass walks all of it)."""
+    lock = _line_lock(text, filename)
+    if lock is not None:
+        return lock
     loader, root = _compose(text, filename)
     try:
         if root is None:
@@ -172,6 +191,44 @@ def _loads(text: str, filename: str) -> Lock:
         return _canonical_lock(loader, root, filename) or _any_lock(loader, root, filename)
     finally:
         loader.dispose()
+
+
+def _line_lock(text: str, filename: str) -> Lock | None:
+    """The happy path for a canonical lock: YAML reads only the small head (up to the
+    top-level ``layers:`` line, given ``layers: []`` in its place), ``linereader`` the
+    layers. None, and the whole text goes the strict way, unless the head is accepted by
+    ``_canonical_lock`` and ends exactly where that line starts (then the head's YAML
+    structure is closed there, and the layer lines mean what they mean alone)."""
+    split = split_layers(text)
+    if split is None:
+        return None
+    start, end, empty = split
+    if empty:
+        layers = [] if end == len(text) else None
+    else:
+        layers = read_layers(text, end)
+    if layers is None:
+        return None
+    head = text[:start] + "layers: []\n"
+    try:
+        loader, root = _compose(head, filename)
+    except LockError:
+        return None
+    try:
+        if root.__class__ is not MappingNode or not root.value:
+            return None
+        key, value = root.value[-1]
+        line = text.count("\n", 0, start)
+        if key.value != "layers" or (key.start_mark.line, key.start_mark.column) != (line, 0):
+            return None
+        if value.__class__ is not SequenceNode or value.value or value.start_mark.line != line:
+            return None
+        lock = _canonical_lock(loader, root, filename)
+    finally:
+        loader.dispose()
+    if lock is not None:
+        lock.layers = layers
+    return lock
 
 
 def _compose(text: str, filename: str) -> tuple[Any, Any]:
