@@ -29,6 +29,12 @@ ThreadsOpt = typer.Option(
 )
 
 
+HELD_OUT_HELP = (
+    "Held-apart samples (.npz, one array per input, first axis = samples): report the "
+    "engine's error against FP32 on them (INT8: also on the calibration set)."
+)
+
+
 def backend_arg(name: str, ref_timing: str, threads: int | None = None) -> Any:
     """The backend name, or a configured reference backend when its options are given."""
     if not ref_timing and threads is None:
@@ -200,6 +206,7 @@ def build(
     calib_samples: int | None = typer.Option(
         None, "--calib-samples", help="INT8: calibrate on the first N samples [default: all]."
     ),
+    held_out: Path | None = typer.Option(None, "--held-out", help=HELD_OUT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
@@ -274,6 +281,7 @@ def build(
         allow_env_change=allow_env_change,
         report=report,
         precision=request,
+        held_out=held_out,
     )
     if as_json:
         print_json(result.to_json())
@@ -309,6 +317,15 @@ def build(
             f"layers: {result.layers_path} ({summary['layers']} layers: {counts}; "
             f"{summary['reformat_layers']} reformat layers; `reprobuild layers` shows them)"
         )
+    print_sample_accuracy(result.accuracy)
+
+
+def print_sample_accuracy(accuracy: dict[str, Any] | None) -> None:
+    """One line per sample set (calibration, held-out): the engine's error against FP32."""
+    from reprobuild.workflow.sampleacc import describe
+
+    for label, acc in (accuracy or {}).items():
+        typer.echo(describe(label, acc))
 
 
 def calib_options(

@@ -12,7 +12,14 @@ from typing import Any
 
 import typer
 
-from reprobuild.cli.build_cmds import BACKEND_HELP, RefTimingOpt, ThreadsOpt, backend_arg
+from reprobuild.cli.build_cmds import (
+    BACKEND_HELP,
+    HELD_OUT_HELP,
+    RefTimingOpt,
+    ThreadsOpt,
+    backend_arg,
+    print_sample_accuracy,
+)
 from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
@@ -45,6 +52,12 @@ def verify(
         "--sensitivity",
         help="Switch each layer's tactic in turn: which layers reach the outputs, by how much.",
     ),
+    calibration: Path | None = typer.Option(
+        None,
+        "--calibration",
+        help="The INT8 lock's calibration data: report the engine's error against FP32 on it.",
+    ),
+    held_out: Path | None = typer.Option(None, "--held-out", help=HELD_OUT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
@@ -81,6 +94,8 @@ def verify(
         control=not no_control,
         control_limit=control_limit,
         with_sensitivity=with_sensitivity,
+        calibration=calibration,
+        held_out=held_out,
     )
     if as_json:
         print_json(result.to_json())
@@ -119,10 +134,11 @@ def _print_verify(result: Any) -> None:
     if "max_abs" in acc:
         typer.echo(
             f"accuracy vs onnxruntime (float32): max abs {acc['max_abs']:.3g}, "
-            f"max rel {acc['max_rel']:.3g}"
+            f"max rel {acc['max_rel']:.3g}" + _cosine_top1(acc)
         )
     else:
         typer.echo(f"accuracy vs onnxruntime: not measured ({acc.get('error')})")
+    print_sample_accuracy(result.sample_accuracy)
     if result.control is not None:
         typer.echo(f"control: {result.control.message()}")
     diff = (
@@ -142,6 +158,13 @@ def _print_verify(result: Any) -> None:
             f"REPRODUCIBLE BUT UNPROVEN: {summary}; the check has no power on these inputs "
             "(no single-tactic change reaches the outputs)"
         )
+
+
+def _cosine_top1(acc: dict[str, Any]) -> str:
+    """``, cosine C, top-1 agreement T`` where measured (non-finite values arrive as text)."""
+    cos, top1 = acc.get("cosine"), acc.get("top1_agreement")
+    text = f", cosine {cos:.6f}" if isinstance(cos, float) else f", cosine {cos}" if cos else ""
+    return text + ("" if top1 is None else f", top-1 agreement {top1:.4f}")
 
 
 def _print_sensitivity(probes: list[Any]) -> None:

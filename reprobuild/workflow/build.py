@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprobuild.accuracy import json_safe
 from reprobuild.backends.base import Backend, BuildOutput
 from reprobuild.errors import DriftError, EnvironmentMismatch, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
@@ -75,6 +76,8 @@ class BuildResult:
     log_warnings: list[str] = field(default_factory=list)
     layers_path: str | None = None  # ENGINE.layers.json: the engine's layer information
     engine_layers: dict[str, Any] | None = None  # its summary (layers per precision, reformats)
+    # the engine vs the FP32 model on the calibration / held-apart samples, by set
+    accuracy: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -110,9 +113,14 @@ def build(
     allow_env_change: bool = False,
     report: str | os.PathLike[str] | None = None,
     precision: PrecisionRequest | None = None,
+    held_out: str | os.PathLike[str] | None = None,
     progress: Progress = quiet,
 ) -> BuildResult:
-    """Build ``model`` reproducibly. See the module docstring for the locked flow."""
+    """Build ``model`` reproducibly. See the module docstring for the locked flow.
+
+    ``held_out``: samples (``.npz``, first axis = sample) not calibrated on; the engine's
+    error against FP32 on them (and, for INT8, on the calibration set) is reported.
+    """
     from reprobuild.cachedir import cache_path
 
     t0 = time.perf_counter()
@@ -182,8 +190,10 @@ def build(
                 done.lock.precision = plan
                 done.changes.append("recorded the model's observed precision")
         plan_check = _plan_check(done, built_model, warnings)
+        accuracy = _sample_accuracy(be, done, model_path, precision, held_out, settings, progress)
         progress(Step("checks passed; writing outputs"))
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
+        result.accuracy = accuracy
         # Engine layer information (issue 14): written with the engine, summarised below.
         from reprobuild.workflow.layers import layers_path, summary_of
 
@@ -213,6 +223,35 @@ def build(
             outputs.commit()
         result.report_path = str(report_path)
     return result
+
+
+def _sample_accuracy(
+    be: Backend,
+    done: _Built,
+    model_path: Path,
+    request: PrecisionRequest | None,
+    held_out: str | os.PathLike[str] | None,
+    settings: BuildSettings,
+    progress: Progress,
+) -> dict[str, Any] | None:
+    """The engine against FP32 on the calibration samples (INT8: the first ``samples`` the
+    lock's plan was calibrated on) and on ``held_out``; None when neither is given."""
+    from reprobuild.workflow.sampleacc import compare_sets, load_sets, run_sets
+
+    plan = done.lock.precision
+    quant = None if plan is None or plan.mode != "int8" else plan.quantization
+    calib = None if quant is None or request is None else request.calibration
+    sets = load_sets(
+        model_path,
+        calib,
+        None if quant is None else quant.samples,
+        None if held_out is None else str(held_out),
+    )
+    if not sets:
+        return None
+    progress(Step("measuring the engine's error against FP32 on the sample sets"))
+    outputs = run_sets(lambda f: be.run(done.output.engine, f), sets, model_path, settings)
+    return compare_sets(model_path, sets, outputs, settings)
 
 
 def _plan_check(done: _Built, built_model: Path, warnings: list[str]) -> Any:
@@ -401,5 +440,6 @@ def _plan_error(original: Path, converted: Path) -> dict[str, Any]:
         err = precision.plan_error(fp32, onnx.load(str(converted)), feeds)
     except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
         return {"error": str(exc), "inputs": desc}
-    clean = {k: v for k, v in err.items() if k in ("max_abs", "max_rel", "runtime")}
-    return {**{k: (v if v != float("inf") else "inf") for k, v in clean.items()}, "inputs": desc}
+    keep = ("max_abs", "max_rel", "cosine", "top1_agreement", "runtime")
+    clean = {k: v for k, v in err.items() if k in keep}
+    return {**json_safe(clean), "inputs": desc}

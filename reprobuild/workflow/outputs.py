@@ -57,3 +57,81 @@ def engine_accuracy(
     except Exception as err:  # ORT lacks some kernels (e.g. BF16 Conv): report, don't fail
         return {"runtime": "onnxruntime", "error": f"{type(err).__name__}: {err}"[:300]}
     return {"runtime": runtime, "reference_model": str(model_path), **result}
+
+
+def engine_batch(model_path: Path, settings: Any) -> int | None:
+    """How many samples the engine takes per run: the first input's fixed first dimension,
+    else its profile's opt shape; None when the engine takes any count."""
+    import onnx
+
+    from reprobuild.precision.analysis import real_inputs
+
+    proto = onnx.load(str(model_path), load_external_data=False)
+    first = real_inputs(proto)[0]
+    dims = first.type.tensor_type.shape.dim
+    if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+        return int(dims[0].dim_value)
+    for name, _mn, opt, _mx in getattr(settings, "input_shapes", ()):
+        if name == first.name and opt:
+            return int(opt[0])
+    return None
+
+
+def _chunks(arrays: dict[str, Any], count: int, batch: int | None) -> list[dict[str, Any]]:
+    """The samples cut into runs of ``batch``; the last run is padded by repeating its last
+    sample (engines with a fixed batch take exactly that many), and the padding's outputs
+    are cut off again by :func:`_join`. Samples are independent in inference, so padding
+    cannot change the others' outputs."""
+    import numpy as np
+
+    size = batch or count
+    out = []
+    for start in range(0, count, size):
+        part = {k: v[start : start + size] for k, v in arrays.items()}
+        short = size - (min(count, start + size) - start)
+        if short:
+            part = {
+                k: np.concatenate([v, np.repeat(v[-1:], short, axis=0)]) for k, v in part.items()
+            }
+        out.append(part)
+    return out
+
+
+def _join(runs: list[dict[str, Any]], count: int) -> dict[str, Any]:
+    import numpy as np
+
+    return {n: np.concatenate([np.asarray(r[n]) for r in runs])[:count] for n in runs[0]}
+
+
+def run_engine_samples(
+    run: Any, arrays: dict[str, Any], count: int, batch: int | None
+) -> dict[str, Any]:
+    """``run(feeds)`` (an engine) over every sample, in runs of the engine's batch."""
+    return _join([run(c) for c in _chunks(arrays, count, batch)], count)
+
+
+def sample_accuracy(
+    model_path: Path,
+    arrays: dict[str, Any],
+    count: int,
+    batch: int | None,
+    engine_outputs: dict[str, Any],
+    source: str,
+) -> dict[str, Any]:
+    """The engine's outputs on a sample set against ONNX Runtime on the FP32 model, with the
+    one metric (reported only): how far quantization moved the outputs on these samples."""
+    from reprobuild.precision import run_model
+
+    desc = {"source": source, "samples": count}
+    try:
+        import onnx
+
+        proto = onnx.load(str(model_path))
+        runs = []
+        for c in _chunks(arrays, count, batch):
+            names, ref, runtime = run_model(proto, c, "FP32 model")
+            runs.append(dict(zip(names, ref, strict=True)))
+        result = compare_outputs(engine_outputs, _join(runs, count))
+    except Exception as err:  # ORT lacks some kernels: report, don't fail
+        return {**desc, "error": f"{type(err).__name__}: {err}"[:300]}
+    return {**desc, "runtime": runtime, **result}

@@ -13,6 +13,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from reprobuild.workflow.outputs import engine_accuracy, load_inputs, output_has
 from reprobuild.workflow.pinned import pinned_build
 from reprobuild.workflow.plancheck import check_engine
 from reprobuild.workflow.prepare import prepare_model
+from reprobuild.workflow.sampleacc import compare_sets, load_sets, run_sets
 
 
 @dataclass
@@ -62,6 +64,8 @@ class VerifyResult:
     control: Control | None = None  # None: skipped (--no-control, or the rebuilds differ)
     sensitivity: list[TacticProbe] | None = None
     plan_check: dict[str, Any] | None = None  # the engine against the lock's precision plan
+    # the first engine vs the FP32 model on the calibration / held-apart samples, by set
+    sample_accuracy: dict[str, Any] | None = None
 
     @property
     def follows_plan(self) -> bool:
@@ -99,12 +103,16 @@ def verify(
     control: bool = True,
     control_limit: int | None = None,
     with_sensitivity: bool = False,
+    calibration: str | os.PathLike[str] | None = None,
+    held_out: str | os.PathLike[str] | None = None,
     progress: Progress = quiet,
 ) -> VerifyResult:
     """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical.
 
     ``control`` adds the positive control (at most ``control_limit`` probe builds) when the
-    rebuilds agree; ``with_sensitivity`` switches every layer in turn.
+    rebuilds agree; ``with_sensitivity`` switches every layer in turn. ``calibration`` (the
+    INT8 lock's data: its first ``samples`` are used) and ``held_out`` sample sets add the
+    first engine's error against FP32 on them.
     """
     from reprobuild.cachedir import cache_path
 
@@ -120,6 +128,14 @@ def verify(
     announce_backend(backend, be, progress)
     data, lock_path, model_path = open_lock(lock, model, be)
     feeds, inputs_desc = load_inputs(inputs, model_path, seed)
+    quant = None if data.precision is None else data.precision.quantization
+    sets = load_sets(
+        model_path,
+        None if calibration is None else str(calibration),
+        None if quant is None else quant.samples,
+        None if held_out is None else str(held_out),
+    )
+    set_outputs: list[dict[str, Any]] = []
     expected = data.tactic_map()
     names = {e.key: e.layer for e in data.layers}
     checks: list[BuildCheck] = []
@@ -161,6 +177,9 @@ def verify(
             outputs = be.run(pb.output.engine, feeds)
             if first_outputs is None:
                 first_outputs = outputs
+                set_outputs = run_sets(
+                    partial(be.run, pb.output.engine), sets, model_path, data.settings
+                )
             checks.append(
                 BuildCheck(
                     i,
@@ -183,6 +202,7 @@ def verify(
         getattr(be, "release", lambda: None)()  # its engine and ONNX Runtime's: not both
         progress(Step("comparing with ONNX Runtime"))
         accuracy = engine_accuracy(model_path, feeds, first_outputs or {})
+        sample_acc = compare_sets(model_path, sets, set_outputs, data.settings) if sets else None
     result = VerifyResult(
         ok,
         str(lock_path),
@@ -197,6 +217,7 @@ def verify(
         control=ctl,
         sensitivity=sens,
         plan_check=plan_check,
+        sample_accuracy=sample_acc,
     )
     if report is not None:
         from reprobuild.transaction import Outputs
