@@ -120,8 +120,14 @@ def apply_quant_plan(model: onnx.ModelProto, plan: PrecisionPlan) -> onnx.ModelP
     g.node.extend(new_nodes)
     still_used = {t for n in g.node for t in n.input}
     kept = [i for i in g.initializer if i.name in still_used]
+    dropped = {i.name for i in g.initializer} - {i.name for i in kept}
     del g.initializer[:]
     g.initializer.extend(kept + new_inits)
+    # Old-style models (opset < 9 exporters) also list every initializer as a graph input;
+    # a weight replaced by its INT8 copy must leave that list too, or runtimes ask for it.
+    inputs = [vi for vi in g.input if vi.name not in dropped]
+    del g.input[:]
+    g.input.extend(inputs)
     return out
 
 

@@ -247,3 +247,27 @@ def test_plan_diff_shows_scale_changes() -> None:
         f"{b.quantization.scales()['relu1_out'].hex()}"  # type: ignore[union-attr]
     ]
     assert diff_plans(b, b) == []
+
+
+def test_weights_listed_as_graph_inputs_leave_the_inputs_with_their_initializer() -> None:
+    """Old exporters list every initializer as a graph input too (the model zoo's files do):
+    the quantized graph must not keep an input whose weight became an INT8 copy."""
+    import onnxruntime as ort
+
+    model = onnx.load(str(digits.model_path("mlp")))
+    x = digits.held_out_split()[0][:64]
+    data = CalibData({"input": x}, len(x), samples_hash({"input": x}), "x")
+    plan, _ = calibrate(model, PrecisionSettings(), "minmax", 32, data)
+    for init in model.graph.initializer:  # the old-style listing
+        model.graph.input.append(
+            onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+        )
+    built = apply_quant_plan(model, plan)
+    inits = {i.name for i in built.graph.initializer}
+    listed = [vi.name for vi in built.graph.input]
+    assert "input" in listed and all(n == "input" or n in inits for n in listed)
+    assert len(listed) > 1  # the weights still in use stay listed, as the exporter had them
+    onnx.checker.check_model(built)
+    sess = ort.InferenceSession(built.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = sess.run(None, {"input": digits.held_out_split()[0]})
+    assert out.shape == (540, 10) and np.isfinite(out).all()
