@@ -107,3 +107,18 @@ def test_engine_bytes_round_trip_without_copies(tmp_path: Path) -> None:
     meta, view, digest = engine.split_engine(data)
     assert bytes(view) == b"model-bytes" and digest == data[-32:]
     assert engine.read_engine(bytearray(data))[1] == b"model-bytes"
+
+
+def test_build_report_says_how_many_blas_threads_ran(cli, tmp_path: Path) -> None:
+    import json
+
+    model = cnn_model(tmp_path)
+    for count, want in (("1", 1), ("2", 2)):
+        lock, report = tmp_path / f"t{count}.lock", tmp_path / f"r{count}.json"
+        r = cli(
+            "build", str(model), "--lock", str(lock), "--out", str(tmp_path / f"e{count}"),
+            "--report", str(report), "--cache-dir", str(tmp_path / "caches"),
+            "--backend", "reference", "--threads", count, "-q",
+        )  # fmt: skip
+        assert r.code == 0, r
+        assert json.loads(report.read_text())["blas_threads"] == want

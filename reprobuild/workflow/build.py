@@ -203,6 +203,9 @@ def build(
         rep = result.to_json()
         rep["report_path"] = str(report_path)
         rep["settings"] = settings.to_dict()
+        # How the backend ran, where it says (the reference backend's BLAS threads change
+        # the last bits of some kernels, so a report must show them); never part of keys.
+        rep["blas_threads"] = done.output.extra.get("blas_threads")
         rep["precision_error"] = precision_error
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
