@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reprobuild.precision import validate_options
+from reprobuild.precision.options import validate_options
 from reprobuild.workflow.build import BuildResult, PrecisionRequest, build
 from reprobuild.workflow.verify import verify
 

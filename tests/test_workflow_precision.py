@@ -18,9 +18,12 @@ import numpy as np
 import onnx
 import pytest
 
-from reprobuild import precision as P
 from reprobuild.backends.reference import ReferenceBackend
 from reprobuild.lock.yamlio import load_lock, save_lock
+from reprobuild.precision.calibration import load_calibration
+from reprobuild.precision.ops import MATRIX_OPS
+from reprobuild.precision.report import diff_plans
+from reprobuild.precision.rules import derive_plan
 from reprobuild.workflow.outputs import load_inputs
 
 from .conftest import EXAMPLES
@@ -197,9 +200,9 @@ def test_new_calibration_with_lock_keeps_plan_and_bits(
     )
     model = onnx.load(str(CNN))
     locked = load_lock(tmp / "a.lock").precision
-    new_feeds, desc = P.load_calibration(str(tmp / "new.npz"), model)
-    rederived = P.derive_plan(model, "fp16", locked.settings, new_feeds, desc)
-    changed = P.diff_plans(locked, rederived)
+    new_feeds, desc = load_calibration(str(tmp / "new.npz"), model)
+    rederived = derive_plan(model, "fp16", locked.settings, new_feeds, desc)
+    changed = diff_plans(locked, rederived)
     assert "node conv1: fp32/magnitude -> fp16/default" in changed
     assert "node pool1: fp32/magnitude -> fp16/default" in changed
 
@@ -291,7 +294,7 @@ def test_fp32_accumulate_changes_only_matrix_layers(
     plan32 = load_lock(tmp / "acc32.lock").precision
 
     # The plans differ in the setting and in the accumulate field of matrix nodes only.
-    assert P.diff_plans(plan16, plan32) == [
+    assert diff_plans(plan16, plan32) == [
         "settings.fp32_accumulate: False -> True",
         "node conv1: fp16/default -> fp16/default (acc fp32)",
         "node conv2: fp16/default -> fp16/default (acc fp32)",
@@ -300,8 +303,8 @@ def test_fp32_accumulate_changes_only_matrix_layers(
     for a, b in zip(plan16.nodes, plan32.nodes, strict=True):
         assert (a.node, a.op, a.precision, a.rule) == (b.node, b.op, b.precision, b.rule)
         assert a.accumulate is None
-        assert b.accumulate == ("fp32" if a.op in P.MATRIX_OPS else None)
-    assert {n.op for n in plan16.nodes if n.op in P.MATRIX_OPS} == {"Conv", "Gemm"}
+        assert b.accumulate == ("fp32" if a.op in MATRIX_OPS else None)
+    assert {n.op for n in plan16.nodes if n.op in MATRIX_OPS} == {"Conv", "Gemm"}
 
     # The FP16 plan got FP16-accumulating kernels; FP32 accumulation runs FP32 kernels.
     k16, k32 = _kernels(tmp / "f16.lock"), _kernels(tmp / "acc32.lock")

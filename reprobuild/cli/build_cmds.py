@@ -241,7 +241,7 @@ def build(
     )
     request = None
     if precision is not None:
-        from reprobuild.precision import validate_options
+        from reprobuild.precision.options import validate_options
 
         request = PrecisionRequest(
             precision,

@@ -435,12 +435,13 @@ def _plan_error(original: Path, converted: Path) -> dict[str, Any]:
     """Output error of the converted model against the FP32 one, on seeded inputs."""
     import onnx
 
-    from reprobuild import precision
+    from reprobuild.precision.calibration import load_calibration
+    from reprobuild.precision.measure import plan_error
 
     fp32 = onnx.load(str(original))
-    feeds, desc = precision.load_calibration(None, fp32)
+    feeds, desc = load_calibration(None, fp32)
     try:
-        err = precision.plan_error(fp32, onnx.load(str(converted)), feeds)
+        err = plan_error(fp32, onnx.load(str(converted)), feeds)
     except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
         return {"error": str(exc), "inputs": desc}
     keep = ("max_abs", "max_rel", "cosine", "top1_agreement", "runtime")

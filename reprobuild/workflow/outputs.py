@@ -34,7 +34,7 @@ def load_inputs(
     """Seeded random inputs, or ``.npz`` / Polygraphy saved-inputs JSON (never unpickled)."""
     import onnx
 
-    from reprobuild.precision import load_calibration
+    from reprobuild.precision.calibration import load_calibration
 
     proto = onnx.load(str(model_path), load_external_data=False)
     return load_calibration(None if path is None else str(path), proto, seed=seed)
@@ -47,7 +47,7 @@ def engine_accuracy(
 
     Compared with the original model, so a precision plan's error shows here too.
     """
-    from reprobuild.precision import run_model
+    from reprobuild.precision.measure import run_model
 
     try:
         import onnx
@@ -120,7 +120,7 @@ def sample_accuracy(
 ) -> dict[str, Any]:
     """The engine's outputs on a sample set against ONNX Runtime on the FP32 model, with the
     one metric (reported only): how far quantization moved the outputs on these samples."""
-    from reprobuild.precision import run_model
+    from reprobuild.precision.measure import run_model
 
     desc = {"source": source, "samples": count}
     try:

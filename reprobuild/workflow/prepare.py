@@ -39,7 +39,9 @@ def prepare_model(
     plan, and notes for the user."""
     import onnx
 
-    from reprobuild import precision
+    from reprobuild.precision.apply import apply_plan
+    from reprobuild.precision.calibration import load_calibration
+    from reprobuild.precision.rules import derive_plan, observe_plan
 
     notes: list[str] = []
     proto = onnx.load(str(model_path))
@@ -70,22 +72,22 @@ def prepare_model(
             plan, more = calibrate_int8(proto, request)
             notes += more
         else:
-            feeds, desc = precision.load_calibration(request.calibration, proto)
-            plan = precision.derive_plan(proto, request.mode, request.settings, feeds, desc)
+            feeds, desc = load_calibration(request.calibration, proto)
+            plan = derive_plan(proto, request.mode, request.settings, feeds, desc)
     else:
-        plan = precision.observe_plan(proto)
+        plan = observe_plan(proto)
         if lock is not None and lock.precision is None and plan is not None:
             notes.append("the model is mixed precision but the lock has no plan")
     if plan is None or plan.mode == "observed":
         if plan is not None:
-            precision.apply_plan(proto, plan)  # validates node names against the model
+            apply_plan(proto, plan)  # validates node names against the model
         return model_path, plan, notes
     if plan.mode == "int8":
         from reprobuild.precision.qdq import apply_quant_plan
 
         converted = apply_quant_plan(proto, plan)
     else:
-        converted = precision.apply_plan(proto, plan)
+        converted = apply_plan(proto, plan)
     out = workdir / f"{model_path.stem}.{plan.mode}.onnx"
     onnx.save(converted, str(out))
     return out, plan, notes

@@ -17,7 +17,7 @@ import onnx
 
 from reprobuild.accuracy import compare_outputs
 from reprobuild.backends import get_backend
-from reprobuild.precision import run_model
+from reprobuild.precision.measure import run_model
 from tests.models import digits
 
 CALIB = 256

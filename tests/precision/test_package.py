@@ -1,12 +1,9 @@
-"""The package's shape: importing it is light, and the names other code reads still resolve."""
+"""The package's shape: importing it, its options and its report loads nothing heavy."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-
-import reprobuild.precision as precision_pkg
-from reprobuild.precision import apply, calibration, measure, options, report, rules
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -25,16 +22,6 @@ def test_importing_the_package_options_and_report_loads_nothing_heavy() -> None:
         "validate_options('fp16', ['^head'], [], 512.0, None, False)"
     )
     assert _loaded_after(code) == set()
-
-
-def test_compat_names_resolve_to_their_modules() -> None:
-    assert precision_pkg.apply_plan is apply.apply_plan
-    assert precision_pkg.derive_plan is rules.derive_plan
-    assert precision_pkg.load_calibration is calibration.load_calibration
-    assert precision_pkg.plan_error is measure.plan_error
-    assert precision_pkg.validate_options is options.validate_options
-    assert precision_pkg.diff_plans is report.diff_plans
-    assert {"MATRIX_OPS", "observe_plan", "run_model", "ort_session"} <= set(dir(precision_pkg))
 
 
 def test_element_type_constants_are_onnx_values() -> None:
