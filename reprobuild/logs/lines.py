@@ -42,13 +42,7 @@ CAND = _rx(
     r"(?:Time|time):?\s*(?P<time>[^\s,]+)"
 )
 FASTEST_TAIL = _rx(r"Fastest Tactic: (?P<tac>[^\s,]+)\s+Time:?\s*(?P<time>[^\s,]+)")
-PROFILED = _rx(r"(?P<layer>.*) \((?P<runner>[^()]*)\) profiling completed")
 CHOSE = _rx(r"Chose Runner Type: (?P<runner>.+?) Tactic: (?P<tac>[^\s,]+)")
-SET_TACTIC = _rx(
-    r"(?P<layer>.*?)\s*(?:\((?P<src>[^()]*)\)\s*)?Set Tactic Name: (?P<k>.*?)"
-    r"(?: Tactic: (?P<tac>[^\s,]+))?\s*$"
-)
-RUNNER_TAIL = _rx(r"(?P<layer>.*) \((?P<runner>[^()]*)\)\s*$")
 _OP_KEYED = _rx(r"(?P<name>.*)\(key: (?P<key>[^)]*)\)\s*:?\s*(?P<rest>.*)$")
 _KEY32 = _rx(r"0[xX][0-9a-fA-F]{32}")
 _KEY_IN = _rx(r"\s*\(key: (?P<key>0[xX][0-9a-fA-F]{32})\)\s*")

@@ -35,26 +35,25 @@ from __future__ import annotations
 
 from reprobuild.logs.blocks import BlockState, OpBlock, RunnerBlock
 from reprobuild.logs.lines import (
-    CAND,
-    CHOSE,
-    FASTEST_TAIL,
     FOREIGN_META,
-    PROFILED,
-    RUNNER_TAIL,
-    SELECTED,
-    SET_TACTIC,
-    WORD,
     WRITING,
     WS,
     cached_line,
+    cand_parts,
+    chose_parts,
+    cost_of,
+    fastest_parts,
     layer_line,
     oneline_layer,
     op_header,
+    runner_parts,
+    selected_parts,
+    set_tactic_parts,
     strip_prefix,
     warning_kind,
 )
 from reprobuild.logs.records import Candidate, TacticRecord
-from reprobuild.logs.values import U64, split_onnx_layers, tactic_to_int, tactic_token, to_float
+from reprobuild.logs.values import U64, split_onnx_layers, tactic_to_int
 
 __all__ = ["LogParser"]
 
@@ -135,12 +134,7 @@ class LogParser(BlockState):
                 if 0 <= tac < U64:
                     k = line.rfind("Tactic Name: ", 0, i)
                     kernel = (line[k + 13 : i].strip(WS) or None) if k >= 0 else None
-                    tail = line[j + 7 :]
-                    try:
-                        cost: float | None = float(tail)
-                    except ValueError:  # trailing text after the time
-                        word = WORD.search(tail)
-                        cost = to_float(word[0]) if word else None
+                    cost = cost_of(line[j + 7 :])
                     blk = self._blk
                     if blk is not None and self._op is None and self._pending is None:
                         if tok[1:2] != "x":
@@ -148,7 +142,7 @@ class LogParser(BlockState):
                         if len(blk.cands) < MAX_CANDIDATES:
                             blk.cands.append(Candidate(None, tac, kernel, cost, blk.runner))
                     else:
-                        self._candidate(tac, tok, kernel, cost)
+                        self._candidate(tac, tok[:2] in ("0x", "0X"), kernel, cost)
                     return True
         if "Fastest Tactic" in line:
             return self._fastest(line)
@@ -160,16 +154,13 @@ class LogParser(BlockState):
             return self._layer_line(line)
         if "LayerType: " in line:
             return self._oneline(line)
-        m = CAND.search(line)
-        if m is None:
+        parts = cand_parts(line)
+        if parts is None:
             return False
-        tac = tactic_token(m["tac"])
-        if tac is None:
-            return False
-        self._candidate(tac, m["tac"], m["k"], to_float(m["time"]))
+        self._candidate(*parts)
         return True
 
-    def _candidate(self, tac: int, tok: str, kernel: str | None, cost: float | None) -> None:
+    def _candidate(self, tac: int, hex_: bool, kernel: str | None, cost: float | None) -> None:
         if self._op is not None:
             self._flush_op()
         pending = self._pending
@@ -177,7 +168,7 @@ class LogParser(BlockState):
             if kernel is None and (pending[1] is None or pending[1] == tac):
                 kernel = pending[0]
             self._pending = None
-        if tok[:2] not in ("0x", "0X"):
+        if not hex_:
             self._legacy = True
         blk = self._blk
         cand = Candidate(None, tac, kernel, cost, blk.runner if blk else None)
@@ -192,71 +183,54 @@ class LogParser(BlockState):
     # -- runner / legacy blocks -----------------------------------------------------------
 
     def _fastest(self, line: str) -> bool:
-        i = line.find("Fastest Tactic: ")
-        m = FASTEST_TAIL.match(line, i) if i >= 0 else None
-        if m is None:
+        parts = fastest_parts(line)
+        if parts is None:
             return False
-        tac = tactic_to_int(m["tac"])
-        if tac is None:
-            return False
+        tac, time, layer, runner = parts
         self._flush_op()
-        layer, runner = "", None
-        pm = PROFILED.search(line, 0, i)
-        if pm is not None:
-            layer = strip_prefix(pm["layer"])
-            runner = pm["runner"].split("[", 1)[0].strip(WS) or None
         blk = self._blk if self._blk is not None else self._open_implicit(layer)
         if layer and not blk.layer:
             blk.layer = layer
             self._attach_meta(blk)
         if runner is None:
             runner = blk.runner
-        blk.fastest.append((runner, tac, to_float(m["time"])))
+        blk.fastest.append((runner, tac, time))
         return True
 
     def _chose(self, line: str) -> bool:
-        m = CHOSE.search(line)
-        if m is None:
+        parts = chose_parts(line)
+        if parts is None:
             return False
-        tac = tactic_to_int(m["tac"])
-        if tac is None:
-            return False
+        tac, runner, hex_ = parts
         self._flush_op()
         blk = self._blk if self._blk is not None else self._open_implicit("")
-        if m["tac"][:2] not in ("0x", "0X"):
+        if not hex_:
             self._legacy = True
         self._blk = None
-        self._emit_runner_block(blk, tac, m["runner"].strip(WS))
+        self._emit_runner_block(blk, tac, runner)
         return True
 
     def _set_tactic(self, line: str) -> bool:
-        m = SET_TACTIC.match(strip_prefix(line))
-        if m is None:
+        parts = set_tactic_parts(line)
+        if parts is None:
             return False
+        layer, kernel, tac = parts
         self._flush_op()
-        tac = tactic_to_int(m["tac"]) if m["tac"] else None
-        self._pending = (m["k"].strip(WS), tac)
-        if m["layer"]:
-            self._set_layer = m["layer"].strip(WS)
+        self._pending = (kernel, tac)
+        if layer is not None:
+            self._set_layer = layer
         self._legacy = True
         return True
 
     def _timing_runner(self, line: str) -> bool:
-        i = line.find("Timing Runner: ")
-        if i < 0:
+        parts = runner_parts(line)
+        if parts is None:
             return False
-        rest = line[i + 15 :].strip(WS)
-        m = RUNNER_TAIL.match(rest)
-        if m is not None:
-            layer = m["layer"].strip(WS)
-            runner: str | None = m["runner"].split("[", 1)[0].strip(WS) or None
-        else:
-            layer, runner = rest, None
+        layer, runner, reformat = parts
         self._flush_op()
         blk = self._blk
         if blk is None:
-            kind = "reformat" if layer.startswith("Optimizer Reformat") else "runner"
-            blk = self._open_implicit(layer, kind)
+            blk = self._open_implicit(layer, "reformat" if reformat else "runner")
         if not blk.layer:
             blk.layer = layer
             self._attach_meta(blk)
@@ -331,13 +305,10 @@ class LogParser(BlockState):
         return True
 
     def _selected(self, line: str) -> None:
-        m = SELECTED.search(line)
+        parts = selected_parts(line)
         op = self._op
-        if m is None or op is None:
-            return
-        tac = tactic_to_int(m["tac"])
-        if tac is not None:
-            op.sel, op.sel_cost = tac, to_float(m["time"])
+        if parts is not None and op is not None:
+            op.sel, op.sel_cost = parts
 
     # -- cache lines, warnings, engine layers ---------------------------------------------
 

@@ -1,0 +1,88 @@
+"""The written-out line readers in ``logs/lines.py`` (string methods, no backtracking) are
+held to the regular expressions they replace. Both parsers read these lines through them, so
+the differential C-vs-Python tests cannot see a mistake in them; these tests can."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reprobuild.logs.lines import WS, fastest_parts, runner_parts, set_tactic_parts, strip_prefix
+from reprobuild.logs.values import tactic_to_int
+
+FLAGS = re.ASCII
+PROFILED = re.compile(r"(?P<layer>.*) \((?P<runner>[^()]*)\) profiling completed", FLAGS)
+SET_TACTIC = re.compile(
+    r"(?P<layer>.*?)\s*(?:\((?P<src>[^()]*)\)\s*)?Set Tactic Name: (?P<k>.*?)"
+    r"(?: Tactic: (?P<tac>[^\s,]+))?\s*$",
+    FLAGS,
+)
+RUNNER_TAIL = re.compile(r"(?P<layer>.*) \((?P<runner>[^()]*)\)\s*$", FLAGS)
+
+# Pieces real lines are made of, so random lines hit the interesting cases often.
+PIECES = st.sampled_from(
+    [" ", "(", ")", "[", "]", ",", "\t", "conv1", "Cask", "0x1f", "12", "Tactic: ",
+     " Tactic: ", "Set Tactic Name: ", "Timing Runner: ", " profiling completed",
+     "Fastest Tactic: ", " Time: ", "0.5", "[TRT] ", "[V] ", "x", "\x1f"]
+)  # fmt: skip
+LINES = st.lists(PIECES, max_size=14).map("".join)
+
+
+def _regex_set_tactic(line: str):
+    m = SET_TACTIC.match(strip_prefix(line))
+    if m is None:
+        return None
+    tac = tactic_to_int(m["tac"]) if m["tac"] else None
+    return (m["layer"].strip(WS) if m["layer"] else None), m["k"].strip(WS), tac
+
+
+def _regex_runner(line: str):
+    i = line.find("Timing Runner: ")
+    if i < 0:
+        return None
+    rest = line[i + 15 :].strip(WS)
+    m = RUNNER_TAIL.match(rest)
+    if m is not None:
+        layer, runner = m["layer"].strip(WS), m["runner"].split("[", 1)[0].strip(WS) or None
+    else:
+        layer, runner = rest, None
+    return layer, runner, layer.startswith("Optimizer Reformat")
+
+
+def _regex_profiled(line: str, i: int):
+    m = PROFILED.search(line, 0, i)
+    if m is None:
+        return "", None
+    return strip_prefix(m["layer"]), m["runner"].split("[", 1)[0].strip(WS) or None
+
+
+@settings(max_examples=400, deadline=None)
+@given(LINES)
+def test_set_tactic_reader_equals_its_regex(line: str) -> None:
+    assert set_tactic_parts(line) == _regex_set_tactic(line)
+
+
+@settings(max_examples=400, deadline=None)
+@given(LINES)
+def test_runner_reader_equals_its_regex(line: str) -> None:
+    assert runner_parts(line) == _regex_runner(line)
+
+
+@settings(max_examples=400, deadline=None)
+@given(LINES)
+def test_fastest_reader_finds_the_regexs_layer_and_runner(line: str) -> None:
+    parts = fastest_parts(line)
+    if parts is not None:
+        assert parts[2:] == _regex_profiled(line, line.find("Fastest Tactic: "))
+
+
+def test_the_readers_on_real_lines() -> None:
+    line = "[TRT] conv1 (CaskConvolution[0x80000009]) profiling completed in 0.1 seconds. "
+    line += "Fastest Tactic: 0x1f Time: 0.5"
+    assert fastest_parts(line) == (0x1F, 0.5, "conv1", "CaskConvolution")
+    assert runner_parts("Timing Runner: conv1 (CaskConvolution[0x80000009])") == (
+        "conv1", "CaskConvolution", False
+    )  # fmt: skip
+    assert set_tactic_parts("conv1 (scudnn) Set Tactic Name: k1 Tactic: 12") == ("conv1", "k1", 12)
