@@ -22,6 +22,10 @@ CAPS: dict[str, int] = {
     "cache": 1 << 30,  # a timing cache holds one small entry per layer
 }
 
+COUNT_CAPS: dict[str, int] = {
+    "calib_files": 100_000,  # files in a calibration folder (one sample per file at most)
+}
+
 MEMORY_FRACTION = 0.5
 """A reference build may allocate at most this share of the machine's memory for tensors."""
 
@@ -41,6 +45,18 @@ def check_size(path: str | os.PathLike[str], size: int, kind: str) -> None:
         raise UsageError(
             f"{Path(path)}: {size:,} bytes is over the {limit:,}-byte limit for a {kind} file; "
             f"check that this is the right file (REPROBUILD_MAX_{kind.upper()}_BYTES raises it)"
+        )
+
+
+def check_count(path: str | os.PathLike[str], count: int, kind: str, what: str) -> None:
+    """Refuse more than the cap of ``kind`` items (``what``, e.g. "files") in ``path``, with
+    the override to use; called while counting, so a huge folder is not listed to its end."""
+    override = os.environ.get(f"REPROBUILD_MAX_{kind.upper()}", "")
+    limit = int(override) if override.isdigit() else COUNT_CAPS[kind]
+    if count > limit:
+        raise UsageError(
+            f"{Path(path)}: more than {limit:,} {what}; check that this is the right folder "
+            f"(REPROBUILD_MAX_{kind.upper()} raises the limit)"
         )
 
 

@@ -30,8 +30,15 @@ ThreadsOpt = typer.Option(
 
 
 HELD_OUT_HELP = (
-    "Held-apart samples (.npz, one array per input, first axis = samples): report the "
-    "engine's error against FP32 on them (INT8: also on the calibration set)."
+    "Held-apart samples (any --calibration INT8 form): report the engine's error against "
+    "FP32 on them (INT8: also on the calibration set)."
+)
+CALIBRATION_HELP = (
+    "fp16/bf16: inputs for the magnitude rule (.npz or Polygraphy JSON, first feed). "
+    "INT8: the calibration samples: a .npz (one array per input, first axis = samples), a "
+    "folder of .npy/.npz files (name order; one sample or a batch each), Polygraphy "
+    "--save-inputs JSON (feeds concatenated), or a dataset FILE.py:NAME / MODULE:NAME "
+    "(torch2trt's int8_calib_dataset: len(ds), ds[i] -> list of input tensors)."
 )
 
 
@@ -194,9 +201,7 @@ def build(
     fp32_accumulate: bool = typer.Option(
         False, "--fp32-accumulate", help="FP32 accumulation for MatMul/Gemm/Conv."
     ),
-    calibration: Path | None = typer.Option(
-        None, "--calibration", help="Inputs (.npz or Polygraphy JSON) for the magnitude rule."
-    ),
+    calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
     calib_method: str | None = typer.Option(
         None, "--calib-method", help="INT8: entropy (default), minmax or percentile."
     ),

@@ -1,18 +1,13 @@
 """Calibration and reference inputs: seeded, ``.npz`` or Polygraphy ``--save-inputs`` JSON.
 
-Nothing is ever unpickled. Polygraphy's own reader (``polygraphy.json.load_json``) is not
-used: it decodes whatever type a file's ``polygraphy_class`` marker names, and for
-``torch.Tensor`` that is ``torch.load`` (a restricted unpickler) whenever torch is
-installed. The small reader here accepts only base64 ``np.save`` arrays, loaded with
-``allow_pickle=False``, and keeps ``polygraphy`` out of the core dependencies.
+Nothing is ever unpickled: the files are decoded by ``precision.safeload`` (which says why
+Polygraphy's own reader is not used). INT8 calibration samples, read from more sources and
+cut into batches, are ``precision.calibdata``'s.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
-import json
 import os
 from typing import Any
 
@@ -20,8 +15,9 @@ import numpy as np
 import onnx
 
 from reprobuild.errors import UsageError
-from reprobuild.limits import check_size, check_tensor_bytes
+from reprobuild.limits import check_size
 from reprobuild.precision.analysis import np_dtype, real_inputs
+from reprobuild.precision.safeload import decode_npz, decode_polygraphy_json
 
 
 def load_calibration(
@@ -50,20 +46,9 @@ def load_calibration(
         raise UsageError(f"{path}: cannot read the calibration file ({err.strerror})") from None
     lower = path.lower()
     if lower.endswith(".npz"):
-        try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-                # A compressed archive can unpack to far more than its size: check first.
-                unpacked = sum(info.file_size for info in npz.zip.infolist())
-                check_tensor_bytes(f"{path}: the arrays", unpacked)
-                feeds = {k: np.asarray(npz[k]) for k in npz.files}
-        except UsageError:
-            raise
-        except Exception as err:  # noqa: BLE001 - any decoding problem is bad input
-            raise UsageError(
-                f"{path}: not a readable .npz archive ({err}); save it with numpy.savez"
-            ) from None
+        feeds = decode_npz(path, data)
     elif lower.endswith(".json"):
-        feeds = _load_polygraphy_json(path, data)
+        feeds = decode_polygraphy_json(path, data, limit=1)[0]
     else:
         raise UsageError(
             f"{path}: unknown calibration format; use a .npz file (numpy.savez) or a "
@@ -90,42 +75,6 @@ def _seeded(inputs: list[onnx.ValueInfoProto], seed: int) -> dict[str, np.ndarra
         else:
             arr = rng.random(shape, dtype=np.float64).astype(dtype)
         feeds[vi.name] = arr
-    return feeds
-
-
-def _load_polygraphy_json(path: str, data: bytes) -> dict[str, np.ndarray]:
-    """Polygraphy's saved inputs: a list of feed dicts; arrays are base64 ``np.save`` bytes."""
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as err:
-        raise UsageError(f"{path}: not valid JSON ({err}); pass Polygraphy saved inputs") from None
-    if isinstance(doc, list):
-        if not doc:
-            raise UsageError(f"{path}: the input list is empty; save at least one feed")
-        doc = doc[0]
-    if not isinstance(doc, dict):
-        raise UsageError(
-            f"{path}: expected a list of {{input name: array}} feeds (Polygraphy "
-            "--save-inputs format)"
-        )
-    feeds: dict[str, np.ndarray] = {}
-    for name, value in doc.items():
-        if not isinstance(value, dict) or not isinstance(value.get("array"), str):
-            raise UsageError(
-                f"{path}: input {name!r} is not a Polygraphy-encoded array; re-save the "
-                "inputs with `polygraphy run --save-inputs`"
-            )
-        try:
-            raw = base64.b64decode(value["array"].encode(), validate=True)
-            loaded = np.load(io.BytesIO(raw), allow_pickle=False)
-            if not isinstance(loaded, np.ndarray):  # older Polygraphy: an NPZ archive
-                with loaded as npz:
-                    loaded = np.asarray(npz[npz.files[0]])
-        except Exception as err:  # noqa: BLE001 - any decoding problem is bad input
-            raise UsageError(
-                f"{path}: input {name!r} cannot be decoded ({err}); re-save the inputs"
-            ) from None
-        feeds[str(name)] = loaded
     return feeds
 
 

@@ -29,8 +29,9 @@ def calibrate_int8(
 
     if request.calibration is None:
         raise UsageError(
-            "--precision int8 needs --calibration DATA (a .npz with one array per model "
-            "input, first axis = samples) to calibrate the activation scales"
+            "--precision int8 needs --calibration DATA to calibrate the activation scales: "
+            "a .npz (one array per model input, first axis = samples), a folder of .npy/.npz "
+            "files, Polygraphy --save-inputs JSON, or a dataset as file.py:NAME or module:NAME"
         )
     data = load_calib_data(request.calibration, proto, request.calib_samples)
     return calibrate(proto, request.settings, request.calib_method, request.calib_batch_size, data)
