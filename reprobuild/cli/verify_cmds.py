@@ -55,7 +55,8 @@ def verify(
     calibration: Path | None = typer.Option(
         None,
         "--calibration",
-        help="The INT8 lock's calibration data: report the engine's error against FP32 on it.",
+        help="The INT8 lock's calibration data (any build --calibration INT8 form): report "
+        "the engine's error against FP32 on it.",
     ),
     held_out: Path | None = typer.Option(None, "--held-out", help=HELD_OUT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),

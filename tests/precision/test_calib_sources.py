@@ -146,6 +146,20 @@ def test_module_spec_imports_from_the_current_directory(tmp_path: Path, cnn, mon
     assert str(tmp_path) not in sys.path  # put back as it was
 
 
+def test_a_dataset_that_changes_between_reads_changes_the_hash(tmp_path: Path, cnn) -> None:
+    """Random augmentation in ``__getitem__``: each read is other samples, so --frozen (which
+    compares this hash with the lock's) refuses it, as the README says."""
+    body = (
+        "class Augmented:\n    def __len__(self): return 4\n"
+        "    def __getitem__(self, i):\n"
+        "        return [np.random.default_rng().random((1, 8, 8)).astype(np.float32)]\n"
+        "DS = Augmented()\n"
+    )
+    spec = _dataset(tmp_path, body)
+    first, second = load_calib_data(spec, cnn, None), load_calib_data(spec, cnn, None)
+    assert first.count == second.count == 4 and first.sha256 != second.sha256
+
+
 @pytest.mark.parametrize(
     ("spec", "is_spec"),
     [
