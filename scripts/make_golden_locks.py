@@ -25,7 +25,6 @@ import reprobuild.lockfile as old
 if not hasattr(old, "_emit"):
     raise SystemExit("run this against the old hand-written emitter (PYTHONPATH=/tmp/base)")
 
-from reprobuild.backends.base import BuildSettings, Environment  # noqa: E402
 from reprobuild.lockfile import (  # noqa: E402
     ExternalFile,
     LayerEntry,
@@ -40,6 +39,8 @@ from reprobuild.precision_plan import (  # noqa: E402
     PrecisionPlan,
     PrecisionSettings,
 )
+
+from reprobuild.backends.base import BuildSettings, Environment  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "reprobuild" / "examples"
