@@ -153,8 +153,27 @@ def run_model(
             raise
     from onnx.reference import ReferenceEvaluator
 
-    outs = ReferenceEvaluator(model).run(out_names, cast_feeds)
+    outs = ReferenceEvaluator(model, new_ops=_qdq_ops()).run(out_names, cast_feeds)
     return out_names, [np.asarray(o) for o in outs], "onnx.reference"
+
+
+def _qdq_ops() -> list[type]:
+    """QuantizeLinear/DequantizeLinear for onnx.reference at any opset: it implements them
+    from opset 19 only, and an INT8 graph (opset >= 13) whose float side runs in BF16 falls
+    back to it. Later opsets only added types and attributes whose defaults keep the
+    opset-13 meaning, so the newest implementation computes the INT8 nodes exactly (its
+    class, as for any custom op, takes every attribute the newest schema has)."""
+    from onnx.reference.ops import op_dequantize_linear, op_quantize_linear
+
+    def newest(module: object, op: str) -> type:
+        found = [(int(n.rsplit("_", 1)[1]), n) for n in vars(module) if n.startswith(op + "_")]
+        base = getattr(module, max(found)[1])
+        return type(op, (base,), {"op_domain": ""})
+
+    return [
+        newest(op_dequantize_linear, "DequantizeLinear"),
+        newest(op_quantize_linear, "QuantizeLinear"),
+    ]
 
 
 def plan_error(
