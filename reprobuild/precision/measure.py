@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,12 +74,17 @@ def _tensor_bytes(an: Analysis, name: str) -> int:
 
 
 def measure(
-    an: Analysis, feeds: dict[str, np.ndarray], keep: set[str]
+    an: Analysis,
+    feeds: dict[str, np.ndarray],
+    keep: set[str],
+    more_feeds: Sequence[dict[str, np.ndarray]] = (),
 ) -> tuple[dict[str, Stat], dict[str, np.ndarray]]:
     """Shape and max |x| of every node output on ``feeds``; full values only for ``keep``.
 
     All intermediates become graph outputs (so ONNX Runtime computes exactly the graph's
-    ops, nothing fused away); big models run in several passes to bound memory.
+    ops, nothing fused away); big models run in several passes to bound memory. With
+    ``more_feeds`` (further calibration batches) each pass's session also runs on those:
+    max |x| is over every batch, shapes and values are the first batch's.
     """
     names: list[str] = []
     seen = set(an.input_names)
@@ -106,26 +112,34 @@ def measure(
         for n in batch:
             work.graph.output.add().name = n
         sess = ort_session(work.SerializeToString(), "model")
-        try:
-            outs = sess.run(batch, feeds)
-        except Exception as err:  # noqa: BLE001 - ORT raises several unrelated types
-            raise UsageError(
-                f"ONNX Runtime failed to run the model on the calibration inputs "
-                f"({_first_line(err)[:300]}); check that the inputs fit the model"
-            ) from None
-        for n, v in zip(batch, outs, strict=True):
-            if not isinstance(v, np.ndarray):
-                continue
-            mag = 0.0
-            if np.issubdtype(v.dtype, np.floating) and v.size:
-                with np.errstate(all="ignore"):
-                    mag = float(np.max(np.abs(v)))
-                if not math.isfinite(mag):
-                    mag = math.inf
-            stats[n] = Stat(tuple(int(d) for d in v.shape), mag)
-            if n in keep:
-                values[n] = v
+        for k, f in enumerate((feeds, *more_feeds)):
+            try:
+                outs = sess.run(batch, f)
+            except Exception as err:  # noqa: BLE001 - ORT raises several unrelated types
+                raise UsageError(
+                    f"ONNX Runtime failed to run the model on the calibration inputs "
+                    f"({_first_line(err)[:300]}); check that the inputs fit the model"
+                ) from None
+            for n, v in zip(batch, outs, strict=True):
+                if not isinstance(v, np.ndarray):
+                    continue
+                mag = _max_abs(v)
+                if k == 0:
+                    stats[n] = Stat(tuple(int(d) for d in v.shape), mag)
+                    if n in keep:
+                        values[n] = v
+                elif n in stats and mag > stats[n].max_abs:
+                    stats[n] = Stat(stats[n].shape, mag)
     return stats, values
+
+
+def _max_abs(v: np.ndarray) -> float:
+    """max |x| of a float tensor (inf for any NaN/Inf); 0.0 for other types."""
+    if not (np.issubdtype(v.dtype, np.floating) and v.size):
+        return 0.0
+    with np.errstate(all="ignore"):
+        mag = float(np.max(np.abs(v)))
+    return mag if math.isfinite(mag) else math.inf
 
 
 def run_model(

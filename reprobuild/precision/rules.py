@@ -193,11 +193,7 @@ def derive_plan(
         for pos, x in enumerate(info.node.input):
             if x and x in an.constant and x not in an.inits and info.in_params[pos] in conv[i]:
                 keep_values.add(x)
-    m = _Measured(an, feeds, *measure(an, feeds, keep_values), more_feeds=more_feeds)
-    for f in more_feeds:
-        for name, st in measure(an, f, set())[0].items():
-            was = m.stats.get(name)
-            m.stats[name] = st if was is None else Stat(was.shape, max(was.max_abs, st.max_abs))
+    m = _Measured(an, feeds, *measure(an, feeds, keep_values, more_feeds), more_feeds=more_feeds)
 
     decided: list[tuple[str, str] | None] = [None] * len(an.infos)
     for i, info in enumerate(an.infos):

@@ -19,10 +19,12 @@ from onnx import TensorProto, helper
 from reprobuild.backends import get_backend
 from reprobuild.errors import UsageError
 from reprobuild.lock import load_lock
-from reprobuild.lock.plan import NodePrecision
+from reprobuild.lock.plan import NodePrecision, PrecisionSettings
 from reprobuild.logs.layerinfo import load_layer_info
+from reprobuild.precision.calibdata import CalibData, samples_hash
 from reprobuild.precision.int8float import apply_int8_plan, combine
 from reprobuild.precision.opset import convert_for_int8
+from reprobuild.precision.quantize import calibrate
 from reprobuild.precision.report import diff_plans
 from tests.models import digits, zoo
 
@@ -144,6 +146,22 @@ def test_float_side_follows_the_fp16_rules(cli, tmp_path: Path) -> None:
     assert r.code == 0, r
     k = {n.node: (n.precision, n.rule) for n in load_lock(tmp_path / "k.lock").precision.nodes}  # type: ignore[union-attr]
     assert k["relu1"] == k["fc"] == ("fp32", "name") and k["relu2"] == ("fp16", "default")
+
+
+def test_magnitude_is_measured_over_every_calibration_batch() -> None:
+    """relu1 peaks at 4.686 in the first batch of 32 images and at 4.740 in the seventh:
+    --max-output 4.7 keeps it in FP32 only if every batch is measured."""
+    model = onnx.load(str(digits.model_path("cnn")))
+    x = digits.held_out_split()[0]
+
+    def rule(n: int) -> tuple[str, str]:
+        data = CalibData({"input": x[:n]}, n, samples_hash({"input": x[:n]}), "x")
+        settings = PrecisionSettings(max_output=4.7)
+        plan, _ = calibrate(model, settings, "minmax", 32, data, "fp16")
+        return next((p.precision, p.rule) for p in plan.nodes if p.node == "relu1")
+
+    assert rule(32) == ("fp16", "default")
+    assert rule(CALIB) == ("fp32", "magnitude")
 
 
 def test_float_bf16_on_the_mlp(cli, tmp_path: Path) -> None:
