@@ -11,13 +11,15 @@ The graph, as strongly typed TensorRT 11 takes it:
 
 - the Q/DQ part is exactly the FP32-float INT8 graph (:func:`.qdq.apply_quant_plan`): FP32
   scales holding the lock's float32 values bit for bit, INT8 weights with FP32 per-channel
-  scales. A DequantizeLinear's output type is its scale's type, so each quantized node reads
-  FP32 dequantized values and writes FP32, which TensorRT fuses into an INT8 kernel with an
-  FP32 bias (FP16 scales would round the locked scales, and flush tiny ones);
+  scales. A DequantizeLinear's output type is its scale's type (at opset 13 both are
+  float32 only; FP16 scales, allowed from opset 19, would also round the locked scales and
+  flush tiny ones), so each quantized node reads FP32 dequantized values and writes FP32,
+  which TensorRT fuses into an INT8 kernel with an FP32 bias;
 - then the FP16/BF16 plan is applied to that graph by :func:`.apply.apply_plan`, as
   ``--precision fp16`` does, with the quantized nodes and every Q/DQ node kept FP32: a Cast
   to FP16 after a quantized node whose consumer is FP16, a Cast to FP32 before a
-  QuantizeLinear fed by an FP16 tensor (its input type must be its scale's type), the
+  QuantizeLinear fed by an FP16 tensor (opset 13 QuantizeLinear takes float32 input with a
+  float32 scale; strongly typed TensorRT, too, wants input and scale of one type), the
   graph's inputs and outputs keeping their types.
 
 An FP16 activation between a quantized node and the next QuantizeLinear (a Relu epilogue)
