@@ -287,6 +287,13 @@ def test_opset9_zoo_model_is_converted_recorded_and_rebuilt_bit_identical(
     first = be.run((tmp_path / "a.engine").read_bytes(), feeds)
     again = be.run((tmp_path / "b.engine").read_bytes(), feeds)
     assert all(np.asarray(first[k]).tobytes() == np.asarray(again[k]).tobytes() for k in first)
+    # a lock whose plan says no conversion does not fit this opset-9 model
+    lock = tmp_path / "sq.lock"
+    block = f'    opset:\n      from: 9\n      to: 13\n      onnx: "{onnx.__version__}"\n'
+    lock.write_text(text.replace(block, ""))
+    r = build(out="c")
+    assert r.code == 2 and r.err.count("\n") == 1, r
+    assert "recorded on an opset >= 13 model, but the model is opset 9" in r.err
 
 
 def test_a_failing_opset_conversion_is_one_line_exit_2(monkeypatch) -> None:
