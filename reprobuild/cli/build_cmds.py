@@ -211,6 +211,11 @@ def build(
     calib_samples: int | None = typer.Option(
         None, "--calib-samples", help="INT8: calibrate on the first N samples [default: all]."
     ),
+    float_precision: str | None = typer.Option(
+        None,
+        "--float",
+        help="INT8: what stays float runs in fp32 (default), fp16 or bf16 by the fp16 rules.",
+    ),
     held_out: Path | None = typer.Option(None, "--held-out", help=HELD_OUT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
@@ -259,7 +264,14 @@ def build(
                 fp32_accumulate,
             ),
             None if calibration is None else str(calibration),
-            **calib_options(precision, calib_method, calib_batch_size, calib_samples),
+            **calib_options(
+                precision, calib_method, calib_batch_size, calib_samples, float_precision
+            ),
+        )
+    elif float_precision is not None:
+        raise UsageError(
+            f"--float {float_precision} is an INT8 option (the precision of what INT8 leaves "
+            "in float); use it with --precision int8"
         )
     elif (
         keep_fp32
@@ -334,9 +346,18 @@ def print_sample_accuracy(accuracy: dict[str, Any] | None) -> None:
 
 
 def calib_options(
-    mode: str, method: str | None, batch_size: int | None, samples: int | None
+    mode: str,
+    method: str | None,
+    batch_size: int | None,
+    samples: int | None,
+    float_precision: str | None = None,
 ) -> dict[str, Any]:
     """The INT8 calibration options as PrecisionRequest fields; refused for other modes."""
+    if mode != "int8" and float_precision is not None:
+        raise UsageError(
+            f"--float {float_precision} is an INT8 option (the precision of what INT8 leaves "
+            f"in float); with --precision {mode} every converted node is already {mode}"
+        )
     given = [
         n
         for n, v in (
@@ -352,16 +373,24 @@ def calib_options(
                 f"{given[0]} is an INT8 calibration option; use it with --precision int8"
             )
         return {}
-    from reprobuild.lock.qplan import CALIB_METHODS
+    from reprobuild.lock.qplan import CALIB_METHODS, FLOAT_PRECISIONS
 
     if method is not None and method not in CALIB_METHODS:
         raise UsageError(
             f"--calib-method {method!r}: unknown method; use {', '.join(CALIB_METHODS)}"
         )
+    if float_precision is not None and float_precision not in FLOAT_PRECISIONS:
+        raise UsageError(
+            f"--float {float_precision!r}: unknown precision; use {', '.join(FLOAT_PRECISIONS)}"
+        )
     for name, value in (("--calib-batch-size", batch_size), ("--calib-samples", samples)):
         if value is not None and value < 1:
             raise UsageError(f"{name} {value}: must be a positive integer")
-    out: dict[str, Any] = {"calib_method": method or "entropy", "calib_samples": samples}
+    out: dict[str, Any] = {
+        "calib_method": method or "entropy",
+        "calib_samples": samples,
+        "float_precision": float_precision,
+    }
     if batch_size is not None:
         out["calib_batch_size"] = batch_size
     return out

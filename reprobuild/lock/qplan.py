@@ -17,6 +17,7 @@ from typing import Any
 from reprobuild.lock.schema import Doc, Path_
 
 CALIB_METHODS = ("entropy", "minmax", "percentile")
+FLOAT_PRECISIONS = ("fp32", "fp16", "bf16")  # --float: what an INT8 build leaves in float
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _HEX_FLOAT = re.compile(r"^0x[0-9a-f](\.[0-9a-f]*)?p[+-]?[0-9]+$")  # float.hex(), positive
 
@@ -45,6 +46,20 @@ class WeightScale:
         return {"tensor": self.tensor, "axis": self.axis, "sha256": self.sha256}
 
 
+@dataclass(frozen=True)
+class OpsetConversion:
+    """The model's opset was older than per-channel Q/DQ needs: ``onnx.version_converter``
+    (a pure function of the model, per onnx version) converted it before calibrating, and
+    converts it again before every locked build applies the plan."""
+
+    source: int
+    target: int
+    onnx: str  # the onnx version that converted it when the plan was recorded
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"from": self.source, "to": self.target, "onnx": self.onnx}
+
+
 @dataclass
 class QuantPlan:
     """Calibration settings, the data's identity and every scale."""
@@ -56,17 +71,26 @@ class QuantPlan:
     onnxruntime: str
     activations: list[ActivationScale] = field(default_factory=list)
     weights: list[WeightScale] = field(default_factory=list)
+    # What stays float runs in this precision (``--float``). Written only when it is not
+    # fp32, and a lock without it reads as fp32: older INT8 locks keep their bytes.
+    float_precision: str = "fp32"
+    opset: OpsetConversion | None = None  # written only when the model was converted
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "method": self.method,
             "batch_size": self.batch_size,
             "samples": self.samples,
             "data_sha256": self.data_sha256,
             "onnxruntime": self.onnxruntime,
-            "activations": [a.to_dict() for a in self.activations],
-            "weights": [w.to_dict() for w in self.weights],
         }
+        if self.float_precision != "fp32":
+            d["float"] = self.float_precision
+        if self.opset is not None:
+            d["opset"] = self.opset.to_dict()
+        d["activations"] = [a.to_dict() for a in self.activations]
+        d["weights"] = [w.to_dict() for w in self.weights]
+        return d
 
     def scales(self) -> dict[str, float]:
         return {a.tensor: a.scale for a in self.activations}
@@ -94,7 +118,7 @@ def _sha(doc: Doc, value: Any, path: Path_) -> str:
 
 def quant_from_data(doc: Doc, value: Any, path: Path_) -> QuantPlan:
     keys = ("method", "batch_size", "samples", "data_sha256", "onnxruntime")
-    m = doc.mapping(value, path, (*keys, "activations", "weights"), ())
+    m = doc.mapping(value, path, (*keys, "activations", "weights"), ("float", "opset"))
     acts: list[ActivationScale] = []
     seen: set[str] = set()
     for i, item in enumerate(doc.seq(m["activations"], path + ("activations",))):
@@ -124,4 +148,17 @@ def quant_from_data(doc: Doc, value: Any, path: Path_) -> QuantPlan:
         onnxruntime=doc.string(m["onnxruntime"], path + ("onnxruntime",)),
         activations=acts,
         weights=weights,
+        float_precision="fp32"
+        if m.get("float") is None
+        else doc.choice(m["float"], path + ("float",), FLOAT_PRECISIONS),
+        opset=None if m.get("opset") is None else _opset(doc, m["opset"], path + ("opset",)),
     )
+
+
+def _opset(doc: Doc, value: Any, path: Path_) -> OpsetConversion:
+    m = doc.mapping(value, path, ("from", "to", "onnx"), ())
+    source = doc.integer(m["from"], path + ("from",), minimum=1)
+    target = doc.integer(m["to"], path + ("to",), minimum=1)
+    if target <= source:
+        doc.fail(path + ("to",), f"opset {target} is not newer than {source}", "re-record")
+    return OpsetConversion(source, target, doc.string(m["onnx"], path + ("onnx",)))

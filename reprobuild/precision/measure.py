@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,12 +74,17 @@ def _tensor_bytes(an: Analysis, name: str) -> int:
 
 
 def measure(
-    an: Analysis, feeds: dict[str, np.ndarray], keep: set[str]
+    an: Analysis,
+    feeds: dict[str, np.ndarray],
+    keep: set[str],
+    more_feeds: Sequence[dict[str, np.ndarray]] = (),
 ) -> tuple[dict[str, Stat], dict[str, np.ndarray]]:
     """Shape and max |x| of every node output on ``feeds``; full values only for ``keep``.
 
     All intermediates become graph outputs (so ONNX Runtime computes exactly the graph's
-    ops, nothing fused away); big models run in several passes to bound memory.
+    ops, nothing fused away); big models run in several passes to bound memory. With
+    ``more_feeds`` (further calibration batches) each pass's session also runs on those:
+    max |x| is over every batch, shapes and values are the first batch's.
     """
     names: list[str] = []
     seen = set(an.input_names)
@@ -106,26 +112,34 @@ def measure(
         for n in batch:
             work.graph.output.add().name = n
         sess = ort_session(work.SerializeToString(), "model")
-        try:
-            outs = sess.run(batch, feeds)
-        except Exception as err:  # noqa: BLE001 - ORT raises several unrelated types
-            raise UsageError(
-                f"ONNX Runtime failed to run the model on the calibration inputs "
-                f"({_first_line(err)[:300]}); check that the inputs fit the model"
-            ) from None
-        for n, v in zip(batch, outs, strict=True):
-            if not isinstance(v, np.ndarray):
-                continue
-            mag = 0.0
-            if np.issubdtype(v.dtype, np.floating) and v.size:
-                with np.errstate(all="ignore"):
-                    mag = float(np.max(np.abs(v)))
-                if not math.isfinite(mag):
-                    mag = math.inf
-            stats[n] = Stat(tuple(int(d) for d in v.shape), mag)
-            if n in keep:
-                values[n] = v
+        for k, f in enumerate((feeds, *more_feeds)):
+            try:
+                outs = sess.run(batch, f)
+            except Exception as err:  # noqa: BLE001 - ORT raises several unrelated types
+                raise UsageError(
+                    f"ONNX Runtime failed to run the model on the calibration inputs "
+                    f"({_first_line(err)[:300]}); check that the inputs fit the model"
+                ) from None
+            for n, v in zip(batch, outs, strict=True):
+                if not isinstance(v, np.ndarray):
+                    continue
+                mag = _max_abs(v)
+                if k == 0:
+                    stats[n] = Stat(tuple(int(d) for d in v.shape), mag)
+                    if n in keep:
+                        values[n] = v
+                elif n in stats and mag > stats[n].max_abs:
+                    stats[n] = Stat(stats[n].shape, mag)
     return stats, values
+
+
+def _max_abs(v: np.ndarray) -> float:
+    """max |x| of a float tensor (inf for any NaN/Inf); 0.0 for other types."""
+    if not (np.issubdtype(v.dtype, np.floating) and v.size):
+        return 0.0
+    with np.errstate(all="ignore"):
+        mag = float(np.max(np.abs(v)))
+    return mag if math.isfinite(mag) else math.inf
 
 
 def run_model(
@@ -153,8 +167,27 @@ def run_model(
             raise
     from onnx.reference import ReferenceEvaluator
 
-    outs = ReferenceEvaluator(model).run(out_names, cast_feeds)
+    outs = ReferenceEvaluator(model, new_ops=_qdq_ops()).run(out_names, cast_feeds)
     return out_names, [np.asarray(o) for o in outs], "onnx.reference"
+
+
+def _qdq_ops() -> list[type]:
+    """QuantizeLinear/DequantizeLinear for onnx.reference at any opset: it implements them
+    from opset 19 only, and an INT8 graph (opset >= 13) whose float side runs in BF16 falls
+    back to it. Later opsets only added types and attributes whose defaults keep the
+    opset-13 meaning, so the newest implementation computes the INT8 nodes exactly (its
+    class, as for any custom op, takes every attribute the newest schema has)."""
+    from onnx.reference.ops import op_dequantize_linear, op_quantize_linear
+
+    def newest(module: object, op: str) -> type:
+        found = [(int(n.rsplit("_", 1)[1]), n) for n in vars(module) if n.startswith(op + "_")]
+        base = getattr(module, max(found)[1])
+        return type(op, (base,), {"op_domain": ""})
+
+    return [
+        newest(op_dequantize_linear, "DequantizeLinear"),
+        newest(op_quantize_linear, "QuantizeLinear"),
+    ]
 
 
 def plan_error(

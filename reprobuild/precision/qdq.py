@@ -21,9 +21,8 @@ from reprobuild.errors import UsageError
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan
 from reprobuild.lock.qplan import WeightScale
 from reprobuild.precision.analysis import node_keys
+from reprobuild.precision.opset import INT8_OPSET, model_opset
 from reprobuild.precision.quantize import activation_inputs, weight_input
-
-_MIN_OPSET = 13  # per-channel QuantizeLinear/DequantizeLinear (axis)
 
 
 def weight_axis(node: onnx.NodeProto) -> int:
@@ -77,11 +76,11 @@ def apply_quant_plan(model: onnx.ModelProto, plan: PrecisionPlan) -> onnx.ModelP
     quant = plan.quantization
     if quant is None:
         raise UsageError("the INT8 precision plan has no quantization section; re-record it")
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < _MIN_OPSET:
+    opset = model_opset(model)
+    if opset < INT8_OPSET:  # a build converts first (precision.opset.convert_for_int8)
         raise UsageError(
-            f"the model uses ONNX opset {opset}; INT8 needs opset >= {_MIN_OPSET} for "
-            "per-channel quantization: re-export it with a newer opset"
+            f"the model uses ONNX opset {opset}; INT8 needs opset >= {INT8_OPSET} for "
+            "per-channel quantization: convert it with precision.opset.convert_for_int8"
         )
     keys = node_keys(model)
     planned = plan.by_node()

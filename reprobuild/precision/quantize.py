@@ -25,7 +25,7 @@ import onnx
 
 from reprobuild.errors import UsageError
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
-from reprobuild.lock.qplan import ActivationScale, QuantPlan
+from reprobuild.lock.qplan import ActivationScale, OpsetConversion, QuantPlan
 from reprobuild.precision.analysis import node_keys
 from reprobuild.precision.calibdata import CalibData, samples_hash
 
@@ -87,8 +87,14 @@ def calibrate(
     method: str,
     batch_size: int,
     data: CalibData,
+    float_precision: str = "fp32",
+    opset: OpsetConversion | None = None,
 ) -> tuple[PrecisionPlan, list[str]]:
-    """Calibrate with ONNX Runtime and return the INT8 plan, with notes for the user."""
+    """Calibrate with ONNX Runtime and return the INT8 plan, with notes for the user.
+
+    ``float_precision`` fp16/bf16: what stays float is decided by those rules on the same
+    batches (:mod:`.int8float`); ``opset``: the conversion ``model`` already went through,
+    recorded in the plan."""
     import onnxruntime
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -134,7 +140,7 @@ def calibrate(
     with tempfile.TemporaryDirectory(prefix="reprobuild-calib-") as tmp:
         src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.qdq.onnx"
         onnx.save(_dynamic_batch(model), str(src))
-        with _quiet():
+        with _quiet(), _calibration_errors(batch_size):
             quantize_static(
                 str(src),
                 str(dst),
@@ -167,6 +173,10 @@ def calibrate(
         scales.update({t: measured[t] for t in wanted})
     from reprobuild.precision.qdq import weight_scale_entries
 
+    if float_precision != "fp32":
+        from reprobuild.precision.int8float import float_side
+
+        nodes = float_side(model, settings, float_precision, batches, nodes)
     quant = QuantPlan(
         method=method,
         batch_size=batch_size,
@@ -175,6 +185,8 @@ def calibrate(
         onnxruntime=onnxruntime.__version__,
         activations=[ActivationScale(t, scales[t]) for t in sorted(scales)],
         weights=weight_scale_entries(model, nodes),
+        float_precision=float_precision,
+        opset=opset,
     )
     plan = PrecisionPlan(
         mode="int8",
@@ -189,14 +201,37 @@ def calibrate(
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """ONNX Runtime's quantizer prints progress to stdout and warns on the root logger;
-    reprobuild's stdout is for results (``--json``), so both are muted while it runs."""
+    reprobuild's stdout is for results (``--json``), so both are muted while it runs. Its
+    sessions' C++ log (an error it also raises, in colour on stderr) is muted too: the
+    raised error becomes reprobuild's one-line message."""
+    import onnxruntime
+
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
+    onnxruntime.set_default_logger_severity(4)  # fatal only
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             yield
     finally:
+        onnxruntime.set_default_logger_severity(2)  # ONNX Runtime's default: warnings
         logging.disable(previous)
+
+
+@contextlib.contextmanager
+def _calibration_errors(batch_size: int) -> Iterator[None]:
+    """ONNX Runtime failing on the calibration batches is a bad input (exit 2), most often a
+    model made for one fixed batch size."""
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 - ORT raises several unrelated types
+        if isinstance(err, UsageError):
+            raise
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise UsageError(
+            f"ONNX Runtime could not calibrate the model in batches of {batch_size} ({reason}); "
+            "check that the samples fit the model: one made for a fixed batch size (a Reshape "
+            "to [1, ...], say) needs --calib-batch-size equal to it"
+        ) from None
 
 
 def _scales_of(qdq: onnx.ModelProto) -> dict[str, float]:

@@ -38,7 +38,9 @@ def _diff_quant(old: PrecisionPlan, new: PrecisionPlan) -> list[str]:
     if qa is None or qb is None:
         return [] if qa is qb else [f"quantization: {'added' if qa is None else 'removed'}"]
     a, b = qa.to_dict(), qb.to_dict()
-    keys = ("method", "batch_size", "samples", "data_sha256", "onnxruntime")
+    keys = ("method", "batch_size", "samples", "data_sha256", "onnxruntime", "float", "opset")
+    defaults = {"float": "fp32"}  # absent from older locks
+    a, b = ({k: d.get(k, defaults.get(k)) for k in keys} for d in (a, b))
     out = [f"quantization.{k}: {a[k]!r} -> {b[k]!r}" for k in keys if a[k] != b[k]]
     sa, sb = qa.scales(), qb.scales()
     for t in sorted(set(sa) | set(sb)):

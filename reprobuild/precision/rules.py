@@ -64,6 +64,7 @@ Rules (the first that applies decides; documented for ``reprobuild show --precis
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,6 +129,7 @@ class _Measured:
     feeds: dict[str, np.ndarray]
     stats: dict[str, Stat]
     values: dict[str, np.ndarray]
+    more_feeds: Sequence[dict[str, np.ndarray]] = ()
 
     def shape_of(self, name: str) -> tuple[int, ...] | None:
         if name in self.stats:
@@ -146,11 +148,14 @@ class _Measured:
     def input_max(self, name: str) -> float:
         if name in self.stats:
             return self.stats[name].max_abs
-        feeds = self.feeds
-        if name in feeds and feeds[name].size and np.issubdtype(feeds[name].dtype, np.floating):
-            arr = feeds[name]
-            return float(np.abs(arr).max()) if np.isfinite(arr).all() else float("inf")
-        return 0.0
+        return max(_feed_max(f, name) for f in (self.feeds, *self.more_feeds))
+
+
+def _feed_max(feeds: dict[str, np.ndarray], name: str) -> float:
+    if name in feeds and feeds[name].size and np.issubdtype(feeds[name].dtype, np.floating):
+        arr = feeds[name]
+        return float(np.abs(arr).max()) if np.isfinite(arr).all() else float("inf")
+    return 0.0
 
 
 def derive_plan(
@@ -159,13 +164,18 @@ def derive_plan(
     settings: PrecisionSettings,
     feeds: dict[str, np.ndarray],
     calibration: str,
+    more_feeds: Sequence[dict[str, np.ndarray]] = (),
 ) -> PrecisionPlan:
-    """Decide every node's precision by the rules (module docstring); never changes ``model``."""
+    """Decide every node's precision by the rules (module docstring); never changes ``model``.
+
+    ``more_feeds``: further batches of calibration inputs (an INT8 build's calibration set,
+    run batch by batch); the magnitude rule reads the largest value over all of them."""
     check_mode(mode)
     low = LOW_TYPES[mode]
     an = analyze(model)
     check_opset(an, mode)
-    check_feeds("calibration inputs", feeds, an.real_inputs)
+    for f in (feeds, *more_feeds):
+        check_feeds("calibration inputs", f, an.real_inputs)
     patterns = [re.compile(p) for p in settings.keep_fp32]
 
     conv = [info.convertible(low) for info in an.infos]
@@ -183,7 +193,7 @@ def derive_plan(
         for pos, x in enumerate(info.node.input):
             if x and x in an.constant and x not in an.inits and info.in_params[pos] in conv[i]:
                 keep_values.add(x)
-    m = _Measured(an, feeds, *measure(an, feeds, keep_values))
+    m = _Measured(an, feeds, *measure(an, feeds, keep_values, more_feeds), more_feeds=more_feeds)
 
     decided: list[tuple[str, str] | None] = [None] * len(an.infos)
     for i, info in enumerate(an.infos):

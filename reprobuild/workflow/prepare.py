@@ -25,6 +25,9 @@ class PrecisionRequest:
     calib_method: str = "entropy"  # int8 only: ONNX Runtime's calibration method
     calib_batch_size: int = 1  # int8 only: samples per calibration batch (torch2trt's default)
     calib_samples: int | None = None  # int8 only: the first N samples; None = all
+    # int8 only (--float): what stays float runs in fp32, fp16 or bf16; None = not given
+    # (fp32 when recording, the lock's own when applying a lock)
+    float_precision: str | None = None
 
 
 def prepare_model(
@@ -50,9 +53,10 @@ def prepare_model(
         _check_request(locked, request, frozen, lock_path)
         plan = locked
         if locked.mode == "int8":
-            from reprobuild.workflow.prepare_int8 import check_locked_int8
+            from reprobuild.workflow.prepare_int8 import check_locked_int8, int8_opset
 
-            notes += check_locked_int8(proto, locked, request, frozen, lock_path)
+            proto, conv = int8_opset(proto, model_path, notes)
+            notes += check_locked_int8(proto, locked, request, frozen, lock_path, conv)
         elif request is not None and request.calibration is not None:
             notes.append(
                 f"--calibration {request.calibration} ignored: the lock's plan (calibrated on "
@@ -67,9 +71,10 @@ def prepare_model(
                 f"with --precision {request.mode}"
             )
         if request.mode == "int8":
-            from reprobuild.workflow.prepare_int8 import calibrate_int8
+            from reprobuild.workflow.prepare_int8 import calibrate_int8, int8_opset
 
-            plan, more = calibrate_int8(proto, request)
+            proto, conv = int8_opset(proto, model_path, notes)
+            plan, more = calibrate_int8(proto, request, conv)
             notes += more
         else:
             feeds, desc = load_calibration(request.calibration, proto)
@@ -83,9 +88,9 @@ def prepare_model(
             apply_plan(proto, plan)  # validates node names against the model
         return model_path, plan, notes
     if plan.mode == "int8":
-        from reprobuild.precision.qdq import apply_quant_plan
+        from reprobuild.precision.int8float import apply_int8_plan
 
-        converted = apply_quant_plan(proto, plan)
+        converted = apply_int8_plan(proto, plan)
     else:
         converted = apply_plan(proto, plan)
     out = workdir / f"{model_path.stem}.{plan.mode}.onnx"

@@ -15,13 +15,26 @@ import onnx
 
 from reprobuild.errors import DriftError, UsageError
 from reprobuild.lock.plan import PrecisionPlan
+from reprobuild.lock.qplan import OpsetConversion
 
 if TYPE_CHECKING:
     from reprobuild.workflow.prepare import PrecisionRequest
 
 
+def int8_opset(
+    proto: onnx.ModelProto, model_path: Path, notes: list[str]
+) -> tuple[onnx.ModelProto, OpsetConversion | None]:
+    """The model at an opset INT8 can use (converted if older, with a note for the user)."""
+    from reprobuild.precision.opset import conversion_note, convert_for_int8
+
+    proto, conv = convert_for_int8(proto, model_path)
+    if conv is not None:
+        notes.append(conversion_note(model_path, conv))
+    return proto, conv
+
+
 def calibrate_int8(
-    proto: onnx.ModelProto, request: PrecisionRequest
+    proto: onnx.ModelProto, request: PrecisionRequest, conv: OpsetConversion | None = None
 ) -> tuple[PrecisionPlan, list[str]]:
     """Read the calibration data and calibrate: a new INT8 plan and notes."""
     from reprobuild.precision.calibdata import load_calib_data
@@ -34,7 +47,15 @@ def calibrate_int8(
             "files, Polygraphy --save-inputs JSON, or a dataset as file.py:NAME or module:NAME"
         )
     data = load_calib_data(request.calibration, proto, request.calib_samples)
-    return calibrate(proto, request.settings, request.calib_method, request.calib_batch_size, data)
+    return calibrate(
+        proto,
+        request.settings,
+        request.calib_method,
+        request.calib_batch_size,
+        data,
+        request.float_precision or "fp32",
+        conv,
+    )
 
 
 def check_locked_int8(
@@ -43,19 +64,45 @@ def check_locked_int8(
     request: PrecisionRequest | None,
     frozen: bool,
     lock_path: Path,
+    conv: OpsetConversion | None = None,
 ) -> list[str]:
-    """Calibration options must be the lock's; data given with ``--frozen`` must be it."""
+    """Calibration options must be the lock's; data given with ``--frozen`` must be it; the
+    model's opset conversion must be the one the plan was recorded on."""
     quant = locked.quantization
     if quant is None:
         raise UsageError(
             f"{lock_path}: the INT8 precision plan has no quantization section; re-record it"
         )
+    was = None if quant.opset is None else quant.opset.source
+    now = None if conv is None else conv.source
+    if was != now:
+        then = "an opset >= 13 model" if was is None else f"an opset {was} model, converted"
+        raise UsageError(
+            f"{lock_path}: the INT8 plan was recorded on {then}, but the model is opset "
+            f"{now if now is not None else '>= 13'}; re-record the lock for this model"
+        )
+    notes: list[str] = []
+    if quant.opset is not None and conv is not None and quant.opset.onnx != conv.onnx:
+        notes.append(
+            f"the lock's opset conversion was made with onnx {quant.opset.onnx}, this one "
+            f"with onnx {conv.onnx}; the plan's node and weight checks hold it to the lock"
+        )
     if request is None or request.mode != "int8":
-        return []
-    asked = {"method": request.calib_method, "batch_size": request.calib_batch_size}
+        return notes
+    asked: dict[str, object] = {
+        "method": request.calib_method,
+        "batch_size": request.calib_batch_size,
+    }
     if request.calib_samples is not None:
         asked["samples"] = request.calib_samples
-    have = {"method": quant.method, "batch_size": quant.batch_size, "samples": quant.samples}
+    if request.float_precision is not None:
+        asked["float"] = request.float_precision
+    have = {
+        "method": quant.method,
+        "batch_size": quant.batch_size,
+        "samples": quant.samples,
+        "float": quant.float_precision,
+    }
     changed = ", ".join(f"{k}: {have[k]!r} -> {v!r}" for k, v in asked.items() if have[k] != v)
     if changed:
         msg = f"{lock_path}: the calibration options differ from the lock's INT8 plan ({changed})"
@@ -63,9 +110,9 @@ def check_locked_int8(
             raise DriftError(msg + "; --frozen refuses to change the plan")
         raise UsageError(msg + "; drop the options, or delete the lock to re-calibrate")
     if request.calibration is None:
-        return []
+        return notes
     if not frozen:
-        return [
+        return notes + [
             f"--calibration {request.calibration} ignored: the lock's INT8 scales (calibrated "
             f"on {locked.calibration}) are applied as recorded"
         ]
@@ -79,4 +126,4 @@ def check_locked_int8(
             f"(sha256 {quant.data_sha256[:16]}..: other samples or another order), "
             "so calibration would change the INT8 plan; --frozen refuses"
         )
-    return []
+    return notes
