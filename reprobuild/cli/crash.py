@@ -21,8 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
-import typer
-
+from reprobuild.cli.render import echo
 from reprobuild.errors import EXIT_INTERNAL, EXIT_USAGE
 
 _MAX_MESSAGE = 2000
@@ -52,10 +51,10 @@ def report(code: int, message: str, as_json: bool, stdout_used: bool = False) ->
     if as_json:
         line = json.dumps({"error": {"code": code, "message": text}}, ensure_ascii=False)
         if not stdout_used:
-            typer.echo(line)
-        typer.echo(line, err=True)
+            echo(line)
+        echo(line, err=True)
     else:
-        typer.echo(f"error: {text}", err=True)
+        echo(f"error: {text}", err=True)
 
 
 def crash_dirs() -> list[Path]:
