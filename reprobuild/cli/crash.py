@@ -16,9 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
-import time
-import traceback
 from pathlib import Path
 
 from reprobuild.cli.render import echo
@@ -59,6 +56,8 @@ def report(code: int, message: str, as_json: bool, stdout_used: bool = False) ->
 
 def crash_dirs() -> list[Path]:
     """Where a traceback may be saved, in order of preference."""
+    import tempfile
+
     dirs = []
     if os.environ.get("REPROBUILD_CRASH_DIR"):
         dirs.append(Path(os.environ["REPROBUILD_CRASH_DIR"]))
@@ -70,6 +69,10 @@ def crash_dirs() -> list[Path]:
 
 def save_traceback(err: BaseException, argv: list[str]) -> Path | None:
     """Write the traceback and the command line to a new file; None if nowhere is writable."""
+    import tempfile  # here, not at the top: every command imports this module
+    import time
+    import traceback
+
     from reprobuild import __version__
 
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -13,6 +13,7 @@ usage errors and their exit codes stay typer's own.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,19 @@ def parse(args: list[str]) -> Callable[[], int | None] | None:
 
 
 def _run(name: str, positionals: list[str], lock: Path, flags: set[str], as_json: bool) -> int:
+    """Without the cyclic garbage collector: everything a lock command makes (a lock is
+    ~150,000 objects for 10,000 layers, then table rows) is acyclic and freed by reference
+    counting, so the collector's passes over it would only cost time (~20 ms for ``diff``)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _command(name, positionals, lock, flags, as_json)
+    finally:
+        if was:
+            gc.enable()
+
+
+def _command(name: str, positionals: list[str], lock: Path, flags: set[str], as_json: bool) -> int:
     from reprobuild.cli import lock_run
 
     if name == "show":

@@ -95,6 +95,7 @@ def _read(text: str, pos: int) -> list[LayerEntry]:
         raise _Decline
     strings: dict[str, str | None] = {}
     kernels = {token: _text(token, strings) for token in {k for _, k in cands}}
+    candidates = [LockCandidate(int(t, 16), kernels[k]) for t, k in cands]  # in one go
     entries: list[LayerEntry] = []
     seen: set[str] = set()
     count = text.count
@@ -111,11 +112,17 @@ def _read(text: str, pos: int) -> list[LayerEntry]:
         if name is None:
             raise _Decline
         last = first + n
-        block = [LockCandidate(int(t, 16), kernels[k]) for t, k in cands[first:last]]
-        first = last
         entries.append(
-            LayerEntry(key, name, int(tactic, 16), _text(kernel, strings), pinned == "true", block)
+            LayerEntry(
+                key,
+                name,
+                int(tactic, 16),
+                _text(kernel, strings),
+                pinned == "true",
+                candidates[first:last],
+            )
         )
+        first = last
     return entries
 
 
