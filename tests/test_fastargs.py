@@ -159,3 +159,28 @@ def test_lock_commands_do_not_import_typer(tmp_path: Path) -> None:
             if line.startswith("import time:")
         }
         assert not imported & {"typer", "click", "pydantic", "rich"}, (args, imported)
+
+
+def test_a_closed_pipe_ends_quietly_with_exit_1(tmp_path: Path) -> None:
+    """`reprobuild show | head`: the reader leaves early; typer's answer is exit 1 and no
+    message, and the fast path gives the same (not an internal error). A repeated option
+    (the fast reader declines it, typer takes the last) runs the same through typer."""
+    from reprobuild.lock.model import LayerEntry
+
+    lock = sample_lock(1)
+    lock.layers = [LayerEntry(f"0x{i:032x}", f"layer{i}", 1, "k", False, []) for i in range(20_000)]
+    save_lock(lock, tmp_path / "big.lock")
+    typer_args = ["show", "-l", "big.lock", "-l", "big.lock"]
+    assert fastargs.parse(typer_args) is None
+    for args in (["show", "-l", "big.lock"], typer_args):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "reprobuild", *args],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert (proc.wait(timeout=120), err) == (1, "")

@@ -13,7 +13,9 @@ usage errors and their exit codes stay typer's own.
 
 from __future__ import annotations
 
+import errno
 import gc
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +81,19 @@ def _run(name: str, positionals: list[str], lock: Path, flags: set[str], as_json
     gc.disable()
     try:
         return _command(name, positionals, lock, flags, as_json)
+    except EOFError:  # as typer has it: a blank line, then it is an interruption
+        from reprobuild.cli.render import echo
+
+        echo(err=True)
+        raise KeyboardInterrupt from None
+    except OSError as err:  # the reader went away (`reprobuild show | head`): as typer does
+        if err.errno != errno.EPIPE:
+            raise
+        from typer._click.utils import PacifyFlushWrapper
+
+        sys.stdout = PacifyFlushWrapper(sys.stdout)  # type: ignore[assignment]
+        sys.stderr = PacifyFlushWrapper(sys.stderr)  # type: ignore[assignment]
+        sys.exit(1)
     finally:
         if was:
             gc.enable()
