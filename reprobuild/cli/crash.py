@@ -16,13 +16,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
-import time
-import traceback
 from pathlib import Path
 
-import typer
-
+from reprobuild.cli.render import echo
 from reprobuild.errors import EXIT_INTERNAL, EXIT_USAGE
 
 _MAX_MESSAGE = 2000
@@ -52,14 +48,16 @@ def report(code: int, message: str, as_json: bool, stdout_used: bool = False) ->
     if as_json:
         line = json.dumps({"error": {"code": code, "message": text}}, ensure_ascii=False)
         if not stdout_used:
-            typer.echo(line)
-        typer.echo(line, err=True)
+            echo(line)
+        echo(line, err=True)
     else:
-        typer.echo(f"error: {text}", err=True)
+        echo(f"error: {text}", err=True)
 
 
 def crash_dirs() -> list[Path]:
     """Where a traceback may be saved, in order of preference."""
+    import tempfile
+
     dirs = []
     if os.environ.get("REPROBUILD_CRASH_DIR"):
         dirs.append(Path(os.environ["REPROBUILD_CRASH_DIR"]))
@@ -71,6 +69,10 @@ def crash_dirs() -> list[Path]:
 
 def save_traceback(err: BaseException, argv: list[str]) -> Path | None:
     """Write the traceback and the command line to a new file; None if nowhere is writable."""
+    import tempfile  # here, not at the top: every command imports this module
+    import time
+    import traceback
+
     from reprobuild import __version__
 
     stamp = time.strftime("%Y%m%d-%H%M%S")

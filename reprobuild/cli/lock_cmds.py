@@ -1,6 +1,8 @@
 """pin / unpin / show / diff: commands that read and edit lockfiles.
 
 Only light modules are imported here: these commands must start fast (no numpy/onnx).
+What they do is in ``lock_run`` (typer-free, shared with ``fastargs``); this module
+declares their arguments and help for typer.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from reprobuild.cli.render import print_json
+from reprobuild.cli import lock_run
 from reprobuild.lock.model import DEFAULT_LOCK
 
 LockOpt = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to read/edit.")
@@ -34,15 +36,7 @@ def pin(
     Example:
       reprobuild pin layer=conv1 tactic=0x665ded9abbf88 layer=fc tactic=ref_gemm_blas
     """
-    from reprobuild.lock.edit import edit_lock
-
-    changes = edit_lock(lock, selections, force=force)
-    if as_json:
-        print_json({"lock": str(lock), "pinned": [c.to_json() for c in changes]})
-        return
-    for c in changes:
-        was = "" if c.old_tactic == c.new_tactic else f" (was 0x{c.old_tactic:x})"
-        typer.echo(f"pinned {c.layer} [{c.key}] -> 0x{c.new_tactic:x} {c.kernel or ''}{was}")
+    lock_run.pin(selections, lock, force, as_json)
 
 
 def unpin(
@@ -58,14 +52,7 @@ def unpin(
     Example:
       reprobuild unpin layer=conv1 key=0x1814870c44ff0f8574df6e3dda04cbd7
     """
-    from reprobuild.lock.edit import edit_lock
-
-    changes = edit_lock(lock, selections, unpin=True)
-    if as_json:
-        print_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
-        return
-    for c in changes:
-        typer.echo(f"unpinned {c.layer} [{c.key}] (tactic 0x{c.new_tactic:x} kept)")
+    lock_run.unpin(selections, lock, as_json)
 
 
 def show(
@@ -79,67 +66,7 @@ def show(
     Example:
       reprobuild show --lock tactics.lock --json
     """
-    from reprobuild.cli.render import format_table, print_json
-    from reprobuild.lock.edit import show_rows
-    from reprobuild.lock.yamlio import load_lock
-
-    data = load_lock(lock)
-    if precision:
-        plan = data.precision
-        if as_json:
-            print_json({"lock": str(lock), "precision": plan.to_dict() if plan else None})
-        elif plan is None:
-            typer.echo(f"{lock}: no precision plan (the model was built as it is)")
-        else:
-            s = plan.settings
-            typer.echo(
-                f"mode: {plan.mode}  calibration: {plan.calibration}  "
-                f"max_output: {s.max_output}  fp32_accumulate: {s.fp32_accumulate}"
-            )
-            rows = [
-                [
-                    n.node,
-                    n.op,
-                    n.precision + (f" (acc {n.accumulate})" if n.accumulate else ""),
-                    n.rule,
-                ]
-                for n in plan.nodes
-            ]
-            typer.echo(format_table(["node", "op", "precision", "rule"], rows))
-            q = plan.quantization
-            if q is not None:
-                typer.echo(
-                    f"int8: {q.method} calibration, batch size {q.batch_size}, {q.samples} "
-                    f"samples, onnxruntime {q.onnxruntime}; {len(q.weights)} weights per channel"
-                )
-                acts = [[a.tensor, a.scale.hex(), f"{a.scale:.6g}"] for a in q.activations]
-                typer.echo(format_table(["tensor", "scale", "(decimal)"], acts))
-        return
-    rows = show_rows(data)
-    if as_json:
-        print_json(
-            {
-                "lock": str(lock),
-                "model": {"path": data.model.path, "sha256": data.model.sha256},
-                "environment": data.environment.to_dict(),
-                "settings": data.settings.to_dict(),
-                "layers": rows,
-            }
-        )
-        return
-    env = data.environment
-    target = ", ".join(
-        f"{k}={v}" for k, v in env.to_dict().items() if v is not None and k != "backend"
-    )
-    typer.echo(f"model: {data.model.path} (sha256 {data.model.sha256[:12]})")
-    typer.echo(f"environment: {env.backend}" + (f" ({target})" if target else ""))
-    table = [
-        [r["layer"], r["key"], r["tactic"], r["kernel"] or "-", "yes" if r["pinned"] else "no"]
-        for r in rows
-    ]
-    typer.echo(format_table(["layer", "key", "tactic", "kernel", "pinned"], table))
-    pinned = sum(1 for r in rows if r["pinned"])
-    typer.echo(f"{len(rows)} layers, {pinned} pinned")
+    lock_run.show(lock, as_json, precision)
 
 
 def diff(
@@ -153,43 +80,9 @@ def diff(
     Example:
       reprobuild diff main.lock tactics.lock --json
     """
-    from reprobuild.cli.render import format_table
-    from reprobuild.lock.diff import diff_locks
-    from reprobuild.lock.yamlio import load_lock
-
-    d = diff_locks(load_lock(a), load_lock(b))
-    if as_json:
-        print_json(d.to_json())
-    else:
-        if d.model_changed:
-            typer.echo("model: different sha256")
-        for what, keys in (
-            ("settings", d.settings_changed),
-            ("environment", d.environment_changed),
-        ):
-            if keys:
-                typer.echo(f"{what} changed: {', '.join(keys)}")
-        rows = [["+", e.layer, e.key, "", f"0x{e.tactic:x}"] for e in d.added]
-        rows += [["-", e.layer, e.key, f"0x{e.tactic:x}", ""] for e in d.removed]
-        rows += [
-            [
-                "~",
-                eb.layer,
-                eb.key,
-                f"0x{ea.tactic:x} {ea.kernel or ''}".rstrip(),
-                f"0x{eb.tactic:x} {eb.kernel or ''}".rstrip(),
-            ]
-            for ea, eb in d.changed
-        ]
-        if rows:
-            typer.echo(format_table(["", "layer", "key", str(a), str(b)], rows))
-        typer.echo(
-            f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
-            if d.differs
-            else "locks are equivalent"
-        )
-    if d.differs:
-        raise typer.Exit(1)
+    code = lock_run.diff(a, b, as_json)
+    if code:
+        raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

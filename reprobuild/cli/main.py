@@ -1,59 +1,23 @@
-"""Entry point. Each command group lives in its own module with a ``register(app)``.
+"""Entry point: the one place exceptions are caught for the user (see ``crash``).
 
-Command modules import only typer and light project modules at import time, so
-``reprobuild --help`` and ``reprobuild pin`` never import numpy, onnx or tensorrt.
+The typer application is in ``app`` and is imported only when needed: the lock commands
+read their own arguments when they can (``fastargs``) and never import typer.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-import typer
-
-from reprobuild.errors import ReprobuildError
-
-app = typer.Typer(
-    name="reprobuild",
-    help=(
-        "Reproducible TensorRT engine builds: record every tactic in a lockfile, "
-        "pin them, and verify bit-identical outputs.\n\n"
-        "Exit codes: 0 success, 1 a difference or failed verification, "
-        "2 bad usage or bad input, 3 environment mismatch, 4 internal error (a bug; the "
-        "traceback is saved to a file)."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+from reprobuild.errors import ReprobuildError, UsageError
 
 
-def _version(value: bool) -> None:
-    if value:
-        from reprobuild import __version__
+def __getattr__(name: str) -> Any:
+    if name == "app":  # ``from reprobuild.cli.main import app`` as before
+        from reprobuild.cli.app import app
 
-        typer.echo(f"reprobuild {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
-) -> None:
-    """Reproducible TensorRT engine builds."""
-
-
-def _register_all() -> None:
-    from reprobuild.cli import build_cmds, layers_cmds, lock_cmds, log_cmds, trt_cmds, verify_cmds
-
-    for module in (build_cmds, verify_cmds, lock_cmds, log_cmds, layers_cmds, trt_cmds):
-        module.register(app)
-
-
-_register_all()
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fail(err: ReprobuildError, as_json: bool = False) -> None:
@@ -66,10 +30,7 @@ def fail(err: ReprobuildError, as_json: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run one command. The only place exceptions are caught for the user: see ``crash``."""
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
-    from typer.exceptions import Abort
-
-    from reprobuild.cli import crash, render
+    from reprobuild.cli import crash, fastargs, render
 
     render.json_printed = False
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate in a lock must still print
@@ -78,17 +39,13 @@ def main(argv: list[str] | None = None) -> None:
             reconfigure(errors="backslashreplace")
     args = sys.argv[1:] if argv is None else list(argv)
     as_json = crash.wants_json(args)
+    command = fastargs.parse(args)
     try:
-        rv = app(args=args, prog_name="reprobuild", standalone_mode=False)
+        rv = command() if command is not None else _typer(args)
     except ReprobuildError as err:
         code, message = err.exit_code, str(err)
-    except NoArgsIsHelpError as err:  # bare `reprobuild`: the help is the answer
-        err.show()
-        sys.exit(err.exit_code)
-    except ClickException as err:
-        code, message = crash.usage_error(err)
-    except (KeyboardInterrupt, Abort):
-        typer.echo("interrupted", err=True)
+    except KeyboardInterrupt:
+        render.echo("interrupted", err=True)
         sys.exit(130)
     except SystemExit:
         raise
@@ -96,12 +53,31 @@ def main(argv: list[str] | None = None) -> None:
         code, message = crash.internal_error(err, args)
     else:
         if rv == 130:  # typer turns Ctrl-C into exit 130
-            typer.echo("interrupted", err=True)
+            render.echo("interrupted", err=True)
         if isinstance(rv, int) and rv != 0:
             sys.exit(rv)
         return
     crash.report(code, message, as_json, stdout_used=render.json_printed)
     sys.exit(code)
+
+
+def _typer(args: list[str]) -> Any:
+    """typer reads the arguments; its usage errors become ``UsageError`` (exit 2, one line)."""
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer.exceptions import Abort
+
+    from reprobuild.cli import crash
+    from reprobuild.cli.app import app
+
+    try:
+        return app(args=args, prog_name="reprobuild", standalone_mode=False)
+    except NoArgsIsHelpError as err:  # bare `reprobuild`: the help is the answer
+        err.show()
+        sys.exit(err.exit_code)
+    except ClickException as err:
+        raise UsageError(crash.usage_error(err)[1]) from None
+    except Abort:
+        raise KeyboardInterrupt from None
 
 
 if __name__ == "__main__":

@@ -10,25 +10,81 @@ steps print, one plain timestamped line each. ``--json`` and ``--quiet`` print n
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
-from typing import Any
-
-import typer
+from collections.abc import Iterable
+from typing import IO, Any
 
 from reprobuild.events import Event, LayersDone, Step
+
+_ANSI = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")  # the codes click's echo strips
+
+
+def echo(message: str = "", err: bool = False) -> None:
+    """``typer.echo`` for text, without importing typer (the lock commands start without
+    it): a newline, ANSI codes stripped when the stream is not a terminal, a flush. A
+    stream click would rewrap (no encoding, or ASCII) goes through typer.echo itself."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    if not _plain_text_stream(stream):
+        import typer
+
+        typer.echo(message, err=err)
+        return
+    out = message + "\n"
+    if "\033" in out and _strips_ansi(stream):
+        out = _ANSI.sub("", out)
+    stream.write(out)
+    stream.flush()
+
+
+def _plain_text_stream(stream: IO[Any]) -> bool:
+    """A text stream click writes to as it is (see ``typer._click._compat``)."""
+    import codecs
+
+    encoding = getattr(stream, "encoding", None)
+    if not encoding or not hasattr(stream, "buffer"):
+        return False
+    try:
+        return codecs.lookup(encoding).name != "ascii"
+    except LookupError:
+        return False
+
+
+def _strips_ansi(stream: IO[Any]) -> bool:
+    try:
+        tty = stream.isatty()
+    except Exception:
+        tty = False
+    return not tty and not type(stream).__module__.startswith("ipykernel.")
 
 
 def format_table(headers: list[str], rows: list[list[str]]) -> str:
     """Plain aligned columns: greppable, diffable, no terminal-width surprises."""
-    widths = [len(h) for h in headers]
-    for r in rows:
-        for i, cell in enumerate(r):
-            widths[i] = max(widths[i], len(cell))
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines)
+    return "\n".join(table_lines(headers, rows))
+
+
+def table_lines(headers: list[str], rows: Iterable[list[str]] | list[list[str]]) -> list[str]:
+    """``format_table``'s lines: each cell padded to its column's width, two spaces
+    between, trailing spaces cut. Widths come from whole columns at a time and each row is
+    one ``str.format``, which keeps a 10,000-row table in the tens of milliseconds."""
+    rows = rows if isinstance(rows, list) else list(rows)
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in headers]
+    widths = [
+        max(len(h), max(map(len, c), default=0)) for h, c in zip(headers, columns, strict=True)
+    ]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths).format
+    lines = [fmt(*headers).rstrip(), "  ".join("-" * w for w in widths)]
+    lines += [fmt(*r).rstrip() for r in rows]
+    return lines
+
+
+def echo_lines(lines: list[str], chunk: int = 4096) -> None:
+    """Many lines, as ``echo("\\n".join(lines))`` prints them, written a chunk at a time."""
+    for i in range(0, max(len(lines), 1), chunk):
+        echo("\n".join(lines[i : i + chunk]))
 
 
 json_printed = False
@@ -39,7 +95,7 @@ json_printed = False
 def print_json(data: object) -> None:
     """One JSON document on stdout, indented, in the fields' own order."""
     global json_printed
-    typer.echo(json.dumps(data, indent=2, sort_keys=False))
+    echo(json.dumps(data, indent=2, sort_keys=False))
     json_printed = True
 
 

@@ -33,22 +33,20 @@ def _scalar(group: str) -> str:
     return f"{group}{quoted}|{plain})"
 
 
-def _candidate(group: str) -> str:
-    return (
-        r'      - \{tactic: "0x' + group + r'[0-9a-f]{1,16})", kernel: ' + _scalar(group) + r"\}\n"
-    )
-
-
-_ENTRY = re.compile(
-    rf"  - layer: {_scalar('(')}\n"
+# One entry's six head lines, and one candidate line; each match runs from the newline
+# before its first line to just before the newline ending its last (see ``_read``).
+_HEAD = re.compile(
+    rf"\n  - layer: {_scalar('(')}\n"
     r'    key: "(0x[0-9a-f]{32})"\n'
     r'    tactic: "0x([0-9a-f]{1,16})"\n'
     rf"    kernel: {_scalar('(')}\n"
     r"    pinned: (true|false)\n"
-    # all candidate lines as one group, split by _CANDIDATES (a group does not repeat)
-    rf"    candidates:(?: \[\]\n|\n((?:{_candidate('(?:')})+))"
+    r"    candidates:( \[\])?(?=\n)"
 )
-_CANDIDATES = re.compile(_candidate("("))
+_HEAD_LINES = 6
+_CANDIDATE = re.compile(
+    r'\n      - \{tactic: "0x([0-9a-f]{1,16})", kernel: ' + _scalar("(") + r"\}(?=\n)"
+)
 # Plain words YAML 1.1 may read as something other than a string (emit._YAML_WORDS).
 _WORDS = frozenset(("true", "false", "yes", "no", "on", "off", "null", "y", "n", "none"))
 _ESCAPES = {'"': '"', "\\": "\\", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -81,31 +79,50 @@ def read_layers(text: str, start: int) -> list[LayerEntry] | None:
 
 
 def _read(text: str, pos: int) -> list[LayerEntry]:
+    """Two scans in C, each over the whole section: the entries' head lines, the candidate
+    lines. Every match is whole lines (it starts at a newline and stops before one), heads
+    and candidates never share a line (their indents differ), so when their lines add up
+    to all the section's lines they tile it, and the lines between two heads are exactly
+    the first one's candidates. Anything else declines."""
+    end = len(text)
+    if pos >= end or text[pos - 1] != "\n" or text[-1] != "\n":
+        raise _Decline  # "layers:" then nothing is YAML's null, not an empty list
+    heads = list(_HEAD.finditer(text, pos - 1))
+    cands = _CANDIDATE.findall(text, pos - 1)
+    if not heads or heads[0].start() != pos - 1:
+        raise _Decline
+    if _HEAD_LINES * len(heads) + len(cands) != text.count("\n", pos):
+        raise _Decline
+    strings: dict[str, str | None] = {}
+    kernels = {token: _text(token, strings) for token in {k for _, k in cands}}
+    candidates = [LockCandidate(int(t, 16), kernels[k]) for t, k in cands]  # in one go
     entries: list[LayerEntry] = []
     seen: set[str] = set()
-    strings: dict[str, str | None] = {}
-    end = len(text)
-    match = _ENTRY.match
-    for_candidates = _CANDIDATES.findall
-    while pos < end:
-        m = match(text, pos)
-        if m is None:
-            raise _Decline
-        pos = m.end()
-        layer, key, tactic, kernel, pinned, block = m.groups()
-        if key in seen:
-            raise _Decline
+    count = text.count
+    nexts = [m.start() for m in heads]
+    nexts.append(end - 1)
+    first = 0
+    for m, nxt in zip(heads, nexts[1:], strict=True):
+        layer, key, tactic, kernel, pinned, none = m.groups()
+        n = count("\n", m.end(), nxt)
+        if key in seen or (n == 0) != (none is not None):
+            raise _Decline  # a repeated key; "candidates:" with nothing under it
         seen.add(key)
-        cands = []
-        if block is not None:
-            for ctactic, ckernel in for_candidates(block):
-                cands.append(LockCandidate(int(ctactic, 16), _text(ckernel, strings)))
         name = _text(layer, strings)
         if name is None:
             raise _Decline
+        last = first + n
         entries.append(
-            LayerEntry(key, name, int(tactic, 16), _text(kernel, strings), pinned == "true", cands)
+            LayerEntry(
+                key,
+                name,
+                int(tactic, 16),
+                _text(kernel, strings),
+                pinned == "true",
+                candidates[first:last],
+            )
         )
+        first = last
     return entries
 
 

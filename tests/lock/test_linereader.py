@@ -151,3 +151,16 @@ def test_line_writer_declines_strings_the_emitter_escapes() -> None:
         lock.layers[0].layer = name
         assert layer_lines(lock.layers) is None
         assert dumps_lock(lock) == yamlio._emit(lock)
+
+
+def test_line_reader_declines_keys_with_nothing_under_them() -> None:
+    """``layers:`` or ``candidates:`` as the last line is YAML's null, not an empty list:
+    the strict path's error, not an empty lock."""
+    text = dumps_lock(sample_lock(2))
+    no_layers = text[: text.index("\nlayers:\n") + len("\nlayers:\n")]
+    assert yamlio._line_lock(no_layers, "t.lock") is None
+    with pytest.raises(LockError, match=r"layers: expected a list, got null"):
+        loads_lock(no_layers)
+    last = text.rindex("    candidates:\n") + len("    candidates:\n")
+    assert yamlio._line_lock(text[:last], "t.lock") is None
+    assert loads_lock(text[:last]).layers[1].candidates == []

@@ -1,0 +1,146 @@
+"""What ``pin``, ``unpin``, ``show`` and ``diff`` do, apart from how typer declares them.
+
+The lock commands must start in a fraction of the time importing typer (and pydantic,
+through it) takes, so their bodies live here, free of typer: ``lock_cmds`` declares the
+commands for typer and calls these, and ``fastargs`` calls them straight from the argument
+list when it can read it alone. Either way the same code prints the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reprobuild.cli.render import echo, echo_lines, format_table, print_json, table_lines
+
+if TYPE_CHECKING:
+    from reprobuild.lock.model import Lock
+
+
+def pin(selections: list[str], lock: Path, force: bool, as_json: bool) -> None:
+    from reprobuild.lock.edit import edit_lock
+
+    changes = edit_lock(lock, selections, force=force)
+    if as_json:
+        print_json({"lock": str(lock), "pinned": [c.to_json() for c in changes]})
+        return
+    for c in changes:
+        was = "" if c.old_tactic == c.new_tactic else f" (was 0x{c.old_tactic:x})"
+        echo(f"pinned {c.layer} [{c.key}] -> 0x{c.new_tactic:x} {c.kernel or ''}{was}")
+
+
+def unpin(selections: list[str], lock: Path, as_json: bool) -> None:
+    from reprobuild.lock.edit import edit_lock
+
+    changes = edit_lock(lock, selections, unpin=True)
+    if as_json:
+        print_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
+        return
+    for c in changes:
+        echo(f"unpinned {c.layer} [{c.key}] (tactic 0x{c.new_tactic:x} kept)")
+
+
+def show(lock: Path, as_json: bool, precision: bool) -> None:
+    from reprobuild.lock.yamlio import load_lock
+
+    data = load_lock(lock)
+    if precision:
+        _show_precision(lock, data, as_json)
+        return
+    if as_json:
+        from reprobuild.lock.edit import show_rows
+
+        print_json(
+            {
+                "lock": str(lock),
+                "model": {"path": data.model.path, "sha256": data.model.sha256},
+                "environment": data.environment.to_dict(),
+                "settings": data.settings.to_dict(),
+                "layers": show_rows(data),
+            }
+        )
+        return
+    env = data.environment
+    target = ", ".join(
+        f"{k}={v}" for k, v in env.to_dict().items() if v is not None and k != "backend"
+    )
+    echo(f"model: {data.model.path} (sha256 {data.model.sha256[:12]})")
+    echo(f"environment: {env.backend}" + (f" ({target})" if target else ""))
+    table = [
+        [e.layer, e.key, f"0x{e.tactic:x}", e.kernel or "-", "yes" if e.pinned else "no"]
+        for e in data.layers
+    ]
+    echo_lines(table_lines(["layer", "key", "tactic", "kernel", "pinned"], table))
+    pinned = sum(1 for e in data.layers if e.pinned)
+    echo(f"{len(data.layers)} layers, {pinned} pinned")
+
+
+def _show_precision(lock: Path, data: Lock, as_json: bool) -> None:
+    plan = data.precision
+    if as_json:
+        print_json({"lock": str(lock), "precision": plan.to_dict() if plan else None})
+    elif plan is None:
+        echo(f"{lock}: no precision plan (the model was built as it is)")
+    else:
+        s = plan.settings
+        echo(
+            f"mode: {plan.mode}  calibration: {plan.calibration}  "
+            f"max_output: {s.max_output}  fp32_accumulate: {s.fp32_accumulate}"
+        )
+        rows = [
+            [
+                n.node,
+                n.op,
+                n.precision + (f" (acc {n.accumulate})" if n.accumulate else ""),
+                n.rule,
+            ]
+            for n in plan.nodes
+        ]
+        echo(format_table(["node", "op", "precision", "rule"], rows))
+        q = plan.quantization
+        if q is not None:
+            echo(
+                f"int8: {q.method} calibration, batch size {q.batch_size}, {q.samples} "
+                f"samples, onnxruntime {q.onnxruntime}; {len(q.weights)} weights per channel"
+            )
+            acts = [[a.tensor, a.scale.hex(), f"{a.scale:.6g}"] for a in q.activations]
+            echo(format_table(["tensor", "scale", "(decimal)"], acts))
+
+
+def diff(a: Path, b: Path, as_json: bool) -> int:
+    """Exit code: 1 when the locks differ."""
+    from reprobuild.lock.diff import diff_locks
+    from reprobuild.lock.yamlio import load_lock
+
+    d = diff_locks(load_lock(a), load_lock(b))
+    if as_json:
+        print_json(d.to_json())
+    else:
+        if d.model_changed:
+            echo("model: different sha256")
+        for what, keys in (
+            ("settings", d.settings_changed),
+            ("environment", d.environment_changed),
+        ):
+            if keys:
+                echo(f"{what} changed: {', '.join(keys)}")
+        rows = [["+", e.layer, e.key, "", f"0x{e.tactic:x}"] for e in d.added]
+        rows += [["-", e.layer, e.key, f"0x{e.tactic:x}", ""] for e in d.removed]
+        rows += [
+            [
+                "~",
+                eb.layer,
+                eb.key,
+                f"0x{ea.tactic:x} {ea.kernel or ''}".rstrip(),
+                f"0x{eb.tactic:x} {eb.kernel or ''}".rstrip(),
+            ]
+            for ea, eb in d.changed
+        ]
+        if rows:
+            echo_lines(table_lines(["", "layer", "key", str(a), str(b)], rows))
+        echo(
+            f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
+            if d.differs
+            else "locks are equivalent"
+        )
+    return 1 if d.differs else 0
