@@ -145,13 +145,15 @@ def measure(
             ) from None
         with np.errstate(all="ignore"):
             for n, out in zip(batch, outs, strict=True):
-                if not out.is_tensor():
-                    continue
+                if not (out.has_value() and out.is_tensor()):
+                    continue  # sequences, maps, absent optionals: nothing to measure
                 # numeric tensors: a view of ORT's buffer, which the array's base keeps alive
                 v = out.numpy()
                 stats[n] = Stat(tuple(int(d) for d in v.shape), _max_abs(v))
                 if n in keep:
-                    values[n] = v
+                    # one pass: keep the view (the session's memory goes when derive ends);
+                    # several: a copy, so no pass keeps its session's memory alive
+                    values[n] = v if len(batches) == 1 else np.array(v, copy=True)
         del outs
     return stats, values
 
