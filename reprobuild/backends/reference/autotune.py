@@ -136,8 +136,10 @@ class AutotuneStats:
             {
                 "layer": layer,
                 "key": key,
-                "runs": {n: r for n, r in zip(names, tuning.runs, strict=True)},
-                "dropped": [names[i] for i in tuning.dropped],
+                "candidates": [
+                    {"kernel": name, "runs": runs, "dropped": i in tuning.dropped}
+                    for i, (name, runs) in enumerate(zip(names, tuning.runs, strict=True))
+                ],
             }
         )
 
@@ -147,6 +149,8 @@ class AutotuneStats:
             "kernel_runs": self.kernel_runs,
             "timed_runs": self.timed_runs,
             "timed_candidates": self.candidates,
-            "dropped_candidates": sum(len(entry["dropped"]) for entry in self.layers),
+            "dropped_candidates": sum(
+                c["dropped"] for entry in self.layers for c in entry["candidates"]
+            ),
             "layers": self.layers,
         }
