@@ -115,6 +115,8 @@ def main() -> None:
         "model": args.model,
         "weights": args.weights,
         "autotuned_layers": cold.extra["timed_layers"],
+        "kernel_runs": cold.extra["autotune"]["kernel_runs"],
+        "dropped_candidates": cold.extra["autotune"]["dropped_candidates"],
         "cold_build_s": round(cold_s, 3),
         "cached_build_s": round(cached_s, 3),
         "cached_over_cold": round(cached_s / cold_s, 4),
@@ -133,6 +135,10 @@ def main() -> None:
     print(f"model                      {args.model}, {args.weights} ({layers} autotuned layers)")
     print(f"cpu                        {result['cpu']}")
     print(f"cold build                 {cold_s:8.3f} s")
+    print(
+        f"kernel runs (cold build)   {result['kernel_runs']:8d}   "
+        f"({result['dropped_candidates']} candidates dropped early)"
+    )
     print(f"build from full cache      {cached_s:8.3f} s")
     print(f"cached / cold              {cached_s / cold_s:8.3f}   (goal <= 0.25)")
     print(f"reference inference        {ref_s * 1e3:8.1f} ms (min of {args.runs})")

@@ -121,14 +121,6 @@ def _schema(op: str, domain: str, version: int | None) -> Any | None:
     return _SCHEMA_CACHE[key]
 
 
-def _formal(params: list[Any], i: int) -> Any | None:
-    if i < len(params):
-        return params[i]
-    if params and params[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
-        return params[-1]
-    return None
-
-
 def subgraph_names(graph: onnx.GraphProto, out: set[str]) -> None:
     """Add every tensor name a graph's nodes (and their subgraphs) read to ``out``."""
     for node in graph.node:
@@ -164,6 +156,54 @@ def _tensor_types(
     return types, shapes
 
 
+@dataclass(frozen=True)
+class _SchemaFacts:
+    """What :func:`_node_info` reads from an op schema, read once per schema (a model has
+    thousands of nodes and a few dozen schemas)."""
+
+    allowed: dict[str, frozenset[str]]  # shared by every NodeInfo of the schema, never mutated
+    inputs: tuple[str | None, ...]  # each formal input's type parameter (None: fixed type)
+    inputs_variadic: bool  # the last formal input repeats
+    outputs: tuple[str | None, ...]
+    outputs_variadic: bool
+
+    @staticmethod
+    def of(schema: Any) -> _SchemaFacts:
+        allowed = {
+            tc.type_param_str: frozenset(tc.allowed_type_strs) for tc in schema.type_constraints
+        }
+        variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+
+        def params(formals: list[Any]) -> tuple[tuple[str | None, ...], bool]:
+            types = tuple(f.type_str if f.type_str in allowed else None for f in formals)
+            return types, bool(formals) and formals[-1].option == variadic
+
+        ins, ins_var = params(list(schema.inputs))
+        outs, outs_var = params(list(schema.outputs))
+        return _SchemaFacts(allowed, ins, ins_var, outs, outs_var)
+
+    def param(self, output: bool, i: int) -> str | None:
+        """The type parameter of input/output ``i``: its formal's, or past the last formal
+        the last one's when that one is variadic."""
+        types, variadic = (
+            (self.outputs, self.outputs_variadic) if output else (self.inputs, self.inputs_variadic)
+        )
+        if i < len(types):
+            return types[i]
+        return types[-1] if variadic else None
+
+
+_FACTS_CACHE: dict[int, _SchemaFacts] = {}
+
+
+def _facts(schema: Any) -> _SchemaFacts:
+    key = id(schema)  # schemas live in _SCHEMA_CACHE for the process: ids are stable
+    facts = _FACTS_CACHE.get(key)
+    if facts is None:
+        facts = _FACTS_CACHE[key] = _SchemaFacts.of(schema)
+    return facts
+
+
 def _node_info(
     idx: int, key: str, node: onnx.NodeProto, has_sub: bool, schema: Any, types: dict[str, int]
 ) -> NodeInfo:
@@ -172,16 +212,14 @@ def _node_info(
     bound: dict[str, int] = {}
     allowed: dict[str, frozenset[str]] = {}
     if schema is not None:
-        allowed = {
-            tc.type_param_str: frozenset(tc.allowed_type_strs) for tc in schema.type_constraints
-        }
-        for names, formals, dest in (
-            (node.input, schema.inputs, in_params),
-            (node.output, schema.outputs, out_params),
+        facts = _facts(schema)
+        allowed = facts.allowed
+        for names, output, dest in (
+            (node.input, False, in_params),
+            (node.output, True, out_params),
         ):
             for i, name in enumerate(names):
-                f = _formal(list(formals), i)
-                p = f.type_str if f is not None and f.type_str in allowed else None
+                p = facts.param(output, i)
                 dest.append(p if name else None)
                 if p is not None and name and name in types and p not in bound:
                     bound[p] = types[name]
@@ -201,10 +239,29 @@ def _node_info(
     )
 
 
+_MEMO_MAX_BYTES = 16 * 1024 * 1024
+_memo: list[tuple[onnx.ModelProto, bytes, Analysis]] = []  # the last small model analyzed
+
+
 def analyze(model: onnx.ModelProto) -> Analysis:
-    """Read ``model`` once for everything :mod:`rules` and :mod:`apply` ask about it."""
+    """Read ``model`` once for everything :mod:`rules` and :mod:`apply` ask about it.
+
+    Deriving a plan and applying it analyze the same model one after the other; for a model
+    of at most 16 MB the second call returns the first's result when it is the same object
+    with the same serialized bytes (so a model edited in between is analyzed again). The
+    result is shared: callers only read it.
+    """
     if not isinstance(model, onnx.ModelProto):
         raise TypeError(f"expected an onnx.ModelProto, got {type(model).__name__}")
+    data = model.SerializeToString() if model.ByteSize() <= _MEMO_MAX_BYTES else None
+    if data is not None and _memo and _memo[0][0] is model and _memo[0][1] == data:
+        return _memo[0][2]
+    an = _analyze(model)
+    _memo[:] = [] if data is None else [(model, data, an)]
+    return an
+
+
+def _analyze(model: onnx.ModelProto) -> Analysis:
     graph = model.graph
     opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
     types, shapes = _tensor_types(model)

@@ -103,16 +103,29 @@ STALE = (
 )
 
 
+# Smallest normal value of each low-precision type: a value at least this large never
+# rounds to zero, so only smaller ones need the (costly) rounding in range_problem.
+_LOW_NORMAL = {FLOAT16: 2.0**-14, BFLOAT16: 2.0**-126}
+
+
 def range_problem(arr: np.ndarray, low: int) -> str | None:
-    """Why ``arr`` does not fit ``low`` (see ``initializer-range`` in the module docs)."""
+    """Why ``arr`` does not fit ``low`` (see ``initializer-range`` in the module docs).
+
+    Reads the largest magnitude as max(max x, -min x) and rounds only the values below the
+    type's smallest normal: no copy of the whole tensor unless it holds NaN/Inf.
+    """
     a = np.asarray(arr, dtype=np.float32)
     with np.errstate(all="ignore"):
-        mag = np.abs(a[np.isfinite(a)])
-    if mag.size == 0:
-        return None
-    top = float(mag.max())
-    if top > LOW_MAX[low]:
-        return f"max |w| {top:g} > {LOW_MAX[low]:g}"
+        finite = np.isfinite(a)
+        if not finite.all():
+            a = a[finite]
+        if a.size == 0:
+            return None
+        top = max(float(a.max()), -float(a.min())) + 0.0  # + 0.0: never -0.0
+        if top > LOW_MAX[low]:
+            return f"max |w| {top:g} > {LOW_MAX[low]:g}"
+        edge = _LOW_NORMAL[low]
+        mag = np.abs(a[(a > -edge) & (a < edge)])
     nonzero = mag[mag > 0]
     if nonzero.size:
         flushed = nonzero[round_to(nonzero, low).astype(np.float32) == 0]

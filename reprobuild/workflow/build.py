@@ -206,6 +206,9 @@ def build(
         # How the backend ran, where it says (the reference backend's BLAS threads change
         # the last bits of some kernels, so a report must show them); never part of keys.
         rep["blas_threads"] = done.output.extra.get("blas_threads")
+        # How the tactics were timed (the reference backend's policy, kernel runs, candidates
+        # dropped early: reprobuild/backends/reference/autotune.py); None for TensorRT.
+        rep["autotune"] = done.output.extra.get("autotune")
         rep["precision_error"] = precision_error
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]

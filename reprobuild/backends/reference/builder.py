@@ -9,11 +9,10 @@ shape) or by the graph's static dimensions.
 Per autotuned layer: the key (``"0x"`` + 32 hex) hashes the layer's identity (graph
 position, name, op, attributes, input shapes and dtypes) with the environment and build
 settings fingerprints. If the timing cache holds the key, the cached tactic is used without
-timing (and must be one of the layer's candidates, else ``BuildError``); otherwise every
-candidate runs ``1 + reps`` times (``reps = avg_timing_iterations`` or 3), its cost is the
-minimum of the timed reps in ms, the cheapest wins and is written to the cache. A candidate
-whose warm-up run is already 4x slower than the best so far is not repeated (TensorRT's
-"fast skip"); its warm-up time is its cost.
+timing (and must be one of the layer's candidates, else ``BuildError``); otherwise the
+candidates are timed by :mod:`.autotune`'s policy (at most ``avg_timing_iterations`` or 3
+runs each, the first one counted, clearly slower ones dropped early, a Conv's im2col made
+once), and the cheapest wins and is written to the cache.
 
 Settings that shape the candidate list: ``optimization_level`` 0 ignores the timing cache
 and uses each layer's first (BLAS) kernel, as TensorRT's level 0 ignores its cache;
@@ -38,6 +37,7 @@ import onnx
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
 from reprobuild.backends.reference import engine as engine_mod
 from reprobuild.backends.reference import int8, kernels, modelcache
+from reprobuild.backends.reference.autotune import AutotunePolicy, AutotuneStats, tune
 from reprobuild.backends.reference.buildlog import (
     BuildLog,
     autotune_lines,
@@ -48,9 +48,6 @@ from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError, ReprobuildError, UsageError
 from reprobuild.limits import check_tensor_bytes
-
-DEFAULT_TIMING_REPS = 3
-FAST_SKIP_FACTOR = 4.0  # a warm-up this many times slower than the best so far is not repeated
 
 _LAYER_TYPES = {"Conv": "RefConvolution", "MatMul": "RefMatrixMultiply", "Gemm": "RefGemm"}
 
@@ -206,26 +203,6 @@ def synthetic_inputs(prepared: engine_mod.PreparedModel, settings: BuildSettings
     return feeds
 
 
-def _measure(run: Callable[[], Any], reps: int, skip_above_ms: float) -> tuple[float, Any]:
-    """(min wall time in ms over ``reps`` timed runs after one warm-up run, last output).
-
-    Like TensorRT's "fast skip" of tactics that exceed the time limit in their pre-run, a
-    kernel whose warm-up already takes longer than ``skip_above_ms`` is not repeated: its
-    warm-up time is its cost. Without this, hopeless kernels would dominate the build time.
-    """
-    start = time.perf_counter()
-    out = run()
-    warm_up = (time.perf_counter() - start) * 1e3
-    if warm_up > skip_above_ms:
-        return warm_up, out
-    best = math.inf
-    for _ in range(reps):
-        start = time.perf_counter()
-        out = run()
-        best = min(best, time.perf_counter() - start)
-    return best * 1e3, out
-
-
 class Builder:
     """One build: state shared by the per-layer steps."""
 
@@ -244,7 +221,8 @@ class Builder:
         self.env_fp = environment.fingerprint()
         self.settings_fp = settings.fingerprint()
         self.knob = knob
-        self.reps = settings.avg_timing_iterations or DEFAULT_TIMING_REPS
+        reps = settings.avg_timing_iterations
+        self.stats = AutotuneStats(AutotunePolicy(reps) if reps else AutotunePolicy())
         self.choices: list[LayerChoice] = []
         self.layer_info: list[dict[str, Any]] = []
 
@@ -288,6 +266,7 @@ class Builder:
             return LayerChoice(layer.index, layer.name, layer.op, key, spec, time_ms, source, specs)
 
         if self.settings.optimization_level == 0:
+            self.stats.kernel_runs += 1
             return choice(specs[0], 0.0, "default"), runner(specs[0])()
         cached = self.cache.query(key)
         if cached is not None:
@@ -300,25 +279,54 @@ class Builder:
                     "fix or remove the pinned tactic for this key"
                 )
             output = runner(spec)()
+            self.stats.kernel_runs += 1
             self.log.verbose(
                 f"{layer.name} [{tensor_format(inputs[0])} -> {tensor_format(output)}] got cached "
                 f"result: {spec.name}, tactic 0x{spec.tactic_hash:x}, {cached.time_ms:g} ms"
             )
             return choice(spec, cached.time_ms, "cache"), output
-        measured: list[float] = []
-        outputs: list[Any] = []
-        for spec in specs:
-            limit = FAST_SKIP_FACTOR * min(measured, default=math.inf)
-            cost, out = _measure(runner(spec), self.reps, limit)
-            measured.append(cost)
-            outputs.append(out)
-        costs = self.knob.apply(key, [s.name for s in specs], measured)
+        measure = self.measurer(layer, specs, inputs)
+        names = [s.name for s in specs]
+        tuning = tune(
+            len(specs), measure, self.stats.policy, lambda raw: self.knob.apply(key, names, raw)
+        )
+        self.stats.add_timed(layer.name, key, names, tuning)
+        costs = tuning.costs
         order = sorted(range(len(specs)), key=lambda i: (costs[i], i))
         for line in autotune_lines(layer.name, key, [(i, costs[i], specs[i]) for i in order]):
             self.log.verbose(line)
-        best = order[0]
+        best = tuning.best
         self.cache.record(key, specs[best].tactic_hash, costs[best])
-        return choice(specs[best], costs[best], "timed"), outputs[best]
+        return choice(specs[best], costs[best], "timed"), tuning.output
+
+    def measurer(
+        self, layer: engine_mod.Layer, specs: Sequence[kernels.KernelSpec], inputs: list[Any]
+    ) -> Callable[[int], tuple[float, Any]]:
+        """One timed run of candidate ``i``: (ms, output). A float Conv's operands are made
+        once for all candidates; their time is added to the cost of the kernels using them."""
+        if layer.op != "Conv" or layer.fusion is not None:
+
+            def run_one(i: int) -> tuple[float, Any]:
+                start = time.perf_counter()
+                out = engine_mod.execute_spec(layer, specs[i], inputs)
+                return (time.perf_counter() - start) * 1e3, out
+
+            return run_one
+        start = time.perf_counter()
+        ops = kernels.conv_operands(inputs, layer.attrs)
+        shared = time.perf_counter()
+        if any(s.scheme != "direct" for s in specs):
+            ops.columns()
+        done = time.perf_counter()
+        prep_ms, cols_ms = (shared - start) * 1e3, (done - shared) * 1e3
+        extra = [prep_ms + (0.0 if s.scheme == "direct" else cols_ms) for s in specs]
+
+        def run_conv(i: int) -> tuple[float, Any]:
+            start = time.perf_counter()
+            out = kernels.run_conv(specs[i], ops)
+            return (time.perf_counter() - start) * 1e3 + extra[i], out
+
+        return run_conv
 
     def info_entry(
         self,
@@ -470,5 +478,6 @@ def build_engine(
             "cached_layers": from_cache,
             "build_seconds": seconds,
             "timing_knob": knob.describe(),
+            "autotune": builder.stats.to_json(),
         },
     )

@@ -24,6 +24,7 @@ the thread count; its GEMM only partitions the output, so its bits do not.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import math
@@ -43,8 +44,10 @@ _PRECISION_DTYPES: dict[str, Any] = {
 }
 
 
+@functools.lru_cache(maxsize=4096)
 def tactic_hash(name: str) -> int:
-    """A stable 64-bit hash of a kernel name (never TensorRT's 'no tactic' 2**64-1)."""
+    """A stable 64-bit hash of a kernel name (never TensorRT's 'no tactic' 2**64-1); cached,
+    as ``KernelSpec.tactic_hash`` is read several times per layer and candidate."""
     digest = hashlib.sha256(b"reprobuild-reference-tactic\0" + name.encode()).digest()
     return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
@@ -371,20 +374,50 @@ def _is_pointwise(params: Mapping[str, Any]) -> bool:
 
 
 def _conv(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
+    return run_conv(spec, conv_operands(inputs, attrs))
+
+
+@dataclass
+class ConvOperands:
+    """A Conv layer's operands, made once and shared by all its candidate kernels.
+
+    Why: autotuning runs every candidate several times on the same inputs; the FP32 copies,
+    the padding and the im2col matrix are the same for all of them (pure copies, never
+    written by a kernel), so the builder makes them once per layer (``cols`` on first use:
+    ``direct`` does not need it). Any kernel gives the same bits as from fresh operands.
+    """
+
+    params: dict[str, Any]
+    padded: np.ndarray  # FP32 input, padded
+    weights: np.ndarray  # FP32
+    bias: Any
+    out_dtype: np.dtype
+    cols: np.ndarray | None = None
+
+    def columns(self) -> np.ndarray:
+        if self.cols is None:
+            self.cols = _columns(self.padded, self.params)
+        return self.cols
+
+
+def conv_operands(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> ConvOperands:
     x, w = inputs[0], inputs[1]
-    bias = inputs[2] if len(inputs) > 2 else None
     params = _conv_params(x, w, attrs)
     if params is None:
         raise ValueError("unsupported Conv configuration")
+    bias = inputs[2] if len(inputs) > 2 else None
+    return ConvOperands(params, _padded(_f32(x), params), _f32(w), bias, x.dtype)
+
+
+def run_conv(spec: KernelSpec, ops: ConvOperands) -> np.ndarray:
+    """Run a Conv with kernel ``spec`` on prepared operands; the result has the input dtype."""
+    params, xf, wf = ops.params, ops.padded, ops.weights
     nd, group, kernel = params["nd"], params["group"], params["kernel"]
     strides, dilations, out = params["strides"], params["dilations"], params["out"]
-    out_dtype = x.dtype
-    xf, wf = _f32(x), _f32(w)
     n_batch, channels = xf.shape[0], xf.shape[1]
     m_out = wf.shape[0]
     cg, mg = channels // group, m_out // group
     positions = math.prod(out)
-    xf = _padded(xf, params)
     if spec.scheme == "direct":
         acc: np.ndarray | None = None
         for taps in itertools.product(*(range(k) for k in kernel)):
@@ -399,12 +432,11 @@ def _conv(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> 
         assert acc is not None
         result = acc
     else:
-        cols = _columns(xf, params)
-        result = reduce_gemm(wf.reshape(group, mg, -1), cols, spec)
+        result = reduce_gemm(wf.reshape(group, mg, -1), ops.columns(), spec)
     result = result.reshape(n_batch, m_out, *out)
-    if bias is not None:
-        result = result + _f32(bias).reshape((1, m_out) + (1,) * nd)
-    return result.astype(out_dtype)
+    if ops.bias is not None:
+        result = result + _f32(ops.bias).reshape((1, m_out) + (1,) * nd)
+    return result.astype(ops.out_dtype)
 
 
 def _padded(x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:

@@ -18,7 +18,8 @@ _SEED_STEP = 1000.0  # seed mode: each rank is this many times slower than the p
 
 @dataclass(frozen=True)
 class TimingKnob:
-    """How measured costs are perturbed before the fastest is picked (tests only).
+    """How measured costs are perturbed before candidates are compared (tests only): for the
+    early drops of :mod:`.autotune` as for the final pick.
 
     ``mode`` "" leaves timings alone; "reverse" reflects them (the slowest wins);
     "seed" multiplies each by ``1000 ** rank`` where ``rank`` orders the layer's candidates

@@ -1,0 +1,156 @@
+"""How the reference builder times one layer's candidates: fewer kernel runs, a timed choice.
+
+The policy (:class:`AutotunePolicy`, written to the build report under ``autotune``):
+
+- **Runs.** Each candidate runs at most ``reps`` times (``avg_timing_iterations``, default
+  3); its cost is the minimum of its runs, in ms. The minimum is the run least disturbed by
+  anything else on the machine.
+- **Warm-up counted.** A candidate's first run is also its first timed sample: there is no
+  untimed warm-up run. A cold first run only raises that one sample, which the minimum
+  discards as soon as a warm run is faster.
+- **Rounds.** Every candidate still in the race runs once per round, in declaration order,
+  so that a burst of load from a neighbour falls on all candidates alike instead of on all
+  runs of one of them.
+- **Early drop.** After round ``drop_after`` and after every later round, a candidate whose
+  cost so far is more than ``drop_factor`` times the best cost so far runs no more. It
+  keeps its cost, stays in the timing table, the log and the lock's candidate list, and is
+  listed as dropped in the build report. The best is never dropped (its ratio is 1), and a
+  dropped candidate cannot win later: its cost is frozen while the best's can only fall.
+- **Shared operands.** A Conv's FP32 copies, padding and im2col matrix are made once per
+  layer (:class:`.kernels.ConvOperands`); the time they took is added to the cost of each
+  candidate that uses them (the im2col time only to im2col kernels), so ``direct`` and the
+  im2col kernels are still compared on what a run of each costs in the engine.
+
+The test knob (:mod:`.knob`) perturbs the costs before they are compared, for the drops as
+for the final choice, so a knob that forces a tactic also drops the others early (with
+"reverse", which reflects the costs, a dropped candidate may still win; its output is then
+computed once more).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_TIMING_REPS = 3
+DROP_AFTER_RUNS = 1
+DROP_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class AutotunePolicy:
+    """How many runs a candidate gets and when a clearly slower one stops running."""
+
+    reps: int = DEFAULT_TIMING_REPS
+    drop_after: int = DROP_AFTER_RUNS
+    drop_factor: float = DROP_FACTOR
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_runs_per_candidate": self.reps,
+            "warm_up": "counted: a candidate's first run is its first timed run",
+            "cost": "minimum over the candidate's runs, in ms",
+            "order": "rounds: each remaining candidate runs once per round",
+            "drop_after_runs": self.drop_after,
+            "drop_factor": self.drop_factor,
+            "drop_rule": (
+                f"after {self.drop_after} run(s), a candidate whose cost is more than "
+                f"{self.drop_factor:g}x the best cost so far runs no more (the best never)"
+            ),
+        }
+
+
+@dataclass
+class Tuning:
+    """One layer's timing: costs as compared (knob applied), runs, dropped candidates."""
+
+    costs: list[float]
+    runs: list[int]
+    dropped: list[int]
+    best: int
+    output: Any
+    extra_runs: int = 0  # a dropped winner (knob "reverse") computed once more
+
+    @property
+    def kernel_runs(self) -> int:
+        return sum(self.runs) + self.extra_runs
+
+
+Measure = Callable[[int], tuple[float, Any]]
+"""Run candidate ``i`` once: (its cost in ms for this run, its output)."""
+
+
+def tune(
+    count: int,
+    measure: Measure,
+    policy: AutotunePolicy,
+    perceive: Callable[[list[float]], list[float]] = list,
+) -> Tuning:
+    """Time ``count`` candidates by ``policy``; ``perceive`` maps raw costs to compared ones."""
+    if count < 1:
+        raise ValueError("a layer needs at least one candidate")
+    best_raw = [math.inf] * count
+    runs = [0] * count
+    outputs: list[Any] = [None] * count
+    racing = list(range(count))
+    dropped: list[int] = []
+    for round_no in range(1, policy.reps + 1):
+        for i in racing:
+            ms, outputs[i] = measure(i)
+            best_raw[i] = min(best_raw[i], ms)
+            runs[i] += 1
+        if round_no >= policy.drop_after and round_no < policy.reps:
+            costs = perceive(best_raw)
+            fastest = min(costs)
+            slow = [i for i in racing if costs[i] > policy.drop_factor * fastest]
+            for i in slow:
+                outputs[i] = None  # never needed again unless it wins (knob "reverse")
+            dropped += slow
+            racing = [i for i in racing if i not in slow]
+    costs = perceive(best_raw)
+    best = min(range(count), key=lambda i: (costs[i], i))
+    extra = 0
+    if outputs[best] is None:
+        _ms, outputs[best] = measure(best)
+        extra = 1
+    return Tuning(costs, runs, sorted(dropped), best, outputs[best], extra)
+
+
+@dataclass
+class AutotuneStats:
+    """What the build report says about autotuning: the policy and what it saved."""
+
+    policy: AutotunePolicy
+    kernel_runs: int = 0  # every run of an autotuned layer's kernel, timed or not
+    timed_runs: int = 0
+    candidates: int = 0
+    layers: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_timed(self, layer: str, key: str, names: Sequence[str], tuning: Tuning) -> None:
+        self.kernel_runs += tuning.kernel_runs
+        self.timed_runs += sum(tuning.runs)
+        self.candidates += len(names)
+        self.layers.append(
+            {
+                "layer": layer,
+                "key": key,
+                "candidates": [
+                    {"kernel": name, "runs": runs, "dropped": i in tuning.dropped}
+                    for i, (name, runs) in enumerate(zip(names, tuning.runs, strict=True))
+                ],
+            }
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.to_json(),
+            "kernel_runs": self.kernel_runs,
+            "timed_runs": self.timed_runs,
+            "timed_candidates": self.candidates,
+            "dropped_candidates": sum(
+                c["dropped"] for entry in self.layers for c in entry["candidates"]
+            ),
+            "layers": self.layers,
+        }

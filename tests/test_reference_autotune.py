@@ -1,0 +1,182 @@
+"""The reference builder's autotuning policy: warm-up counted, clearly slower candidates
+dropped early, a Conv's im2col shared by its candidates, all of it in the build report.
+
+Timings are injected two ways: :func:`tune` takes the per-run costs from a fake ``measure``
+(unit tests), and builds take the timing knob, which perturbs costs before they are
+compared (``prefer:X`` makes X a million times faster than anything else).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reprobuild.backends.base import BuildSettings
+from reprobuild.backends.reference import ReferenceBackend, kernels
+from reprobuild.backends.reference.autotune import AutotunePolicy, tune
+from reprobuild.lock.yamlio import load_lock
+from reprobuild.workflow.build import build as workflow_build
+
+from .conftest import EXAMPLES
+from .test_reference_build import build, cnn_model, parse_blocks
+
+
+def scripted(times: Sequence[Sequence[float]]):
+    """A ``measure`` whose run ``r`` of candidate ``i`` costs ``times[i][r]`` ms; it records
+    the order of the runs and returns ``("out", i)`` as the output."""
+    order: list[int] = []
+
+    def measure(i: int) -> tuple[float, object]:
+        run = sum(1 for j in order if j == i)
+        order.append(i)
+        return times[i][run], ("out", i)
+
+    return measure, order
+
+
+def test_clearly_slower_candidates_are_dropped_after_the_first_run() -> None:
+    measure, order = scripted([[1.0, 0.9, 0.95], [1.1, 1.0, 0.8], [5.0], [2.5]])
+    t = tune(4, measure, AutotunePolicy(reps=3, drop_after=1, drop_factor=2.0))
+    assert t.dropped == [2, 3]  # 5.0 and 2.5 > 2 x 1.0 after round 1; 1.1 is not
+    assert t.runs == [3, 3, 1, 1] and t.kernel_runs == 8
+    assert order == [0, 1, 2, 3, 0, 1, 0, 1]  # rounds: every remaining candidate once each
+    assert t.costs == [0.9, 0.8, 5.0, 2.5]  # the min over each candidate's runs
+    assert t.best == 1 and t.output == ("out", 1)
+
+
+def test_the_warm_up_run_is_counted_and_a_cold_first_run_does_not_drop_the_fastest() -> None:
+    # candidate 0's first (cold) run is 1.9x the other's: not "clearly slower", it stays,
+    # and its warm runs make it the fastest
+    measure, _ = scripted([[1.9, 0.5, 0.6], [1.0, 1.0, 1.0]])
+    t = tune(2, measure, AutotunePolicy(reps=3))
+    assert t.dropped == [] and t.runs == [3, 3] and t.best == 0 and t.costs[0] == 0.5
+    # one run per candidate: the warm-up is the timed run, nothing else runs, nothing drops
+    measure, order = scripted([[3.0], [1.0], [9.0]])
+    t = tune(3, measure, AutotunePolicy(reps=1))
+    assert order == [0, 1, 2] and t.dropped == [] and t.best == 1
+
+
+def test_a_later_drop_after_more_runs() -> None:
+    # drop_after 2: nothing is dropped after round 1, candidate 1 is after round 2
+    measure, _ = scripted([[1.0, 1.0, 1.0, 1.0], [9.0, 3.0], [1.5, 1.2, 1.1, 1.1]])
+    t = tune(3, measure, AutotunePolicy(reps=4, drop_after=2, drop_factor=2.0))
+    assert t.dropped == [1] and t.runs == [4, 2, 4] and t.costs[1] == 3.0
+
+
+def test_perceived_costs_decide_drops_and_a_dropped_winner_is_run_again() -> None:
+    measure, order = scripted([[1.0, 1.0, 1.0], [4.0, 4.0, 4.0]])
+
+    def reverse(raw: list[float]) -> list[float]:  # the knob's "reverse": the slowest wins
+        return [max(raw) + min(raw) - c for c in raw]
+
+    t = tune(2, measure, AutotunePolicy(reps=3), reverse)
+    assert t.dropped == [0] and t.best == 1 and t.runs == [1, 3]
+    # a plain perception in which the dropped one wins at the end: its output is recomputed
+    measure, order = scripted([[1.0, 1.0], [5.0, 1.0]])
+    flips = iter([[1.0, 5.0], [3.0, 1.0]])  # round 1 says 1 is slow; the end says 0 is
+    t = tune(2, measure, AutotunePolicy(reps=2), lambda raw: next(flips))
+    assert t.dropped == [1] and t.best == 1 and t.extra_runs == 1 and t.output == ("out", 1)
+    assert order == [0, 1, 0, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.floats(0.01, 100.0), min_size=5, max_size=5), min_size=1, max_size=6),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.floats(1.0, 4.0),
+)
+def test_the_fastest_is_never_dropped(times, reps, drop_after, factor) -> None:
+    measure, _ = scripted(times)
+    t = tune(len(times), measure, AutotunePolicy(reps, drop_after, factor))
+    assert t.best not in t.dropped and t.costs[t.best] == min(t.costs)
+    assert t.extra_runs == 0  # without a knob a dropped candidate never wins
+    for i, runs in enumerate(t.runs):
+        assert 1 <= runs <= reps and (i in t.dropped or runs == reps)
+        assert t.costs[i] == min(times[i][:runs])
+    for i in t.dropped:
+        assert t.costs[i] > factor * t.costs[t.best]
+    assert t.output == ("out", t.best)
+
+
+def test_shared_conv_operands_give_every_kernel_its_own_bits() -> None:
+    """One ConvOperands for all candidates, in any order, gives exactly the bits each kernel
+    gives from fresh operands (nothing a kernel does writes into the shared im2col)."""
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float16):
+        x = rng.standard_normal((2, 8, 9, 7)).astype(dtype)
+        w = rng.standard_normal((12, 4, 3, 3)).astype(dtype)
+        b = rng.standard_normal(12).astype(dtype)
+        attrs = {"pads": [1, 0, 1, 2], "strides": [2, 1], "group": 2}
+        specs = kernels.candidates(kernels.geometry("Conv", [x, w, b], attrs))
+        assert any(s.scheme == "direct" for s in specs) and len(specs) == 5
+        fresh = {s.name: kernels.execute(s, [x, w, b], attrs).tobytes() for s in specs}
+        assert len(set(fresh.values())) > 1  # the kernels really differ in their bits
+        ops = kernels.conv_operands([x, w, b], attrs)
+        for s in [*reversed(specs), *specs]:
+            assert kernels.run_conv(s, ops).tobytes() == fresh[s.name], s.name
+
+
+def test_a_forced_choice_drops_the_others_and_keeps_them_in_table_and_report(tmp_path) -> None:
+    path = cnn_model(tmp_path)
+    backend = ReferenceBackend(timing="prefer:splitk4")
+    out, lines, cache = build(backend, path)
+    report = out.extra["autotune"]
+    assert report["policy"]["drop_factor"] == 2.0 and report["policy"]["drop_after_runs"] == 1
+    by_layer = {entry["layer"]: entry for entry in report["layers"]}
+    assert set(by_layer) == {"conv1", "conv2", "fc"}
+    blocks = {b["layer"]: b for b in parse_blocks(lines).values()}
+    for layer, entry in by_layer.items():
+        runs = {c["kernel"]: c["runs"] for c in entry["candidates"]}
+        dropped = [c["kernel"] for c in entry["candidates"] if c["dropped"]]
+        chosen = next(k for k in runs if "splitk4" in k)
+        assert runs[chosen] == 3  # the fastest runs every round, never dropped
+        assert sorted(dropped) == sorted(k for k in runs if k != chosen)
+        assert all(runs[k] == 1 for k in dropped)
+        # dropped candidates keep their place (and cost) in the timing table
+        assert sorted(r[3] for r in blocks[layer]["rows"]) == sorted(runs)
+        assert blocks[layer]["rows"][0][3] == chosen
+    every = [c for e in report["layers"] for c in e["candidates"]]
+    assert report["dropped_candidates"] == sum(c["dropped"] for c in every) > 0
+    assert report["kernel_runs"] == report["timed_runs"] == sum(c["runs"] for c in every)
+    # a build from the cache runs each layer's kernel once and times nothing
+    again, _, _ = build(backend, path, cache)
+    assert again.extra["autotune"]["kernel_runs"] == 3
+    assert again.extra["autotune"]["timed_runs"] == 0 and again.extra["autotune"]["layers"] == []
+
+
+def test_avg_timing_iterations_bounds_the_runs(tmp_path) -> None:
+    path = cnn_model(tmp_path)
+    out, _, _ = build(ReferenceBackend(), path, settings=BuildSettings(avg_timing_iterations=1))
+    report = out.extra["autotune"]
+    assert report["policy"]["max_runs_per_candidate"] == 1
+    assert report["dropped_candidates"] == 0
+    assert report["kernel_runs"] == report["timed_candidates"] == 5 + 5 + 4  # 2 Conv, 1 Gemm
+
+
+def test_the_build_report_records_the_policy_and_the_lock_keeps_every_candidate(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copy(EXAMPLES / "cnn.onnx", tmp_path / "cnn.onnx")
+    monkeypatch.chdir(tmp_path)
+    be = ReferenceBackend(timing="prefer:tree8")
+    r = workflow_build("cnn.onnx", lock="t.lock", out="cnn.engine", backend=be)
+    report = json.loads(Path(r.report_path).read_text())
+    auto = report["autotune"]
+    assert "2x the best cost" in auto["policy"]["drop_rule"]
+    assert auto["dropped_candidates"] > 0
+    lock = load_lock("t.lock")
+    for entry in auto["layers"]:
+        (locked,) = [e for e in lock.layers if e.key == entry["key"]]
+        assert "tree8" in locked.kernel
+        timed = sorted(c["kernel"] for c in entry["candidates"])
+        assert sorted(c.kernel for c in locked.candidates) == timed  # dropped ones included
+        dropped = [c["kernel"] for c in entry["candidates"] if c["dropped"]]
+        assert dropped and locked.kernel not in dropped
