@@ -106,6 +106,12 @@ def show(
                 for n in plan.nodes
             ]
             typer.echo(format_table(["node", "op", "precision", "rule"], rows))
+            counts: dict[str, int] = {}
+            for n in plan.nodes:
+                counts[n.precision] = counts.get(n.precision, 0) + 1
+            typer.echo(
+                f"{len(plan.nodes)} nodes: " + ", ".join(f"{counts[p]} {p}" for p in sorted(counts))
+            )
             q = plan.quantization
             if q is not None:
                 typer.echo(
@@ -149,6 +155,10 @@ def diff(
 ) -> None:
     """Compare two locks: layers added, removed, or with a changed tactic. Exit 1 if they differ.
 
+    The precision plans are compared too: each node whose precision or deciding rule
+    changed, and for INT8 locks the calibration settings and every scale that changed
+    (hex float and decimal).
+
     \b
     Example:
       reprobuild diff main.lock tactics.lock --json
@@ -183,11 +193,14 @@ def diff(
         ]
         if rows:
             typer.echo(format_table(["", "layer", "key", str(a), str(b)], rows))
-        typer.echo(
-            f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
-            if d.differs
-            else "locks are equivalent"
-        )
+        if d.precision_changed:
+            typer.echo(f"precision plan changed ({len(d.precision_changed)}):")
+            for c in d.precision_changed:
+                typer.echo(f"  {c.line()}")
+        summary = f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
+        if d.precision_changed:
+            summary += f", {len(d.precision_changed)} precision plan changes"
+        typer.echo(summary if d.differs else "locks are equivalent")
     if d.differs:
         raise typer.Exit(1)
 
