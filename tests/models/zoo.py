@@ -300,6 +300,26 @@ def resize_input(model: onnx.ModelProto, side: int) -> None:
     del model.graph.value_info[:]  # inferred shapes of the old size
 
 
+def free_batch(model: onnx.ModelProto) -> int:
+    """Reshape targets whose first entry is the batch size 1 take it from their input (0)
+    instead, in place, as an export with a dynamic batch gives them; returns how many.
+    Why: INT8 calibration runs the model in batches of ``--calib-batch-size``, which a
+    Reshape to ``[1, ...]`` refuses (shufflenet, resnet50, inception, vgg19, alexnet)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    changed = 0
+    for node in model.graph.node:
+        target = inits.get(node.input[1]) if node.op_type == "Reshape" else None
+        if target is None:
+            continue
+        shape = numpy_helper.to_array(target)
+        if shape.ndim == 1 and shape.size and shape[0] == 1:
+            shape = shape.copy()
+            shape[0] = 0
+            target.CopyFrom(numpy_helper.from_array(shape, target.name))
+            changed += 1
+    return changed
+
+
 def at_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
     """``model`` converted by onnx's version converter, with its weights only initializers
     (no longer also graph inputs), as a re-export at that opset would give it. Why: the zoo
