@@ -7,7 +7,9 @@ must come from the code as it was, never from the tree being checked:
 
 runs every scenario of tests/test_json_fields.py with ``PYTHONPATH=/tmp/base`` (each command in
 its own ``python -m reprobuild`` subprocess) and writes one JSON file per output to
-tests/fixtures/json_fields/ (``--out DIR`` to write elsewhere).
+tests/fixtures/json_fields/ (``--out DIR`` to write elsewhere). A scenario added later has no
+old code to come from: its golden is captured from the tree that adds it, alone
+(``--only diff_precision``), and the old goldens stay as they are.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("base", type=Path, help="checkout of the code to capture (its repo root)")
     ap.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "json_fields")
+    ap.add_argument("--only", action="append", help="capture only this output (repeatable)")
     args = ap.parse_args()
     base = args.base.resolve()
 
@@ -54,6 +57,8 @@ def main() -> int:
         outputs = mod.run_scenarios(Path(tmp), base)
     bad = 0
     for name, out in sorted(outputs.items()):
+        if args.only and name not in args.only:
+            continue
         if out.error is not None:
             print(f"{name}: {out.error}\n{out.stderr[-1000:]}", file=sys.stderr)
             bad += 1

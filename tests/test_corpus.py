@@ -94,6 +94,42 @@ def test_reweighting_is_deterministic_and_cached(tmp_path: Path) -> None:
     assert path.stat().st_mtime_ns == stamp  # written once, then reused
 
 
+def test_int8_variants_keep_the_architecture_and_its_outputs() -> None:
+    """The variants the INT8 tests and bench use: ``opset=13`` computes the same outputs
+    (onnx's version converter), ``bias_std`` gives Conv biases, ``side`` a smaller input,
+    and :func:`zoo.free_batch` lets shufflenet run at any batch with the same outputs."""
+    base = zoo.reweighted("squeezenet", side=64)
+    conv = zoo.reweighted("squeezenet", side=64, opset=13)
+    assert conv.opset_import[0].version == 13 and zoo.data_input(conv)[1] == (1, 3, 64, 64)
+    assert [vi.name for vi in conv.graph.input] == ["data_0"]  # weights: initializers only
+    feeds = zoo.seeded_feeds(base, 1)
+    out = base.graph.output[0].name
+    (a,), (b,) = zoo.run_onnxruntime(base, feeds, [out]), zoo.run_onnxruntime(conv, feeds, [out])
+    assert a.tobytes() == b.tobytes()
+    biased = zoo.reweighted("squeezenet", side=64, bias_std=0.1)
+    bias = {t.name: onnx.numpy_helper.to_array(t) for t in biased.graph.initializer}
+    assert 0.08 < float(np.std(bias["conv1_b_0"])) < 0.12
+    assert {t.name for t in base.graph.initializer} == set(bias)
+
+    shuffle = zoo.reweighted("shufflenet", opset=13)
+    out = shuffle.graph.output[0].name
+    x = np.random.default_rng(1).random((2, 3, 224, 224), np.float32)
+    with pytest.raises(Exception, match="Reshape"):  # a batch of 2 meets Reshape [1, ...]
+        zoo.run_onnxruntime(_any_batch(shuffle), {"gpu_0/data_0": x}, [out])
+    (one,) = zoo.run_onnxruntime(shuffle, {"gpu_0/data_0": x[1:]}, [out])
+    assert zoo.free_batch(shuffle) == 33
+    (two,) = zoo.run_onnxruntime(_any_batch(shuffle), {"gpu_0/data_0": x}, [out])
+    assert two.shape == (2, 1000)
+    np.testing.assert_allclose(two[1], one[0], rtol=1e-5, atol=1e-7)
+
+
+def _any_batch(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto.FromString(model.SerializeToString())
+    for vi in [*copy.graph.input, *copy.graph.output]:
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"
+    return copy
+
+
 def test_tactics_reach_the_reweighted_outputs_but_not_the_light_ones(tmp_path: Path) -> None:
     model = zoo.reweighted_path("squeezenet", tmp_path)
     feeds = zoo.seeded_feeds(onnx.load(str(model)))

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,6 +165,8 @@ MADE_BY = {
     "b.lock": "build (REPROBUILD_REF_TIMING=reverse)",
     "h.lock": "build_fp16",
     "t.lock": "build_tensorrt",
+    "i1.lock": "build (--precision int8, c1.npz)",
+    "i2.lock": "build (--precision int8, c2.npz)",
 }
 
 
@@ -270,6 +273,19 @@ def run_scenarios(work: Path, root: Path) -> dict[str, Output]:
     run("diff_same", "diff", "a.lock", "a.lock", "--json")
     run("diff_changed", "diff", "a.lock", "b.lock", "--json")
     run("diff_other_model", "diff", "a.lock", "h.lock", "--json")
+    # INT8: two locks calibrated on other samples; their diff lists changed scales.
+    rng = np.random.default_rng(0)
+    for name in ("c1.npz", "c2.npz"):
+        np.savez(work / name, input=rng.random((8, 1024), dtype=np.float32))
+    for lock in ("i1", "i2"):
+        run(
+            None,
+            *("build", "mlp.onnx", "--precision", "int8", "--calibration", f"c{lock[1]}.npz"),
+            *("--calib-batch-size", "8", "--lock", f"{lock}.lock", "--out", f"{lock}.engine"),
+            *(*REF, "--cache-dir", "caches", "--json"),
+        )
+    run("show_precision_int8", "show", "--lock", "i1.lock", "--precision", "--json")
+    run("diff_precision", "diff", "i1.lock", "i2.lock", "--json")
 
     # verify / bisect.
     run(

@@ -19,10 +19,10 @@ import onnx
 import pytest
 
 from reprobuild.backends.reference import ReferenceBackend
+from reprobuild.lock.plandiff import diff_plans
 from reprobuild.lock.yamlio import load_lock, save_lock
 from reprobuild.precision.calibration import load_calibration
 from reprobuild.precision.ops import MATRIX_OPS
-from reprobuild.precision.report import diff_plans
 from reprobuild.precision.rules import derive_plan
 from reprobuild.workflow.outputs import load_inputs
 
@@ -146,7 +146,9 @@ def test_build_records_per_node_rules_and_show_prints_them(cli, tmp: Path) -> No
         "False",
     ]
     assert lines[1].split() == ["node", "op", "precision", "rule"]
-    assert [tuple(line.split()) for line in lines[3:]] == RULE_PLAN
+    assert [tuple(line.split()) for line in lines[3:-1]] == RULE_PLAN
+    counts = {p: sum(1 for row in RULE_PLAN if row[2] == p) for p in ("fp16", "fp32")}
+    assert lines[-1] == f"{len(RULE_PLAN)} nodes: {counts['fp16']} fp16, {counts['fp32']} fp32"
 
     js = cli("show", "--precision", "--lock", str(tmp / "a.lock"), "--json")
     assert js.code == 0, js
@@ -491,7 +493,8 @@ def test_mixed_precision_model_records_observed_plan(cli, tmp: Path) -> None:
     shown = cli("show", "--precision", "--lock", str(tmp / "m.lock"))
     assert shown.code == 0, shown
     assert shown.out.splitlines()[0].split()[:2] == ["mode:", "observed"]
-    assert [tuple(line.split()) for line in shown.out.splitlines()[3:]] == OBSERVED
+    assert [tuple(line.split()) for line in shown.out.splitlines()[3:-1]] == OBSERVED
+    assert shown.out.splitlines()[-1].startswith(f"{len(OBSERVED)} nodes: ")
 
     # Rebuilding from the lock checks the model against the observed plan and changes nothing.
     lock_bytes = (tmp / "m.lock").read_bytes()

@@ -97,11 +97,20 @@ def _show_precision(lock: Path, data: Lock, as_json: bool) -> None:
             for n in plan.nodes
         ]
         echo(format_table(["node", "op", "precision", "rule"], rows))
+        counts: dict[str, int] = {}
+        for n in plan.nodes:
+            counts[n.precision] = counts.get(n.precision, 0) + 1
+        echo(f"{len(plan.nodes)} nodes: " + ", ".join(f"{counts[p]} {p}" for p in sorted(counts)))
         q = plan.quantization
         if q is not None:
+            extra = f"; float {q.float_precision}" if q.float_precision != "fp32" else ""
+            if q.opset is not None:
+                o = q.opset.to_dict()
+                extra += f"; opset {o['from']} -> {o['to']} (onnx {o['onnx']})"
             echo(
                 f"int8: {q.method} calibration, batch size {q.batch_size}, {q.samples} "
                 f"samples, onnxruntime {q.onnxruntime}; {len(q.weights)} weights per channel"
+                + extra
             )
             acts = [[a.tensor, a.scale.hex(), f"{a.scale:.6g}"] for a in q.activations]
             echo(format_table(["tensor", "scale", "(decimal)"], acts))
@@ -138,9 +147,11 @@ def diff(a: Path, b: Path, as_json: bool) -> int:
         ]
         if rows:
             echo_lines(table_lines(["", "layer", "key", str(a), str(b)], rows))
-        echo(
-            f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
-            if d.differs
-            else "locks are equivalent"
-        )
+        if d.precision_changed:
+            echo(f"precision plan changed ({len(d.precision_changed)}):")
+            echo_lines([f"  {c.line()}" for c in d.precision_changed])
+        summary = f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
+        if d.precision_changed:
+            summary += f", {len(d.precision_changed)} precision plan changes"
+        echo(summary if d.differs else "locks are equivalent")
     return 1 if d.differs else 0

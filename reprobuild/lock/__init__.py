@@ -2,7 +2,8 @@
 
 Modules, lowest first: ``schema`` (validation with file:line:column errors), ``plan`` (the
 precision section), ``model`` (the dataclasses), ``validate`` (data -> Lock), ``emit``
-(the canonical YAML form), ``yamlio`` (load/save), ``edit`` (pin/unpin/show), ``diff``.
+(the canonical YAML form), ``yamlio`` (load/save), ``edit`` (pin/unpin/show), ``plandiff``
+(two precision plans compared), ``diff``.
 Importing this package loads only the dataclasses; YAML and the rest load on first use.
 """
 

@@ -2,14 +2,17 @@
 
 Entries match by timing-cache key; across environments (a new GPU gives every layer a new
 key) they fall back to matching by layer name where the name is unique on both sides.
+The precision plans are compared too (:mod:`.plandiff`): two INT8 locks with the same
+tactics but another scale build other bits, so they differ.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reprobuild.lock.model import LayerEntry, Lock
+from reprobuild.lock.plandiff import PlanChange, plan_changes
 
 
 @dataclass
@@ -20,6 +23,7 @@ class LockDiff:
     settings_changed: list[str]
     model_changed: bool
     environment_changed: list[str]
+    precision_changed: list[PlanChange] = field(default_factory=list)
 
     @property
     def differs(self) -> bool:
@@ -30,6 +34,7 @@ class LockDiff:
             or self.settings_changed
             or self.model_changed
             or self.environment_changed
+            or self.precision_changed
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -56,6 +61,7 @@ class LockDiff:
             "model_changed": self.model_changed,
             "settings_changed": self.settings_changed,
             "environment_changed": self.environment_changed,
+            "precision_changed": [c.to_json() for c in self.precision_changed],
         }
 
 
@@ -92,6 +98,7 @@ def diff_locks(a: Lock, b: Lock) -> LockDiff:
         settings_changed=[k for k in ad if ad[k] != bd.get(k)],
         model_changed=a.model.sha256 != b.model.sha256,
         environment_changed=[k for k in ae if ae[k] != be.get(k)],
+        precision_changed=plan_changes(a.precision, b.precision),
     )
 
 

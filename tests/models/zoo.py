@@ -64,7 +64,7 @@ class _Slot:
 
     root: str  # the initializer or ConstantOfShape output that holds the values
     shape: tuple[int, ...]  # the shape the consumer sees (after Reshape/Unsqueeze)
-    kind: str  # "he", "zero", "one", "bn_scale", "bn_damped", "bn_var"
+    kind: str  # "he", "bias", "zero", "one", "bn_scale", "bn_damped", "bn_var"
     fan_in: int = 0
 
 
@@ -183,11 +183,11 @@ def _slots(
         ins = list(node.input) + [""] * 5
         if node.op_type == "Conv" and ins[1] in values:
             add(ins[1], "he", int(np.prod(values[ins[1]].shape[1:])))
-            add(ins[2], "zero")
+            add(ins[2], "bias")
         elif node.op_type == "Gemm" and ins[1] in values:
             trans_b = any(a.name == "transB" and a.i for a in node.attribute)
             add(ins[1], "he", int(values[ins[1]].shape[1 if trans_b else 0]))
-            add(ins[2], "zero")
+            add(ins[2], "bias")
         elif node.op_type == "MatMul" and ins[1] in values:
             add(ins[1], "he", int(values[ins[1]].shape[-2]))
         elif node.op_type == "BatchNormalization":
@@ -201,13 +201,13 @@ def _slots(
     return slots
 
 
-def _fill(slot: _Slot, seed: int, eps: float) -> np.ndarray:
+def _fill(slot: _Slot, seed: int, eps: float, bias_std: float = 0.0) -> np.ndarray:
     """The slot's seeded values in the consumer's shape."""
-    if slot.kind == "he":
+    if slot.kind == "he" or (slot.kind == "bias" and bias_std > 0):
         rng = np.random.default_rng([seed, zlib.crc32(slot.root.encode())])
-        std = math.sqrt(2.0 / max(slot.fan_in, 1))
+        std = math.sqrt(2.0 / max(slot.fan_in, 1)) if slot.kind == "he" else bias_std
         return rng.normal(0.0, std, slot.shape).astype(np.float32)
-    constant = {"zero": 0.0, "one": 1.0, "bn_scale": 1.0, "bn_damped": RESIDUAL_GAMMA}
+    constant = {"zero": 0.0, "bias": 0.0, "one": 1.0, "bn_scale": 1.0, "bn_damped": RESIDUAL_GAMMA}
     # var = 1 - eps makes the normalisation exactly the identity (scale / sqrt(var + eps))
     value = 1.0 - eps if slot.kind == "bn_var" else constant[slot.kind]
     return np.full(slot.shape, value, np.float32)
@@ -290,15 +290,74 @@ def run_onnxruntime(
     return sess.run(names, feeds)
 
 
-def reweighted(name: str, seed: int = 0) -> onnx.ModelProto:
-    """The light ``name`` architecture with seeded, well-scaled weights (module docstring)."""
+def resize_input(model: onnx.ModelProto, side: int) -> None:
+    """Make the data input ``side`` x ``side`` (NCHW) in place. Only for architectures that
+    end in a global pooling (squeezenet, densenet121): the others reshape to fixed sizes."""
+    name, _ = data_input(model)
+    (vi,) = [vi for vi in model.graph.input if vi.name == name]
+    dims = vi.type.tensor_type.shape.dim
+    dims[2].dim_value = dims[3].dim_value = side
+    del model.graph.value_info[:]  # inferred shapes of the old size
+
+
+def free_batch(model: onnx.ModelProto) -> int:
+    """Reshape targets whose first entry is the batch size 1 take it from their input (0)
+    instead, in place, as an export with a dynamic batch gives them; returns how many.
+    Why: INT8 calibration runs the model in batches of ``--calib-batch-size``, which a
+    Reshape to ``[1, ...]`` refuses (shufflenet, resnet50, inception, vgg19, alexnet)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    changed = 0
+    for node in model.graph.node:
+        target = inits.get(node.input[1]) if node.op_type == "Reshape" else None
+        if target is None:
+            continue
+        shape = numpy_helper.to_array(target)
+        if shape.ndim == 1 and shape.size and shape[0] == 1:
+            shape = shape.copy()
+            shape[0] = 0
+            target.CopyFrom(numpy_helper.from_array(shape, target.name))
+            changed += 1
+    return changed
+
+
+def at_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """``model`` converted by onnx's version converter, with its weights only initializers
+    (no longer also graph inputs), as a re-export at that opset would give it. Why: the zoo
+    files are opset 9, and per-channel Q/DQ (INT8) needs opset 13."""
+    from onnx import version_converter
+
+    new = version_converter.convert_version(model, opset)
+    # IR 3 requires every initializer to be an input too; the opset's own IR version does not
+    new.ir_version = max(new.ir_version, helper.find_min_ir_version_for(new.opset_import))
+    inits = {t.name for t in new.graph.initializer}
+    kept = [vi for vi in new.graph.input if vi.name not in inits]
+    del new.graph.input[:]
+    new.graph.input.extend(kept)
+    return new
+
+
+def reweighted(
+    name: str,
+    seed: int = 0,
+    *,
+    side: int | None = None,
+    opset: int | None = None,
+    bias_std: float = 0.0,
+) -> onnx.ModelProto:
+    """The light ``name`` architecture with seeded, well-scaled weights (module docstring);
+    with ``side``, at that input size (:func:`resize_input`); with ``opset``, converted
+    (:func:`at_opset`); with ``bias_std``, Conv/Gemm biases drawn from N(0, bias_std)
+    instead of zero (kernels that treat the bias differently, such as INT8 epilogues that
+    round it to the int32 grid, give the same bits on a zero bias)."""
     model = light_model(name)
+    if side is not None:
+        resize_input(model, side)
     values, root = _constants(model)
     eps = _bn_eps(model)
     slots = _slots(model, values, root)
     new: dict[str, np.ndarray] = {}
     for slot in slots.values():
-        arr = _fill(slot, seed, eps.get(slot.root, 1e-5))
+        arr = _fill(slot, seed, eps.get(slot.root, 1e-5), bias_std)
         new[slot.root] = arr.reshape(values[slot.root].shape)
     _replace(model, new)
     weight = _last_weight(model, logits_name(model), root)
@@ -308,17 +367,34 @@ def reweighted(name: str, seed: int = 0) -> onnx.ModelProto:
         if spread > 0 and math.isfinite(spread):
             gain = 2.0 ** round(math.log2(TARGET_LOGIT_STD / spread))
             _replace(model, {weight: new[weight] * np.float32(gain)})
+    if opset is not None:
+        model = at_opset(model, opset)
     onnx.checker.check_model(model)
     return model
 
 
-def reweighted_path(name: str, directory: str | os.PathLike[str], seed: int = 0) -> Path:
-    """``directory/NAME.seedSEED.onnx``, written on first use and reused afterwards."""
-    path = Path(directory) / f"{name}.seed{seed}.onnx"
+def reweighted_path(
+    name: str,
+    directory: str | os.PathLike[str],
+    seed: int = 0,
+    *,
+    side: int | None = None,
+    opset: int | None = None,
+    bias_std: float = 0.0,
+) -> Path:
+    """``directory/NAME.seedSEED[.sSIDE][.opsetN][.bSTD].onnx``, written on first use and
+    reused."""
+    tags = "".join(
+        f".{k}{v}"
+        for k, v in (("seed", seed), ("s", side), ("opset", opset), ("b", bias_std or None))
+        if v is not None
+    )
+    path = Path(directory) / f"{name}{tags}.onnx"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(reweighted(name, seed).SerializeToString())
+        model = reweighted(name, seed, side=side, opset=opset, bias_std=bias_std)
+        tmp.write_bytes(model.SerializeToString())
         os.replace(tmp, path)
     return path
 

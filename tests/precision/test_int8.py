@@ -8,6 +8,7 @@ calibration, on the last 284.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -229,7 +230,7 @@ def test_lock_scale_that_is_not_a_hex_float_is_refused(cli, tmp_path: Path) -> N
 
 
 def test_plan_diff_shows_scale_changes() -> None:
-    from reprobuild.precision.report import diff_plans
+    from reprobuild.lock.plandiff import diff_plans
 
     model = onnx.load(str(digits.model_path("cnn")))
     x = digits.held_out_split()[0]
@@ -242,10 +243,10 @@ def test_plan_diff_shows_scale_changes() -> None:
     lines = diff_plans(a, b)
     assert "quantization.samples: 32 -> 256" in lines
     relu = [ln for ln in lines if ln.startswith("scale relu1_out: ")]
-    assert relu == [
-        f"scale relu1_out: {a.quantization.scales()['relu1_out'].hex()} -> "  # type: ignore[union-attr]
-        f"{b.quantization.scales()['relu1_out'].hex()}"  # type: ignore[union-attr]
-    ]
+    sa = a.quantization.scales()["relu1_out"]  # type: ignore[union-attr]
+    sb = b.quantization.scales()["relu1_out"]  # type: ignore[union-attr]
+    assert relu == [f"scale relu1_out: {sa.hex()} ({sa:.6g}) -> {sb.hex()} ({sb:.6g})"]
+    assert sa < sb  # more samples, a larger max: minmax can only widen the range
     assert diff_plans(b, b) == []
 
 
@@ -271,3 +272,84 @@ def test_weights_listed_as_graph_inputs_leave_the_inputs_with_their_initializer(
     sess = ort.InferenceSession(built.SerializeToString(), providers=["CPUExecutionProvider"])
     (out,) = sess.run(None, {"input": digits.held_out_split()[0]})
     assert out.shape == (540, 10) and np.isfinite(out).all()
+
+
+def _flat_absmax(x: np.ndarray) -> float:
+    """max |flat| (the fc layer's input) over the samples ``x``, by ONNX Runtime in FP32."""
+    import onnxruntime as ort
+
+    model = onnx.load(str(digits.model_path("cnn")))
+    model.graph.output.append(onnx.ValueInfoProto(name="flat"))
+    pad = np.zeros((540 - len(x), *x.shape[1:]), np.float32)  # the model's static batch
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (flat,) = sess.run(["flat"], {"input": np.concatenate([x, pad])})
+    return float(np.abs(flat[: len(x)]).max())
+
+
+def test_batch_order_changes_scales_when_it_decides_which_samples_are_used(
+    cli, tmp_path: Path
+) -> None:
+    """ONNX Runtime's calibrators see the whole set at once (one histogram or min/max over
+    every batch), so reordering *all* samples keeps every scale (test above). Order decides
+    the scales when it decides which samples are calibrated on: ``--calib-samples N`` takes
+    the first N, and a batch size that does not divide the count drops the last ones."""
+    x = digits.held_out_split()[0][:CALIB]
+    order = np.random.default_rng(1).permutation(CALIB)
+    calib, other = _calib_npz(tmp_path / "c.npz"), _calib_npz(tmp_path / "r.npz", order)
+    first64 = ("--calib-samples", "64", "--calib-method", "minmax")
+    assert _build(cli, tmp_path, "cnn", *_int8(calib, 8), *first64, lock="a").code == 0
+    assert _build(cli, tmp_path, "cnn", *_int8(other, 8), *first64, lock="b", out="b").code == 0
+    qa = load_lock(tmp_path / "a.lock").precision.quantization  # type: ignore[union-attr]
+    qb = load_lock(tmp_path / "b.lock").precision.quantization  # type: ignore[union-attr]
+    assert qa is not None and qb is not None and qa.samples == qb.samples == 64
+    sa, sb = qa.scales(), qb.scales()
+    assert sa["input"] == sb["input"]  # both subsets reach 1.0: the same range
+    # minmax: the scale is max|x| / 127 over the 64 samples used (ONNX Runtime's float32
+    # arithmetic may differ in the last bit from this float64 reference)
+    assert sa["flat"] == pytest.approx(_flat_absmax(x[:64]) / 127, rel=1e-6)
+    assert sb["flat"] == pytest.approx(_flat_absmax(x[order][:64]) / 127, rel=1e-6)
+    assert sb["flat"] / sa["flat"] == pytest.approx(1.088, abs=0.001)  # 12.02 / 11.04
+    # the lock catches it: --frozen with the reordered file refuses, nothing written
+    before = (tmp_path / "a.lock").read_bytes()
+    r = _build(cli, tmp_path, "cnn", *_int8(other, 8), *first64, "--frozen", lock="a", out="c")
+    assert r.code == 1 and "another order" in r.err and "--frozen refuses" in r.err, r
+    assert (tmp_path / "a.lock").read_bytes() == before and not (tmp_path / "c.engine").exists()
+    # and diff shows the scale change, exact and in decimal, and exits 1
+    r = cli("diff", str(tmp_path / "a.lock"), str(tmp_path / "b.lock"), "--json")
+    assert r.code == 1, r
+    changes = {(c["kind"], c["name"]): c for c in json.loads(r.out)["precision_changed"]}
+    assert changes[("scale", "flat")] == {
+        "kind": "scale",
+        "name": "flat",
+        "a": sa["flat"].hex(),
+        "b": sb["flat"].hex(),
+        "a_decimal": sa["flat"],
+        "b_decimal": sb["flat"],
+    }
+    assert ("scale", "input") not in changes
+    assert changes[("quantization", "data_sha256")]["a"] == repr(qa.data_sha256)
+
+
+def test_a_batch_size_that_drops_other_samples_changes_the_scales() -> None:
+    """256 samples in batches of 24: the last 16 are dropped, which ones depends on the
+    order. With percentile calibration, relu1_out's scale moves (measured: 0x1.2e2cf8p-5
+    vs 0x1.2f3882p-5); the recorded hash covers only the 240 used."""
+    model = onnx.load(str(digits.model_path("cnn")))
+    x = digits.held_out_split()[0][:CALIB]
+    order = np.random.default_rng(1).permutation(CALIB)
+
+    def quant(xx: np.ndarray):
+        data = CalibData({"input": xx}, len(xx), samples_hash({"input": xx}), "x")
+        plan, notes = calibrate(model, PrecisionSettings(), "percentile", 24, data)
+        assert notes == [
+            "calibration: the last 16 samples do not fill a batch of 24 and are not used"
+        ]
+        return plan.quantization
+
+    qa, qb = quant(x), quant(x[order])
+    assert qa.samples == qb.samples == 240
+    assert qa.data_sha256 == samples_hash({"input": x[:240]})
+    assert qb.data_sha256 == samples_hash({"input": x[order][:240]})
+    sa, sb = qa.scales(), qb.scales()
+    assert sa["relu1_out"] != sb["relu1_out"]
+    assert abs(sa["relu1_out"] / sb["relu1_out"] - 1) < 0.01  # a small move, but other bits

@@ -20,12 +20,12 @@ from reprobuild.backends import get_backend
 from reprobuild.errors import UsageError
 from reprobuild.lock import load_lock
 from reprobuild.lock.plan import NodePrecision, PrecisionSettings
+from reprobuild.lock.plandiff import diff_plans
 from reprobuild.logs.layerinfo import load_layer_info
 from reprobuild.precision.calibdata import CalibData, samples_hash
 from reprobuild.precision.int8float import apply_int8_plan, combine
 from reprobuild.precision.opset import convert_for_int8
 from reprobuild.precision.quantize import calibrate
-from reprobuild.precision.report import diff_plans
 from tests.models import digits, zoo
 
 CALIB = 256

@@ -12,10 +12,10 @@ import pytest
 from reprobuild.backends.base import BuildSettings
 from reprobuild.errors import UsageError
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan
+from reprobuild.lock.plandiff import diff_plans
 from reprobuild.precision.apply import apply_plan
 from reprobuild.precision.calibration import load_calibration
 from reprobuild.precision.measure import plan_error
-from reprobuild.precision.report import diff_plans
 from reprobuild.precision.rules import derive_plan
 
 from ..conftest import EXAMPLES
