@@ -137,10 +137,22 @@ def calibrate(
         "minmax": CalibrationMethod.MinMax,
         "percentile": CalibrationMethod.Percentile,
     }[method]
+    extra: dict[str, object] = {
+        "ActivationSymmetric": True,
+        "WeightSymmetric": True,
+        "CalibTensorRangeSymmetric": True,
+    }
     with tempfile.TemporaryDirectory(prefix="reprobuild-calib-") as tmp:
         src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.qdq.onnx"
         onnx.save(_dynamic_batch(model), str(src))
         with _quiet(), _calibration_errors(batch_size):
+            if method == "entropy":
+                # quantize_static passes no histogram size to its entropy calibrator, whose
+                # default (128 bins for 128 quantized bins) leaves one threshold: the full
+                # range, i.e. minmax. The ranges come from the calibrator built with
+                # TensorRT's sizes; quantize_static turns them into scales as for any method.
+                extra["TensorQuantOverrides"] = _entropy_ranges(src, Path(tmp), _Reader())
+                calib_method = CalibrationMethod.MinMax
             quantize_static(
                 str(src),
                 str(dst),
@@ -152,12 +164,7 @@ def calibrate(
                 activation_type=QuantType.QInt8,
                 weight_type=QuantType.QInt8,
                 calibrate_method=calib_method,
-                extra_options={
-                    "ActivationSymmetric": True,
-                    "WeightSymmetric": True,
-                    "CalibNumBins": 2048,  # TensorRT's entropy calibrator's histogram size
-                    "CalibTensorRangeSymmetric": True,
-                },
+                extra_options=extra,
             )
         measured = _scales_of(onnx.load(str(dst)))
     scales: dict[str, float] = {}
@@ -196,6 +203,32 @@ def calibrate(
         quantization=quant,
     )
     return plan, notes
+
+
+ENTROPY_BINS = 2048
+"""Histogram bins of the entropy calibrator: TensorRT's IInt8EntropyCalibrator2 uses 2048,
+searched for the threshold whose 128-level quantization loses the least information."""
+
+
+def _entropy_ranges(src: Path, tmp: Path, reader: object) -> dict[str, list[dict[str, np.float32]]]:
+    """Each calibrated tensor's symmetric (rmin, rmax) by KL divergence over a histogram of
+    :data:`ENTROPY_BINS` bins, in ``TensorQuantOverrides`` form."""
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+
+    calibrator = create_calibrator(
+        src,
+        list(QUANT_OPS),
+        augmented_model_path=str(tmp / "augmented.onnx"),
+        calibrate_method=CalibrationMethod.Entropy,
+        extra_options={"symmetric": True, "num_bins": ENTROPY_BINS, "num_quantized_bins": 128},
+    )
+    calibrator.collect_data(reader)
+    ranges = calibrator.compute_data()
+    out: dict[str, list[dict[str, np.float32]]] = {}
+    for name in ranges:
+        lo, hi = ranges[name].range_value
+        out[name] = [{"rmin": np.float32(lo), "rmax": np.float32(hi)}]
+    return out
 
 
 @contextlib.contextmanager

@@ -353,3 +353,36 @@ def test_a_batch_size_that_drops_other_samples_changes_the_scales() -> None:
     sa, sb = qa.scales(), qb.scales()
     assert sa["relu1_out"] != sb["relu1_out"]
     assert abs(sa["relu1_out"] / sb["relu1_out"] - 1) < 0.01  # a small move, but other bits
+
+
+def test_entropy_calibration_clips_where_minmax_takes_the_full_range() -> None:
+    """Entropy is its own method: a 2048-bin KL threshold search (TensorRT's sizes) that
+    clips long tails. ONNX Runtime's quantize_static passes no histogram size to its entropy
+    calibrator, whose default 128 bins leave one threshold (the full range): entropy would
+    silently be minmax. Measured on the digits CNN: ``flat`` 12.02 -> 9.78, ``relu1_out``
+    4.74 -> 4.15 (as max |x| = scale * 127); the graph input (pixels in [0, 1]) keeps 1."""
+    model = onnx.load(str(digits.model_path("cnn")))
+    everything = digits.held_out_split()[0]  # the model's static batch
+    x = everything[:CALIB]
+    data = CalibData({"input": x}, len(x), samples_hash({"input": x}), "x")
+
+    def ranges(method: str) -> dict[str, float]:
+        plan, _ = calibrate(model, PrecisionSettings(), method, 32, data)
+        return {k: v * 127 for k, v in plan.quantization.scales().items()}  # type: ignore[union-attr]
+
+    full, ent = ranges("minmax"), ranges("entropy")
+    flat = _flat(model, everything)[:CALIB]
+    assert full["flat"] == pytest.approx(float(np.abs(flat).max()), rel=1e-6)
+    assert 9.0 < ent["flat"] < 10.5 and 3.9 < ent["relu1_out"] < 4.4
+    assert ent["input"] == pytest.approx(1.0, rel=1e-6) == full["input"]
+
+
+def _flat(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    """The ``flat`` tensor of the digits CNN, by ONNX Runtime on the FP32 model."""
+    import onnxruntime
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.output.add().name = "flat"
+    sess = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(["flat"], {"input": x})[0]
