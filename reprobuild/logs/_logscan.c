@@ -311,6 +311,12 @@ typedef struct {
     Py_ssize_t lineno, dropped, max_warnings, ncarry, capcarry;
     int legacy, layers_open;
     unsigned char *carry;
+    /* JSON mode (write != NULL): records become `log --json` text in jbuf, handed to
+     * write(bytes) in pieces of about JSON_FLUSH bytes; record_text(rec) -> str writes the
+     * records whose fields this file does not know how to print. */
+    PyObject *write, *record_text;
+    char *jbuf;
+    Py_ssize_t jn, jcap, nrec;
 } Scanner;
 static PyObject *call(Scanner *S, int h, PyObject *const *args, size_t n) {
     return PyObject_Vectorcall(S->hooks[h], args, n, NULL);
@@ -329,19 +335,204 @@ static void op_clear(Op *o) {
 static int nonempty(PyObject *o) { return o && o != Py_None && PyUnicode_GET_LENGTH(o) > 0; }
 static int eq(PyObject *a, PyObject *b) { return PyObject_RichCompareBool(a, b, Py_EQ); }
 
+/* Candidate fields (a NamedTuple): 0 tactic_id, 1 tactic_hash, 2 kernel, 3 cost_ms, 4 runner */
+#define CF(c, i) PyTuple_GET_ITEM((c), (i))
 /* TacticRecord(layer, key, onnx, cands, chosen, kernel, cost, from_cache, runner, line,
- * format, formats) into the output */
-static int emit(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line, const char *fmt,
-                PyObject *formats) {
+ * format, formats) as a new object */
+static PyObject *make_record(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line,
+                             const char *fmt, PyObject *formats) {
     PyObject *ln = PyLong_FromSsize_t(line), *f = PyUnicode_FromString(fmt), *rec = NULL;
     if (ln && f) {
         PyObject *args[12] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], cached ? Py_True : Py_False,
                               v[8], ln, f, formats};
         rec = call(S, H_RECORD, args, 12);
     }
+    Py_XDECREF(ln); Py_XDECREF(f);
+    return rec;
+}
+
+/* ---- JSON mode: json.dumps(rec.to_json(), ensure_ascii=False), written out directly ------ */
+#define JSON_FLUSH (1 << 20) /* bytes handed to write() at a time */
+#define JSON_MAX ((Py_ssize_t)1 << 30) /* no record's text is allowed to grow past this */
+static int j_flush(Scanner *S) {
+    if (!S->jn) return 0;
+    PyObject *b = PyBytes_FromStringAndSize(S->jbuf, S->jn), *r = NULL;
+    S->jn = 0;
+    if (b) r = PyObject_CallOneArg(S->write, b);
+    Py_XDECREF(b);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+static int j_reserve(Scanner *S, Py_ssize_t more) {
+    if (S->jn + more <= S->jcap) return 0;
+    if (S->jn + more > JSON_MAX) {
+        PyErr_SetString(PyExc_MemoryError, "a record's JSON text is over 1 GiB");
+        return -1;
+    }
+    Py_ssize_t cap = S->jcap ? S->jcap : 2 * JSON_FLUSH;
+    while (cap < S->jn + more) cap *= 2;
+    char *nb = PyMem_Realloc(S->jbuf, (size_t)cap);
+    if (!nb) { PyErr_NoMemory(); return -1; }
+    S->jbuf = nb, S->jcap = cap;
+    return 0;
+}
+static int j_put(Scanner *S, const char *p, Py_ssize_t len) {
+    if (j_reserve(S, len) < 0) return -1;
+    memcpy(S->jbuf + S->jn, p, (size_t)len);
+    S->jn += len;
+    return 0;
+}
+#define J_LIT(S, lit) j_put((S), (lit), (Py_ssize_t)sizeof(lit) - 1)
+/* a str as json's encode_basestring writes it (ensure_ascii=False), or null for None */
+static int j_str(Scanner *S, PyObject *o) {
+    if (o == Py_None) return J_LIT(S, "null");
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!u || j_reserve(S, 6 * n + 2) < 0) return -1; /* \u00XX: 6 bytes at most per byte */
+    char *w = S->jbuf + S->jn;
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)u[i];
+        if (c >= 0x20 && c != '"' && c != '\\') { *w++ = (char)c; continue; }
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\r': *w++ = 'r'; break;
+        case '\t': *w++ = 't'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\f': *w++ = 'f'; break;
+        default:
+            *w++ = 'u', *w++ = '0', *w++ = '0';
+            *w++ = "0123456789abcdef"[c >> 4], *w++ = "0123456789abcdef"[c & 15];
+        }
+    }
+    *w++ = '"';
+    S->jn = w - S->jbuf;
+    return 0;
+}
+static int j_fmt(Scanner *S, const char *fmt, unsigned long long v) { /* one %llu / %llx */
+    char b[96];
+    int len = snprintf(b, sizeof b, fmt, v);
+    return j_put(S, b, len);
+}
+static int j_ll(Scanner *S, long long v) {
+    char b[32];
+    int len = snprintf(b, sizeof b, "%lld", v);
+    return j_put(S, b, len);
+}
+/* a float as json.dumps writes it: repr when finite, else null (values.json_float) */
+static int j_float(Scanner *S, PyObject *o) {
+    double d = PyFloat_AS_DOUBLE(o);
+    if (!Py_IS_FINITE(d)) return J_LIT(S, "null");
+    char *t = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (!t) return -1;
+    int r = j_put(S, t, (Py_ssize_t)strlen(t));
+    PyMem_Free(t);
+    return r;
+}
+/* The fields this file prints itself; anything else goes to record_text(). */
+static int plain_int(PyObject *o) { return PyLong_CheckExact(o); }
+static int plain_u64(PyObject *o, unsigned long long *v) {
+    if (!PyLong_CheckExact(o)) return 0;
+    *v = PyLong_AsUnsignedLongLong(o);
+    if (*v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return 1;
+}
+static int plain_ll(PyObject *o) { /* an int json prints as %lld */
+    int over;
+    long long v = PyLong_AsLongLongAndOverflow(o, &over);
+    if (v == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return !over;
+}
+static int str_or_null(PyObject *o) { return o == Py_None || PyUnicode_CheckExact(o); }
+static int num_or_null(PyObject *o) { return o == Py_None || PyFloat_CheckExact(o); }
+static int plain_record(Scanner *S, PyObject *const v[9], PyObject *formats) {
+    unsigned long long u;
+    if (!PyUnicode_CheckExact(v[0]) || !str_or_null(v[1]) || !PyTuple_CheckExact(v[2]) ||
+        !PyList_CheckExact(v[3]) || !(v[4] == Py_None || plain_u64(v[4], &u)) ||
+        !str_or_null(v[5]) || !num_or_null(v[6]) || !str_or_null(v[8]) || !str_or_null(formats))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v[2]); i++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(v[2], i))) return 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v[3]); i++) {
+        PyObject *c = PyList_GET_ITEM(v[3], i);
+        if (Py_TYPE(c) != (PyTypeObject *)S->hooks[H_CAND] || PyTuple_GET_SIZE(c) != 5) return 0;
+        PyObject *id = CF(c, 0);
+        if (!(id == Py_None || (plain_int(id) && plain_ll(id))) || !plain_u64(CF(c, 1), &u) ||
+            !str_or_null(CF(c, 2)) || !num_or_null(CF(c, 3)) || !str_or_null(CF(c, 4)))
+            return 0;
+    }
+    return 1;
+}
+static int j_candidate(Scanner *S, PyObject *c) {
+    PyObject *id = CF(c, 0), *cost = CF(c, 3);
+    int r = J_LIT(S, "{\"tactic_id\": ");
+    if (r == 0) r = id == Py_None ? J_LIT(S, "null") : j_ll(S, PyLong_AsLongLong(id));
+    if (r == 0) r = j_fmt(S, ", \"tactic_hash\": \"0x%llx\", \"kernel\": ",
+                          PyLong_AsUnsignedLongLong(CF(c, 1)));
+    if (r == 0) r = j_str(S, CF(c, 2));
+    if (r == 0) r = J_LIT(S, ", \"cost_ms\": ");
+    if (r == 0) r = cost == Py_None ? J_LIT(S, "null") : j_float(S, cost);
+    if (r == 0) r = J_LIT(S, ", \"runner\": ");
+    if (r == 0) r = j_str(S, CF(c, 4));
+    return r == 0 ? J_LIT(S, "}") : -1;
+}
+static int j_record(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line,
+                    const char *fmt, PyObject *formats) {
+    PyObject *onnx = v[2], *cands = v[3];
+    int r = J_LIT(S, "{\"layer\": ");
+    if (r == 0) r = j_str(S, v[0]) || J_LIT(S, ", \"key\": ") || j_str(S, v[1]) ||
+                    J_LIT(S, ", \"onnx_layers\": [");
+    for (Py_ssize_t i = 0; r == 0 && i < PyTuple_GET_SIZE(onnx); i++)
+        r = (i && J_LIT(S, ", ")) || j_str(S, PyTuple_GET_ITEM(onnx, i));
+    if (r == 0) r = J_LIT(S, "], \"format\": \"") || j_put(S, fmt, (Py_ssize_t)strlen(fmt)) ||
+                    J_LIT(S, "\", \"formats\": ") || j_str(S, formats) ||
+                    j_fmt(S, ", \"line\": %llu", (unsigned long long)line) ||
+                    J_LIT(S, ", \"runner\": ") || j_str(S, v[8]);
+    if (r == 0) r = cached ? J_LIT(S, ", \"from_cache\": true, \"chosen\": ")
+                           : J_LIT(S, ", \"from_cache\": false, \"chosen\": ");
+    if (r == 0) r = v[4] == Py_None ? J_LIT(S, "null")
+                                    : j_fmt(S, "\"0x%llx\"", PyLong_AsUnsignedLongLong(v[4]));
+    if (r == 0) r = J_LIT(S, ", \"chosen_kernel\": ") || j_str(S, v[5]) ||
+                    J_LIT(S, ", \"chosen_cost_ms\": ");
+    if (r == 0) r = v[6] == Py_None ? J_LIT(S, "null") : j_float(S, v[6]);
+    if (r == 0) r = j_fmt(S, ", \"num_candidates\": %llu, \"candidates\": [",
+                          (unsigned long long)PyList_GET_SIZE(cands));
+    for (Py_ssize_t i = 0; r == 0 && i < PyList_GET_SIZE(cands); i++) {
+        r = (i && J_LIT(S, ", ")) || j_candidate(S, PyList_GET_ITEM(cands, i));
+        if (r == 0 && S->jn >= JSON_FLUSH) r = j_flush(S); /* one record can be long */
+    }
+    return r == 0 ? J_LIT(S, "]}") : -1;
+}
+/* the record's text (and its separator) into the JSON output */
+static int emit_json(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line,
+                     const char *fmt, PyObject *formats) {
+    int r = S->nrec++ ? J_LIT(S, ",\n  ") : J_LIT(S, "\n  ");
+    if (r == 0 && plain_record(S, v, formats)) {
+        r = j_record(S, v, cached, line, fmt, formats);
+    } else if (r == 0) { /* a field of an unexpected type: the Python writer prints it */
+        PyObject *rec = make_record(S, v, cached, line, fmt, formats);
+        PyObject *t = rec ? PyObject_CallOneArg(S->record_text, rec) : NULL;
+        Py_ssize_t n;
+        const char *u = t && PyUnicode_Check(t) ? PyUnicode_AsUTF8AndSize(t, &n) : NULL;
+        if (t && !u && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "record_text: str");
+        r = u ? j_put(S, u, n) : -1;
+        Py_XDECREF(rec); Py_XDECREF(t);
+    }
+    return r == 0 && S->jn >= JSON_FLUSH ? j_flush(S) : r;
+}
+
+/* a finished record: into the output list, or (JSON mode) its text into the output */
+static int emit(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line, const char *fmt,
+                PyObject *formats) {
     S->layers_open = 0;
+    if (S->write) return emit_json(S, v, cached, line, fmt, formats);
+    PyObject *rec = make_record(S, v, cached, line, fmt, formats);
     int r = rec ? PyList_Append(S->out, rec) : -1;
-    Py_XDECREF(ln); Py_XDECREF(f); Py_XDECREF(rec);
+    Py_XDECREF(rec);
     return r;
 }
 
@@ -364,8 +555,6 @@ static int make_candidate(Scanner *S, PyObject *list, PyObject *ident, uint64_t 
     return r;
 }
 
-/* Candidate fields (a NamedTuple): 0 tactic_id, 1 tactic_hash, 2 kernel, 3 cost_ms, 4 runner */
-#define CF(c, i) PyTuple_GET_ITEM((c), (i))
 static double cost_key(PyObject *v) { return v == Py_None ? Py_HUGE_VAL : PyFloat_AsDouble(v); }
 
 /* ---- blocks (parser.BlockState) ---------------------------------------------------------- */
@@ -915,15 +1104,22 @@ static PyObject *Scanner_feed(Scanner *S, PyObject *arg) {
 static PyObject *Scanner_finish(Scanner *S, PyObject *Py_UNUSED(ignored)) {
     Py_ssize_t len = S->ncarry;
     S->ncarry = 0;
-    if ((len && process_line(S, S->carry, len) < 0) || flush_both(S) < 0 || sync_parser(S) < 0)
+    if ((len && process_line(S, S->carry, len) < 0) || flush_both(S) < 0 || sync_parser(S) < 0 ||
+        (S->write && j_flush(S) < 0))
         return NULL;
     return take_out(S);
 }
 static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
-    PyObject *parser, *hooks;
+    PyObject *parser, *hooks, *write = Py_None, *record_text = Py_None;
     Py_ssize_t max_warnings;
-    if (!PyArg_ParseTuple(args, "OO!n:Scanner", &parser, &PyTuple_Type, &hooks, &max_warnings))
+    if (!PyArg_ParseTuple(args, "OO!n|OO:Scanner", &parser, &PyTuple_Type, &hooks, &max_warnings,
+                          &write, &record_text))
         return -1;
+    if ((write == Py_None) != (record_text == Py_None) ||
+        (write != Py_None && (!PyCallable_Check(write) || !PyCallable_Check(record_text)))) {
+        PyErr_SetString(PyExc_TypeError, "JSON mode takes both write and record_text callables");
+        return -1;
+    }
     PyObject *cand = PyTuple_GET_SIZE(hooks) == H_COUNT ? PyTuple_GET_ITEM(hooks, H_CAND) : NULL;
     if (!cand || !PyType_Check(cand) || !PyType_IsSubtype((PyTypeObject *)cand, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "hooks: see logs/reader.py (Candidate a NamedTuple)");
@@ -942,6 +1138,8 @@ static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
     Py_XSETREF(S->warnings, warnings);
     Py_XSETREF(S->engine_layers, layers);
     S->max_warnings = max_warnings;
+    Py_CLEAR(S->write); Py_CLEAR(S->record_text);
+    if (write != Py_None) S->write = Py_NewRef(write), S->record_text = Py_NewRef(record_text);
     Py_XSETREF(S->out, PyList_New(0));
     Py_XSETREF(S->orphans, PyList_New(0));
     Py_XSETREF(S->cur_layer, PyUnicode_New(0, 0));
@@ -951,6 +1149,7 @@ static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
 static int Scanner_traverse(Scanner *S, visitproc visit, void *arg) {
     Py_VISIT(S->parser);
     for (int i = 0; i < H_COUNT; i++) Py_VISIT(S->hooks[i]);
+    Py_VISIT(S->write); Py_VISIT(S->record_text);
     Py_VISIT(S->out); Py_VISIT(S->warnings); Py_VISIT(S->engine_layers); Py_VISIT(S->orphans);
     Py_VISIT(S->blk.cands); Py_VISIT(S->op.cands);
     return 0;
@@ -958,6 +1157,7 @@ static int Scanner_traverse(Scanner *S, visitproc visit, void *arg) {
 static int Scanner_clear(Scanner *S) {
     for (int i = 0; i < H_COUNT; i++) Py_CLEAR(S->hooks[i]);
     Py_CLEAR(S->parser);
+    Py_CLEAR(S->write); Py_CLEAR(S->record_text);
     Py_CLEAR(S->out); Py_CLEAR(S->warnings); Py_CLEAR(S->engine_layers); Py_CLEAR(S->orphans);
     Py_CLEAR(S->cur_layer); Py_CLEAR(S->set_layer); Py_CLEAR(S->meta_node); Py_CLEAR(S->meta_onnx);
     clear_pending(S);
@@ -969,6 +1169,7 @@ static void Scanner_dealloc(Scanner *S) {
     PyObject_GC_UnTrack(S);
     Scanner_clear(S);
     PyMem_Free(S->carry);
+    PyMem_Free(S->jbuf);
     Py_TYPE(S)->tp_free((PyObject *)S);
 }
 static PyMethodDef Scanner_methods[] = {
@@ -980,7 +1181,8 @@ static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "reprobuild.logs._logscan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Scanner(parser, hooks, max_warnings): LogParser's state machine over byte chunks.",
+    .tp_doc = "Scanner(parser, hooks, max_warnings[, write, record_text]): LogParser's state "
+              "machine over byte chunks; with write, records go out as `log --json` text.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Scanner_init,
     .tp_traverse = (traverseproc)Scanner_traverse,
