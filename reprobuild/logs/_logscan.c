@@ -18,8 +18,8 @@
 #define MAX_ENGINE_LAYERS 100000
 typedef const unsigned char U;
 /* The hooks tuple reader.py passes, in this order. */
-enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_FASTEST, H_CHOSE,
-       H_RUNNER, H_SET, H_CANDRX, H_OPHDR, H_SELECTED, H_WRITING, H_CACHED, H_COUNT };
+enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_SET, H_CANDRX, H_OPHDR,
+       H_SELECTED, H_WRITING, H_CACHED, H_COUNT };
 
 /* ---- bytes ------------------------------------------------------------------------------ */
 static int is_rs(unsigned c) { return c == ' ' || (c >= '\t' && c <= '\r'); } /* regex \s */
@@ -423,13 +423,25 @@ static int j_ll(Scanner *S, long long v) {
     int len = snprintf(b, sizeof b, "%lld", v);
     return j_put(S, b, len);
 }
-/* a float as json.dumps writes it: repr when finite, else null (values.json_float) */
+/* a float as json.dumps writes it: repr when finite, else null (values.json_float). A log
+ * prints its times with a few digits, so values recur: their repr (a shortest-digits search,
+ * the costliest step of a candidate's text) is kept in a small table indexed by the bits. */
+#define REPR_SLOTS 4096
+typedef struct { double d; char text[32]; } ReprSlot; /* repr of a double: at most 24 chars */
+static ReprSlot repr_table[REPR_SLOTS];
 static int j_float(Scanner *S, PyObject *o) {
     double d = PyFloat_AS_DOUBLE(o);
     if (!Py_IS_FINITE(d)) return J_LIT(S, "null");
+    unsigned long long bits;
+    memcpy(&bits, &d, sizeof bits);
+    ReprSlot *slot = &repr_table[(bits ^ (bits >> 29) ^ (bits >> 47)) % REPR_SLOTS];
+    if (slot->text[0] && memcmp(&slot->d, &d, sizeof d) == 0)
+        return j_put(S, slot->text, (Py_ssize_t)strlen(slot->text));
     char *t = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (!t) return -1;
-    int r = j_put(S, t, (Py_ssize_t)strlen(t));
+    size_t len = strlen(t);
+    if (len < sizeof slot->text) slot->d = d, memcpy(slot->text, t, len + 1);
+    int r = j_put(S, t, (Py_ssize_t)len);
     PyMem_Free(t);
     return r;
 }
@@ -727,8 +739,59 @@ static int oneline(Scanner *S, U *line, Py_ssize_t n);
 #define HOOK_OR_RETURN(t, h)           \
     PyObject *t = call_line(S, (h), s, n); \
     if (!t || t == Py_None) { Py_XDECREF(t); return t ? 0 : -1; }
-static int fastest(Scanner *S, U *s, Py_ssize_t n) { /* hook: (tactic, time, layer, runner) */
-    HOOK_OR_RETURN(t, H_FASTEST)
+/* s[a:b].split("[", 1)[0].strip(WS) or None: a runner name in parentheses */
+static PyObject *runner_name(U *s, Py_ssize_t a, Py_ssize_t b) {
+    U *br = b > a ? memchr(s + a, '[', (size_t)(b - a)) : NULL;
+    return str_or_none(s, a, br ? br - s : b);
+}
+static int no_byte(U *s, Py_ssize_t a, Py_ssize_t b, int c) {
+    return b <= a || !memchr(s + a, c, (size_t)(b - a));
+}
+/* end of the run of [^\s,] from p (regex \s with re.ASCII) */
+static Py_ssize_t token_end(U *s, Py_ssize_t p, Py_ssize_t n) {
+    while (p < n && !is_rs(s[p]) && s[p] != ',') p++;
+    return p;
+}
+/* lines.fastest_parts: (tactic, time, layer or "", runner or None) as a new tuple, or None */
+static PyObject *fastest_parts(Scanner *S, U *s, Py_ssize_t n) {
+    Py_ssize_t i = find(s, 0, n, "Fastest Tactic: "), ta, tb, p, wa, wb;
+    if (i < 0) return Py_NewRef(Py_None);
+    /* FASTEST_TAIL.match(line, i): token, \s+, "Time", ":"?, \s*, token */
+    ta = i + 16, tb = token_end(s, ta, n);
+    for (p = tb; p < n && is_rs(s[p]); p++) {}
+    if (tb == ta || p == tb || !at(s, n, p, "Time")) return Py_NewRef(Py_None);
+    p += 4;
+    if (p < n && s[p] == ':') p++;
+    for (; p < n && is_rs(s[p]); p++) {}
+    wa = p, wb = token_end(s, p, n);
+    if (wb == wa) return Py_NewRef(Py_None);
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
+    if (!tac || tac == Py_None) return tac;
+    while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
+    PyObject *time = to_float(s, wa, wb), *layer = NULL, *runner = NULL;
+    if (!time && !PyErr_Occurred()) time = Py_NewRef(Py_None);
+    /* the last " (<runner>) profiling completed" before i names the layer and runner */
+    for (Py_ssize_t q = rfind(s, 0, i, ") profiling completed"); time && q >= 0;
+         q = rfind(s, 0, q + 20, ") profiling completed")) {
+        Py_ssize_t o = q - 1;
+        while (o >= 0 && s[o] != '(') o--;
+        if (o >= 1 && s[o - 1] == ' ' && no_byte(s, o + 1, q, ')')) {
+            Py_ssize_t a, b;
+            strip_prefix(s, o - 1, &a, &b);
+            layer = str(s, a, b), runner = runner_name(s, o + 1, q);
+            break;
+        }
+    }
+    if (time && !layer && !runner) layer = PyUnicode_New(0, 0), runner = Py_NewRef(Py_None);
+    PyObject *t = time && layer && runner ? PyTuple_Pack(4, tac, time, layer, runner) : NULL;
+    Py_DECREF(tac); Py_XDECREF(time); Py_XDECREF(layer); Py_XDECREF(runner);
+    return t;
+}
+#define PARTS_OR_RETURN(t, call)                                  \
+    PyObject *t = (call);                                         \
+    if (!t || t == Py_None) { Py_XDECREF(t); return t ? 0 : -1; }
+static int fastest(Scanner *S, U *s, Py_ssize_t n) { /* (tactic, time, layer, runner) */
+    PARTS_OR_RETURN(t, fastest_parts(S, s, n))
     PyObject *layer = PyTuple_GET_ITEM(t, 2), *runner = PyTuple_GET_ITEM(t, 3);
     int r = flush_op(S);
     if (r == 0 && !S->blk.cands) r = open_implicit(S, layer, 0);
@@ -743,8 +806,25 @@ static int fastest(Scanner *S, U *s, Py_ssize_t n) { /* hook: (tactic, time, lay
     Py_XDECREF(f); Py_DECREF(t);
     return r < 0 ? -1 : 1;
 }
-static int chose(Scanner *S, U *s, Py_ssize_t n) { /* hook: (tactic, runner, hex?) */
-    HOOK_OR_RETURN(t, H_CHOSE)
+/* lines.chose_parts: (tactic, runner, hex?) as a new tuple, or None. CHOSE.search: the runner
+ * (lazy, one character at least) runs to the first " Tactic: " followed by a token; only
+ * the first "Chose Runner Type: " can match, as later ones see a subset of those. */
+static PyObject *chose_parts(Scanner *S, U *s, Py_ssize_t n) {
+    Py_ssize_t k = find(s, 0, n, "Chose Runner Type: "), t = -1, e = 0;
+    if (k < 0) return Py_NewRef(Py_None);
+    for (t = find(s, k + 20, n, " Tactic: "); t >= 0; t = find(s, t + 1, n, " Tactic: "))
+        if ((e = token_end(s, t + 9, n)) > t + 9) break;
+    if (t < 0) return Py_NewRef(Py_None);
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, t + 9, e);
+    if (!tac || tac == Py_None) return tac;
+    PyObject *runner = stripped(s, k + 19, t), *r = NULL;
+    int hex = e - t - 9 >= 2 && s[t + 9] == '0' && (s[t + 10] | 32) == 'x';
+    if (runner) r = PyTuple_Pack(3, tac, runner, hex ? Py_True : Py_False);
+    Py_DECREF(tac); Py_XDECREF(runner);
+    return r;
+}
+static int chose(Scanner *S, U *s, Py_ssize_t n) { /* (tactic, runner, hex?) */
+    PARTS_OR_RETURN(t, chose_parts(S, s, n))
     int r = flush_op(S);
     if (r == 0 && !S->blk.cands) r = open_implicit(S, Py_None, 0);
     if (r == 0) {
@@ -895,8 +975,31 @@ static int autotuning(Scanner *S, U *s, Py_ssize_t n) {
     PyObject *cands = PyList_New(0);
     return blk_open(S, layer, formats, reformat, cands) < 0 ? -1 : 1;
 }
-static int timing_runner(Scanner *S, U *s, Py_ssize_t n) { /* hook: (layer, runner, reformat?) */
-    HOOK_OR_RETURN(t, H_RUNNER)
+/* lines.runner_parts: (layer, runner, reformat?) as a new tuple, or None. The runner is in
+ * the last "(...)" that ends the line after a space, with no ")" inside. */
+static PyObject *runner_parts(U *s, Py_ssize_t n) {
+    Py_ssize_t i = find(s, 0, n, "Timing Runner: "), a, b, la, lb, o;
+    if (i < 0) return Py_NewRef(Py_None);
+    a = i + 15, b = n;
+    strip(s, &a, &b);
+    la = a, lb = b, o = -1;
+    if (b > a && s[b - 1] == ')') {
+        for (o = b - 2; o >= a && s[o] != '('; o--) {}
+        if (o - a < 1 || s[o - 1] != ' ' || !no_byte(s, o + 1, b - 1, ')')) o = -1;
+    }
+    PyObject *runner = o >= 0 ? runner_name(s, o + 1, b - 1) : Py_NewRef(Py_None);
+    if (o >= 0) {
+        lb = o - 1;
+        strip(s, &la, &lb);
+    }
+    PyObject *layer = str(s, la, lb), *r = NULL;
+    int reformat = at(s, lb, la, "Optimizer Reformat");
+    if (layer && runner) r = PyTuple_Pack(3, layer, runner, reformat ? Py_True : Py_False);
+    Py_XDECREF(layer); Py_XDECREF(runner);
+    return r;
+}
+static int timing_runner(Scanner *S, U *s, Py_ssize_t n) { /* (layer, runner, reformat?) */
+    PARTS_OR_RETURN(t, runner_parts(s, n))
     PyObject *layer = PyTuple_GET_ITEM(t, 0);
     int r = flush_op(S);
     if (r == 0 && !S->blk.cands)
