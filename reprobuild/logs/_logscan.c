@@ -11,6 +11,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <ctype.h>
+#include <float.h>
 #include <string.h>
 #define MAX_LINE (1 << 20)
 #define MAX_CANDIDATES 100000
@@ -140,11 +141,45 @@ static PyObject *tactic_obj(PyObject *hook, U *s, Py_ssize_t a, Py_ssize_t b) {
     return call_str(hook, s, a, b);
 }
 
+/* [+-]digits[.digits] with 1 to 15 digits in all, as float() reads it: the digits as an
+ * integer (exact below 2**53) divided by a power of ten (exact up to 1e22) is one correctly
+ * rounded operation, so the nearest double, as strtod finds it (Clinger's fast path). Only
+ * where doubles are evaluated in double precision (FLT_EVAL_METHOD 0); -1 if not read. */
+static int fast_decimal(U *s, Py_ssize_t a, Py_ssize_t b, double *out) {
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7,
+                                 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    int neg = a < b && s[a] == '-', digits = 0, frac = -1;
+    uint64_t m = 0;
+    Py_ssize_t p = a + (a < b && (s[a] == '-' || s[a] == '+'));
+    for (; p < b; p++) {
+        if (is_digit(s[p])) {
+            if (++digits > 15) return -1;
+            m = m * 10 + (uint64_t)(s[p] - '0');
+            if (frac >= 0) frac++;
+        } else if (s[p] == '.' && frac < 0) {
+            frac = 0;
+        } else {
+            return -1;
+        }
+    }
+    if (!digits) return -1;
+    double d = (double)m / P10[frac > 0 ? frac : 0];
+    *out = neg ? -d : d;
+    return 0;
+#else
+    (void)s, (void)a, (void)b, (void)out;
+    return -1;
+#endif
+}
+
 /* float(s[a:b]) or NULL with the ValueError cleared (other errors stay set) */
 static PyObject *to_float(U *s, Py_ssize_t a, Py_ssize_t b) {
     char buf[64];
     Py_ssize_t a0 = a, b0 = b;
+    double fast;
     strip_rs(s, &a, &b); /* as float() does */
+    if (fast_decimal(s, a, b, &fast) == 0) return PyFloat_FromDouble(fast);
     int plain = b > a && b - a < (Py_ssize_t)sizeof buf;
     for (Py_ssize_t i = a; plain && i < b; i++) plain = is_digit(s[i]) || in_set(s[i], ".eE+-");
     if (plain) {
@@ -262,8 +297,21 @@ static int pat_search(U *s, Py_ssize_t n, const char *pat, int ci) {
     while (pat) {
         const char *bar = strchr(pat, '|');
         size_t m = bar ? (size_t)(bar - pat) : strlen(pat);
-        for (Py_ssize_t p = 0; p < n; p++)
+        /* no pattern starts with '#'; its first letter (either case after '*' or with ci)
+         * is checked here before pat_at is called */
+        int fold = ci || pat[0] == '*';
+        unsigned char c0 = (unsigned char)pat[pat[0] == '*'];
+        if (fold) c0 = (unsigned char)lower(c0);
+        for (Py_ssize_t p = 0; p < n; p++) {
+            if (!fold) {
+                U *hit = memchr(s + p, c0, (size_t)(n - p));
+                if (!hit) break;
+                p = hit - s;
+            } else if (lower(s[p]) != c0) {
+                continue;
+            }
             if (pat_at(s, n, p, pat, m, ci)) return 1;
+        }
         pat = bar ? bar + 1 : NULL;
     }
     return 0;
@@ -275,7 +323,7 @@ static int cache_error(U *s, Py_ssize_t n) {
             if (c_first < 0) c_first = p;
             c_last = p;
         }
-        if (at(s, n, p, "Error Code ") && p + 11 < n && is_digit(s[p + 11])) {
+        if (s[p] == 'E' && at(s, n, p, "Error Code ") && p + 11 < n && is_digit(s[p + 11])) {
             if (e_first < 0) e_first = p;
             e_last = p;
         }
@@ -413,15 +461,15 @@ static int j_str(Scanner *S, PyObject *o) {
     S->jn = w - S->jbuf;
     return 0;
 }
-static int j_fmt(Scanner *S, const char *fmt, unsigned long long v) { /* one %llu / %llx */
-    char b[96];
-    int len = snprintf(b, sizeof b, fmt, v);
-    return j_put(S, b, len);
+/* v in base 16 or 10 (lowercase digits), as %llx / %llu write it */
+static int j_u64(Scanner *S, unsigned long long v, unsigned base) {
+    char b[24], *e = b + sizeof b, *p = e;
+    do { *--p = "0123456789abcdef"[v % base]; v /= base; } while (v);
+    return j_put(S, p, e - p);
 }
 static int j_ll(Scanner *S, long long v) {
-    char b[32];
-    int len = snprintf(b, sizeof b, "%lld", v);
-    return j_put(S, b, len);
+    if (v < 0 && J_LIT(S, "-") < 0) return -1;
+    return j_u64(S, v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v, 10);
 }
 /* a float as json.dumps writes it: repr when finite, else null (values.json_float). A log
  * prints its times with a few digits, so values recur: their repr (a shortest-digits search,
@@ -483,8 +531,9 @@ static int j_candidate(Scanner *S, PyObject *c) {
     PyObject *id = CF(c, 0), *cost = CF(c, 3);
     int r = J_LIT(S, "{\"tactic_id\": ");
     if (r == 0) r = id == Py_None ? J_LIT(S, "null") : j_ll(S, PyLong_AsLongLong(id));
-    if (r == 0) r = j_fmt(S, ", \"tactic_hash\": \"0x%llx\", \"kernel\": ",
-                          PyLong_AsUnsignedLongLong(CF(c, 1)));
+    if (r == 0) r = J_LIT(S, ", \"tactic_hash\": \"0x") ||
+                    j_u64(S, PyLong_AsUnsignedLongLongMask(CF(c, 1)), 16) ||
+                    J_LIT(S, "\", \"kernel\": ");
     if (r == 0) r = j_str(S, CF(c, 2));
     if (r == 0) r = J_LIT(S, ", \"cost_ms\": ");
     if (r == 0) r = cost == Py_None ? J_LIT(S, "null") : j_float(S, cost);
@@ -502,17 +551,20 @@ static int j_record(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t lin
         r = (i && J_LIT(S, ", ")) || j_str(S, PyTuple_GET_ITEM(onnx, i));
     if (r == 0) r = J_LIT(S, "], \"format\": \"") || j_put(S, fmt, (Py_ssize_t)strlen(fmt)) ||
                     J_LIT(S, "\", \"formats\": ") || j_str(S, formats) ||
-                    j_fmt(S, ", \"line\": %llu", (unsigned long long)line) ||
+                    J_LIT(S, ", \"line\": ") || j_u64(S, (unsigned long long)line, 10) ||
                     J_LIT(S, ", \"runner\": ") || j_str(S, v[8]);
     if (r == 0) r = cached ? J_LIT(S, ", \"from_cache\": true, \"chosen\": ")
                            : J_LIT(S, ", \"from_cache\": false, \"chosen\": ");
     if (r == 0) r = v[4] == Py_None ? J_LIT(S, "null")
-                                    : j_fmt(S, "\"0x%llx\"", PyLong_AsUnsignedLongLong(v[4]));
+                                    : J_LIT(S, "\"0x") ||
+                                          j_u64(S, PyLong_AsUnsignedLongLongMask(v[4]), 16) ||
+                                          J_LIT(S, "\"");
     if (r == 0) r = J_LIT(S, ", \"chosen_kernel\": ") || j_str(S, v[5]) ||
                     J_LIT(S, ", \"chosen_cost_ms\": ");
     if (r == 0) r = v[6] == Py_None ? J_LIT(S, "null") : j_float(S, v[6]);
-    if (r == 0) r = j_fmt(S, ", \"num_candidates\": %llu, \"candidates\": [",
-                          (unsigned long long)PyList_GET_SIZE(cands));
+    if (r == 0) r = J_LIT(S, ", \"num_candidates\": ") ||
+                    j_u64(S, (unsigned long long)PyList_GET_SIZE(cands), 10) ||
+                    J_LIT(S, ", \"candidates\": [");
     for (Py_ssize_t i = 0; r == 0 && i < PyList_GET_SIZE(cands); i++) {
         r = (i && J_LIT(S, ", ")) || j_candidate(S, PyList_GET_ITEM(cands, i));
         if (r == 0 && S->jn >= JSON_FLUSH) r = j_flush(S); /* one record can be long */

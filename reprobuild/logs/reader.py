@@ -10,6 +10,7 @@ and decodes them for the Python parser. Memory stays flat: one read buffer, reus
 from __future__ import annotations
 
 import codecs
+import gc
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -148,9 +149,17 @@ def native_json(
     scanner = _native_scanner(parser, write, record_text) if _fresh(parser) else None
     if scanner is None:
         return False
-    for chunk in _read_raw(path):
-        scanner.feed(chunk)
-    scanner.finish()
+    # Nothing made here forms a cycle, and the scanner already pauses the collector inside
+    # each chunk; between chunks it would walk the kept warnings and layers again and again.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for chunk in _read_raw(path):
+            scanner.feed(chunk)
+        scanner.finish()
+    finally:
+        if collecting:
+            gc.enable()
     return True
 
 

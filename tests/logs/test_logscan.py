@@ -572,6 +572,33 @@ def test_trigger_word_lines_identical(lines: list[str], chunk: int) -> None:
     _assert_same(data, py, nat, f"trigger-word lines, chunks of {chunk}")
 
 
+# --- hypothesis: times read by the scanner's own decimal reader -------------------------------
+
+
+_DECIMAL = st.from_regex(r"[+-]?[0-9]{0,17}(\.[0-9]{0,17})?", fullmatch=True)
+
+
+@needs_native
+@settings(max_examples=500, deadline=None)
+@given(times=st.lists(_DECIMAL | st.floats(allow_nan=False).map(repr), min_size=1, max_size=20))
+def test_times_read_as_float_reads_them(times: list[str]) -> None:
+    """Plain decimals up to 15 digits are read in C without strtod: the same double as
+    float() (a record's cost compared by repr), and the same JSON text."""
+    lines = [f"Tactic: 0x{i:x} Time: {t}" for i, t in enumerate(times)]
+    data = (
+        "Timing Runner: l (r)\n" + "\n".join(lines) + "\nFastest Tactic: 0x0 Time: 1\n"
+    ).encode()
+    py = _compare(data, "decimal times")
+    assert [c[4] for c in py["records"][0]["exact_candidates"]] == [_num(_float(t)) for t in times]
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 # --- the build without the extension ----------------------------------
 
 
