@@ -19,7 +19,7 @@
 #define MAX_ENGINE_LAYERS 100000
 typedef const unsigned char U;
 /* The hooks tuple reader.py passes, in this order. */
-enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_SET, H_CANDRX, H_OPHDR,
+enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_CANDRX, H_OPHDR,
        H_SELECTED, H_WRITING, H_CACHED, H_COUNT };
 
 /* ---- bytes ------------------------------------------------------------------------------ */
@@ -889,8 +889,44 @@ static int chose(Scanner *S, U *s, Py_ssize_t n) { /* (tactic, runner, hex?) */
     Py_DECREF(t);
     return r < 0 ? -1 : 1;
 }
+/* lines.set_tactic_parts: (layer or None, kernel, tactic or None) as a new tuple, or None.
+ * SET_TACTIC's lazy layer ends at the smallest end over every "Set Tactic Name: ": before
+ * the whitespace ahead of it, or before one "(...)" group and the whitespace around it. */
+static PyObject *set_tactic_parts(Scanner *S, U *line, Py_ssize_t n) {
+    static const char SET[] = "Set Tactic Name: ";
+    U *s = message(line, &n);
+    Py_ssize_t best = -1, bq = -1;
+    for (Py_ssize_t q = find(s, 0, n, SET); q >= 0; q = find(s, q + 1, n, SET)) {
+        Py_ssize_t r = q, o;
+        while (r > 0 && is_rs(s[r - 1])) r--;
+        if (best < 0 || r < best) best = r, bq = q;
+        if (r > 0 && s[r - 1] == ')') {
+            for (o = r - 2; o >= 0 && s[o] != '('; o--) {}
+            if (o >= 0 && no_byte(s, o + 1, r - 1, ')')) {
+                while (o > 0 && is_rs(s[o - 1])) o--;
+                if (o < best) best = o, bq = q;
+            }
+        }
+    }
+    if (bq < 0) return Py_NewRef(Py_None);
+    Py_ssize_t start = bq + 17, stop = n, kend, t;
+    while (stop > 0 && is_rs(s[stop - 1])) stop--;
+    kend = stop;
+    t = rfind(s, start, stop, " Tactic: ");
+    PyObject *tac = Py_NewRef(Py_None);
+    if (t >= 0 && stop > t + 9 && token_end(s, t + 9, stop) == stop) {
+        kend = t;
+        Py_SETREF(tac, tactic_obj(S->hooks[H_TAC], s, t + 9, stop));
+    }
+    if (kend < start) kend = start;
+    PyObject *layer = best > 0 ? stripped(s, 0, best) : Py_NewRef(Py_None);
+    PyObject *kernel = stripped(s, start, kend), *r = NULL;
+    if (tac && layer && kernel) r = PyTuple_Pack(3, layer, kernel, tac);
+    Py_XDECREF(tac); Py_XDECREF(layer); Py_XDECREF(kernel);
+    return r;
+}
 static int set_tactic(Scanner *S, U *s, Py_ssize_t n) {
-    HOOK_OR_RETURN(t, H_SET)
+    PARTS_OR_RETURN(t, set_tactic_parts(S, s, n))
     int r = flush_op(S);
     clear_pending(S);
     S->pend_kernel = Py_NewRef(PyTuple_GET_ITEM(t, 1));

@@ -124,7 +124,6 @@ def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
         split_onnx_layers,
         tactic_to_int,
         line_readers.cost_of,
-        line_readers.set_tactic_parts,
         line_readers.cand_parts,
         line_readers.op_header,
         line_readers.selected_parts,
