@@ -20,7 +20,7 @@
 typedef const unsigned char U;
 /* The hooks tuple reader.py passes, in this order. */
 enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_CANDRX, H_OPHDR,
-       H_SELECTED, H_WRITING, H_CACHED, H_COUNT };
+       H_SELECTED, H_WRITING, H_COUNT };
 
 /* ---- bytes ------------------------------------------------------------------------------ */
 static int is_rs(unsigned c) { return c == ' ' || (c >= '\t' && c <= '\r'); } /* regex \s */
@@ -1111,8 +1111,85 @@ static int computing_costs(Scanner *S, U *s, Py_ssize_t n) {
     clear_pending(S);
     return 1;
 }
+/* (s[a:c] + " " + s[d:b]).strip(WS) as a str: a head with its key cut out */
+static PyObject *joined(U *s, Py_ssize_t a, Py_ssize_t c, Py_ssize_t d, Py_ssize_t b) {
+    if (a == c) return stripped(s, d, b);
+    if (d == b) return stripped(s, a, c);
+    unsigned char *buf = PyMem_Malloc((size_t)(c - a + 1 + b - d));
+    if (!buf) return PyErr_NoMemory();
+    memcpy(buf, s + a, (size_t)(c - a));
+    buf[c - a] = ' ';
+    memcpy(buf + (c - a) + 1, s + d, (size_t)(b - d));
+    PyObject *r = stripped(buf, 0, c - a + 1 + b - d);
+    PyMem_Free(buf);
+    return r;
+}
+/* lines.cached_line: (layer, key, formats, tactic, runner, cost_ms) as a new tuple, or None.
+ * _CACHED_TAIL: the runner runs to the first comma (less \s around it), then "tactic",
+ * an optional ':', the tactic token, and an optional ", <time>" (less a trailing "ms"). */
+static PyObject *cached_parts(Scanner *S, U *line, Py_ssize_t n) {
+    U *s = message(line, &n);
+    Py_ssize_t i = find(s, 0, n, "got cached result"), p, ra, rb, ta, tb, wa = 0, wb = 0;
+    p = i + 17 < n ? i + 17 : n; /* s[i + 17:], i = -1 included, as Python slices */
+    while (p < n && s[p] == ':') p++;
+    while (p < n && is_rs(s[p])) p++;
+    ra = p;
+    U *comma = p < n ? memchr(s + p, ',', (size_t)(n - p)) : NULL;
+    if (!comma) return Py_NewRef(Py_None);
+    rb = comma - s;
+    while (rb > ra && is_rs(s[rb - 1])) rb--;
+    for (p = comma - s + 1; p < n && is_rs(s[p]); p++) {}
+    if (!at(s, n, p, "tactic")) return Py_NewRef(Py_None);
+    p += 6;
+    if (p < n && s[p] == ':') p++;
+    for (; p < n && is_rs(s[p]); p++) {}
+    ta = p, tb = token_end(s, p, n);
+    if (tb == ta) return Py_NewRef(Py_None); /* also when ':' would be the token: no tactic */
+    for (p = tb; p < n && is_rs(s[p]); p++) {}
+    if (p < n && s[p] == ',') {
+        for (p++; p < n && is_rs(s[p]); p++) {}
+        wa = p, wb = token_end(s, p, n);
+        if (wb - wa >= 2 && s[wb - 2] == 'm' && s[wb - 1] == 's') wb -= 2;
+    }
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
+    if (!tac || tac == Py_None) return tac;
+    Py_ssize_t ha = 0, hb = i >= 0 ? i : (n > 0 ? n - 1 : 0), k;
+    strip(s, &ha, &hb);
+    PyObject *formats = Py_NewRef(Py_None), *key = Py_NewRef(Py_None), *head = NULL;
+    if (hb > ha && s[hb - 1] == ']' && (k = rfind(s, ha, hb, " [")) >= 0) {
+        Py_SETREF(formats, stripped(s, k + 2, hb - 1));
+        hb = k;
+        strip(s, &ha, &hb);
+    }
+    for (k = find(s, ha, hb, "(key: "); k >= 0; k = find(s, k + 1, hb, "(key: ")) {
+        Py_ssize_t h = k + 8, e = k + 6 + 34; /* "0x" + 32 hex digits + ")" */
+        if (e >= hb || s[k + 6] != '0' || (s[k + 7] | 32) != 'x' || s[e] != ')') continue;
+        while (h < e && isxdigit(s[h])) h++;
+        if (h < e) continue;
+        char low[34];
+        for (int d = 0; d < 34; d++) low[d] = (char)lower(s[k + 6 + d]);
+        Py_SETREF(key, PyUnicode_DecodeASCII(low, 34, NULL));
+        Py_ssize_t a = k, b = e + 1;
+        while (a > ha && is_rs(s[a - 1])) a--;
+        while (b < hb && is_rs(s[b])) b++;
+        head = joined(s, ha, a, b, hb);
+        break;
+    }
+    if (!head) head = str(s, ha, hb);
+    PyObject *runner = rb > ra ? str(s, ra, rb) : Py_NewRef(Py_None), *cost = NULL, *t = NULL;
+    if (wb > wa) {
+        while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
+        cost = to_float(s, wa, wb);
+    }
+    if (!cost && !PyErr_Occurred()) cost = Py_NewRef(Py_None);
+    if (formats && key && head && runner && cost)
+        t = PyTuple_Pack(6, head, key, formats, tac, runner, cost);
+    Py_DECREF(tac); Py_XDECREF(formats); Py_XDECREF(key); Py_XDECREF(head);
+    Py_XDECREF(runner); Py_XDECREF(cost);
+    return t;
+}
 static int cached(Scanner *S, U *s, Py_ssize_t n) {
-    HOOK_OR_RETURN(c, H_CACHED) /* CachedLine(layer, key, formats, tactic, runner, cost_ms) */
+    PARTS_OR_RETURN(c, cached_parts(S, s, n)) /* (layer, key, formats, tactic, runner, cost) */
     PyObject *layer = PyTuple_GET_ITEM(c, 0), *key = PyTuple_GET_ITEM(c, 1);
     int r = flush_both(S);
     if (r == 0 && (nonempty(layer) || key != Py_None)) {

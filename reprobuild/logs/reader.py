@@ -128,7 +128,6 @@ def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
         line_readers.op_header,
         line_readers.selected_parts,
         line_readers.writing_parts,
-        line_readers.cached_line,
     )
     return mod.Scanner(parser, hooks, parser._max_warnings, *json_mode)
 
