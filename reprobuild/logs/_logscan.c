@@ -19,8 +19,8 @@
 #define MAX_ENGINE_LAYERS 100000
 typedef const unsigned char U;
 /* The hooks tuple reader.py passes, in this order. */
-enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_CANDRX, H_OPHDR,
-       H_SELECTED, H_WRITING, H_COUNT };
+enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_CANDRX, H_SELECTED,
+       H_WRITING, H_COUNT };
 
 /* ---- bytes ------------------------------------------------------------------------------ */
 static int is_rs(unsigned c) { return c == ' ' || (c >= '\t' && c <= '\r'); } /* regex \s */
@@ -335,6 +335,30 @@ static const char *warning_kind(U *s, Py_ssize_t n) {
         if (WARN[i].pat ? pat_search(s, n, WARN[i].pat, WARN[i].ci) : cache_error(s, n))
             return WARN[i].kind;
     return NULL;
+}
+
+/* ---- values.split_onnx_layers ----------------------------------------------------------- */
+/* ONNX layer names of s[a:b]: parts between \x1e / \x1f, each .strip()ped, empty ones
+ * dropped, "[ONNX Layer: x]" read as x. str.strip() also strips non-ASCII spaces, so text
+ * with any non-ASCII byte goes to the Python function (hook). A new tuple. */
+static PyObject *split_onnx(PyObject *hook, U *s, Py_ssize_t a, Py_ssize_t b) {
+    Py_ssize_t i;
+    for (i = a; i < b; i++)
+        if (s[i] >= 0x80) return call_str(hook, s, a, b);
+    PyObject *names = PyList_New(0), *t = NULL;
+    for (Py_ssize_t p = a; names && p <= b; p = i + 1) {
+        for (i = p; i < b && s[i] != 0x1e && s[i] != 0x1f; i++) {}
+        Py_ssize_t pa = p, pb = i;
+        strip(s, &pa, &pb);
+        if (pa == pb) continue;
+        if (pb - pa >= 14 && at(s, pb, pa, "[ONNX Layer: ") && s[pb - 1] == ']') pa += 13, pb--;
+        PyObject *name = str(s, pa, pb);
+        if (!name || PyList_Append(names, name) < 0) Py_CLEAR(names);
+        Py_XDECREF(name);
+    }
+    if (names) t = PyList_AsTuple(names);
+    Py_XDECREF(names);
+    return t;
 }
 
 /* ---- state ------------------------------------------------------------------------------- */
@@ -1023,11 +1047,52 @@ static int row(Scanner *S, U *s, Py_ssize_t n) {
     Py_DECREF(id_obj); Py_XDECREF(cost); Py_XDECREF(kernel);
     return r;
 }
+/* lines.op_header(s[a:b]): (name, key, keyed, onnx) as a new tuple. _OP_KEYED: the name
+ * runs to the last "(key: " with a ")" after it; the key to that ")"; what follows, less
+ * \s, one optional ':' and \s, is the suffix. A key that is not 0x + 32 hex digits is
+ * dropped. Without "(key: ", "NAME: [ONNX Layer: ..]" or "NAME:". */
+static PyObject *op_header(Scanner *S, U *s, Py_ssize_t a, Py_ssize_t b) {
+    Py_ssize_t k = -1, c = -1, na, nb, sa, sb, ka, kb;
+    strip(s, &a, &b);
+    for (Py_ssize_t q = find(s, a, b, "(key: "); q >= 0; q = find(s, q + 1, b, "(key: ")) {
+        U *close = memchr(s + q + 6, ')', (size_t)(b - q - 6));
+        if (close) k = q, c = close - s;
+    }
+    PyObject *key = Py_NewRef(Py_None);
+    int keyed = k >= 0;
+    if (keyed) {
+        na = a, nb = k, sa = c + 1, sb = b, ka = k + 6, kb = c;
+        while (sa < sb && is_rs(s[sa])) sa++;
+        if (sa < sb && s[sa] == ':') sa++;
+        strip(s, &ka, &kb);
+        if (kb - ka == 34 && s[ka] == '0' && (s[ka + 1] | 32) == 'x') {
+            char low[34];
+            int hex = 1;
+            for (int d = 0; d < 34; d++) {
+                low[d] = (char)lower(s[ka + d]);
+                if (d >= 2 && !isxdigit(s[ka + d])) hex = 0;
+            }
+            if (hex) Py_SETREF(key, PyUnicode_DecodeASCII(low, 34, NULL));
+        }
+    } else if ((k = find(s, a, b, ": [")) >= 0) {
+        na = a, nb = k, sa = k + 2, sb = b;
+    } else {
+        na = a, nb = b, sa = sb = b;
+        while (nb > na && s[nb - 1] == ':') nb--;
+    }
+    strip(s, &na, &nb);
+    strip(s, &sa, &sb);
+    PyObject *name = str(s, na, nb), *r = NULL;
+    PyObject *onnx = sa < sb && s[sa] == '[' ? split_onnx(S->hooks[H_SPLIT], s, sa, sb)
+                                            : PyTuple_New(0);
+    if (key && name && onnx) r = PyTuple_Pack(4, name, key, keyed ? Py_True : Py_False, onnx);
+    Py_XDECREF(key); Py_XDECREF(name); Py_XDECREF(onnx);
+    return r;
+}
 static int autotuning(Scanner *S, U *s, Py_ssize_t n) {
     Py_ssize_t i = find(s, 0, n, "Autotuning op "), a, b = n;
     if (i >= 0) {
-        PyObject *rest = str(s, i + 14, n), *t = rest ? call(S, H_OPHDR, &rest, 1) : NULL;
-        Py_XDECREF(rest);
+        PyObject *t = op_header(S, s, i + 14, n);
         if (!t || flush_op(S) < 0) { Py_XDECREF(t); return -1; }
         S->op.name = Py_NewRef(PyTuple_GET_ITEM(t, 0));
         S->op.key = Py_NewRef(PyTuple_GET_ITEM(t, 1));
@@ -1275,7 +1340,7 @@ static int oneline(Scanner *S, U *line, Py_ssize_t n) {
         }
     }
     k = find(s, 0, n, ", Metadata:");
-    md = k >= 0 ? call_str(S->hooks[H_SPLIT], s, k + 11, n) : PyTuple_New(0);
+    md = k >= 0 ? split_onnx(S->hooks[H_SPLIT], s, k + 11, n) : PyTuple_New(0);
     PyObject *args[5] = {name, type, tname, tv, md};
     int r = name && type && tname && tv && md ? add_engine_layer(S, args) : -1;
     Py_XDECREF(name); Py_XDECREF(type); Py_XDECREF(tname); Py_XDECREF(tv); Py_XDECREF(md);
@@ -1288,7 +1353,7 @@ static int layer_misc(Scanner *S, U *line, Py_ssize_t n0) {
         return new_layers(S) < 0 ? -1 : 1;
     if (at(s, n, 0, "ForeignNode ") && find(s, 0, n, " metadata: ") >= 0) {
         if ((p = find(s, 12, n, " metadata: ")) < 0) return 1;
-        PyObject *node = stripped(s, 12, p), *onnx = call_str(S->hooks[H_SPLIT], s, p + 11, n);
+        PyObject *node = stripped(s, 12, p), *onnx = split_onnx(S->hooks[H_SPLIT], s, p + 11, n);
         if (!node || !onnx) { Py_XDECREF(node); Py_XDECREF(onnx); return -1; }
         Py_XSETREF(S->meta_node, node);
         Py_XSETREF(S->meta_onnx, onnx);

@@ -125,7 +125,6 @@ def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
         tactic_to_int,
         line_readers.cost_of,
         line_readers.cand_parts,
-        line_readers.op_header,
         line_readers.selected_parts,
         line_readers.writing_parts,
     )
