@@ -111,9 +111,9 @@ static int to_u64(U *s, Py_ssize_t a, Py_ssize_t b, int base, uint64_t *out) {
     int plain = b > p && b - p <= (base == 16 ? 16 : 19);
     uint64_t v = 0;
     for (Py_ssize_t i = p; plain && i < b; i++) {
-        int c = lower(s[i]), d = is_digit((unsigned)c) ? c - '0'
-                                 : (base == 16 && c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-        if (d < 0) plain = 0;
+        unsigned c = s[i], d = c - '0';
+        if (d > 9) d = base == 16 && (c | 32) - 'a' < 6 ? (c | 32) - 'a' + 10 : 99;
+        if (d == 99) plain = 0;
         v = v * (uint64_t)base + (uint64_t)d;
     }
     if (plain) { *out = v; return 1; }
@@ -465,8 +465,12 @@ static int j_str(Scanner *S, PyObject *o) {
     char *w = S->jbuf + S->jn;
     *w++ = '"';
     for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t run = i; /* bytes written as they are: copied a run at a time */
+        while (i < n && (unsigned char)u[i] >= 0x20 && u[i] != '"' && u[i] != '\\') i++;
+        memcpy(w, u + run, (size_t)(i - run));
+        w += i - run;
+        if (i == n) break;
         unsigned char c = (unsigned char)u[i];
-        if (c >= 0x20 && c != '"' && c != '\\') { *w++ = (char)c; continue; }
         *w++ = '\\';
         switch (c) {
         case '"': *w++ = '"'; break;
@@ -545,7 +549,9 @@ static int plain_record(Scanner *S, PyObject *const v[9], PyObject *formats) {
         PyObject *c = PyList_GET_ITEM(v[3], i);
         if (Py_TYPE(c) != (PyTypeObject *)S->hooks[H_CAND] || PyTuple_GET_SIZE(c) != 5) return 0;
         PyObject *id = CF(c, 0);
-        if (!(id == Py_None || (plain_int(id) && plain_ll(id))) || !plain_u64(CF(c, 1), &u) ||
+        /* a tactic hash is made by to_u64, tactic_to_int or tactic_token: always in
+         * [0, 2**64), so its type is the only thing to check (the value is not re-read) */
+        if (!(id == Py_None || (plain_int(id) && plain_ll(id))) || !PyLong_CheckExact(CF(c, 1)) ||
             !str_or_null(CF(c, 2)) || !num_or_null(CF(c, 3)) || !str_or_null(CF(c, 4)))
             return 0;
     }
