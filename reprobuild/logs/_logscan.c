@@ -3,10 +3,14 @@
  * the specification) over bytes, for whole files. tests/logs/test_logscan.py holds both to
  * identical output on every fixture, chunking and hypothesis-made log. Here: line splitting
  * and trigger words (memchr), block state, and the frequent lines (candidates, table rows,
- * format headers, Fastest, warnings, engine layers). In Python (logs/lines.py, passed in as
- * hooks): rare lines whose patterns backtrack, and numbers that are not plain ASCII, which
- * go to Python's own int()/float(). Objects are made by calling their classes. Every
- * delimiter is ASCII, so byte offsets equal the Python parser's character offsets.
+ * format headers, Timing Runner, Fastest, Chose, Set Tactic, cached results, op headers,
+ * warnings, engine layers), each reader written out after its twin in logs/lines.py. In
+ * Python (logs/lines.py, passed in as hooks): the rare lines whose patterns backtrack
+ * (regex candidate lines, selected / written tactics), ONNX lists with non-ASCII text, and
+ * numbers that are not plain ASCII, which go to Python's own int()/float(). Objects are
+ * made by calling their classes. Every delimiter is ASCII, so byte offsets equal the Python
+ * parser's character offsets. In JSON mode (reprobuild log --json) records are not made at
+ * all: their JSON text is written from the fields (tests/logs/test_jsonout_native.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
