@@ -24,7 +24,7 @@
 typedef const unsigned char U;
 /* The hooks tuple reader.py passes, in this order. */
 enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_CANDRX, H_SELECTED,
-       H_WRITING, H_COUNT };
+       H_WRITING, H_WARNING_FIELDS, H_LAYER_FIELDS, H_COUNT };
 
 /* ---- bytes ------------------------------------------------------------------------------ */
 static int is_rs(unsigned c) { return c == ' ' || (c >= '\t' && c <= '\r'); } /* regex \s */
@@ -397,6 +397,22 @@ typedef struct {
 static PyObject *call(Scanner *S, int h, PyObject *const *args, size_t n) {
     return PyObject_Vectorcall(S->hooks[h], args, n, NULL);
 }
+/* hooks[h](*args) for a frozen slotted dataclass whose recipe hooks[fields] is (names,
+ * defaults of the fields past n) (reader._recipe checked it: no __post_init__, no
+ * factories): what its generated __init__ does, object.__setattr__ per field, without the
+ * Python frame. With no recipe (None), the class is called. */
+static PyObject *make(Scanner *S, int h, int fields, PyObject *const *args, Py_ssize_t n) {
+    PyObject *recipe = S->hooks[fields];
+    if (recipe == Py_None) return call(S, h, args, (size_t)n);
+    PyObject *names = PyTuple_GET_ITEM(recipe, 0), *rest = PyTuple_GET_ITEM(recipe, 1);
+    PyTypeObject *tp = (PyTypeObject *)S->hooks[h];
+    PyObject *o = tp->tp_alloc(tp, 0);
+    for (Py_ssize_t i = 0; o && i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *v = i < n ? args[i] : PyTuple_GET_ITEM(rest, i - n);
+        if (PyObject_GenericSetAttr(o, PyTuple_GET_ITEM(names, i), v) < 0) Py_CLEAR(o);
+    }
+    return o;
+}
 static PyObject *call_line(Scanner *S, int h, U *s, Py_ssize_t n) {
     return call_str(S->hooks[h], s, 0, n);
 }
@@ -765,7 +781,7 @@ static int warn(Scanner *S, const char *kind, PyObject *message) { /* steals mes
     }
     PyObject *line = PyLong_FromSsize_t(S->lineno), *k = PyUnicode_FromString(kind), *w = NULL;
     PyObject *args[3] = {line, k, message};
-    if (line && k) w = call(S, H_WARNING, args, 3);
+    if (line && k) w = make(S, H_WARNING, H_WARNING_FIELDS, args, 3);
     int r = w ? PyList_Append(S->warnings, w) : -1;
     Py_XDECREF(line); Py_XDECREF(k); Py_XDECREF(w); Py_DECREF(message);
     return r;
@@ -780,7 +796,7 @@ static int new_layers(Scanner *S) { /* engine_layers = [] for the next engine */
 static int add_engine_layer(Scanner *S, PyObject *const args[5]) {
     if (!S->layers_open && new_layers(S) < 0) return -1;
     if (PyList_GET_SIZE(S->engine_layers) >= MAX_ENGINE_LAYERS) return 0;
-    PyObject *layer = call(S, H_LAYER, args, 5);
+    PyObject *layer = make(S, H_LAYER, H_LAYER_FIELDS, args, 5);
     int r = layer ? PyList_Append(S->engine_layers, layer) : -1;
     Py_XDECREF(layer);
     return r;
@@ -1467,6 +1483,19 @@ static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
     if (!cand || !PyType_Check(cand) || !PyType_IsSubtype((PyTypeObject *)cand, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "hooks: see logs/reader.py (Candidate a NamedTuple)");
         return -1;
+    }
+    for (int h = H_WARNING_FIELDS; h <= H_LAYER_FIELDS; h++) {
+        PyObject *r = PyTuple_GET_ITEM(hooks, h);
+        PyObject *cls = PyTuple_GET_ITEM(hooks, h == H_WARNING_FIELDS ? H_WARNING : H_LAYER);
+        Py_ssize_t given = h == H_WARNING_FIELDS ? 3 : 5;
+        if (r == Py_None) continue;
+        if (!PyType_Check(cls) || !PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(r, 0)) || !PyTuple_Check(PyTuple_GET_ITEM(r, 1)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 0)) !=
+                given + PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 1))) {
+            PyErr_SetString(PyExc_TypeError, "hooks: a dataclass recipe is (names, defaults)");
+            return -1;
+        }
     }
     PyObject *warnings = PyObject_GetAttrString(parser, "warnings");
     PyObject *layers = PyObject_GetAttrString(parser, "engine_layers");

@@ -10,6 +10,7 @@ and decodes them for the Python parser. Memory stays flat: one read buffer, reus
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import gc
 import itertools
 import os
@@ -108,6 +109,31 @@ def _native_module() -> Any:
     return _logscan
 
 
+def _recipe(cls: type, given: int) -> tuple[tuple[str, ...], tuple[Any, ...]] | None:
+    """How the scanner may make ``cls`` from ``given`` positional values without calling it:
+    (field names, defaults of the fields after those given), for a frozen slotted dataclass
+    whose generated ``__init__`` only sets its fields; None (call the class) otherwise.
+    Warnings and engine layers are made by the hundred thousand, and the frame of a frozen
+    dataclass's ``__init__`` cost more than reading their lines."""
+    params = getattr(cls, "__dataclass_params__", None)
+    if (
+        params is None
+        or not (params.frozen and params.init)
+        or "__slots__" not in cls.__dict__
+        or hasattr(cls, "__post_init__")
+    ):
+        return None
+    fields = dataclasses.fields(cls)
+    rest = fields[given:]
+    if (
+        len(fields) < given
+        or any(not f.init for f in fields)
+        or any(f.default is dataclasses.MISSING for f in rest)
+    ):
+        return None
+    return tuple(f.name for f in fields), tuple(f.default for f in rest)
+
+
 def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
     """The C scanner over ``parser``, or None; ``json_mode`` = (write, record_text) makes it
     write ``log --json`` record text instead of returning records."""
@@ -127,6 +153,8 @@ def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
         line_readers.cand_parts,
         line_readers.selected_parts,
         line_readers.writing_parts,
+        _recipe(LogWarning, 3),
+        _recipe(EngineLayer, 5),
     )
     return mod.Scanner(parser, hooks, parser._max_warnings, *json_mode)
 

@@ -625,3 +625,63 @@ def test_without_the_extension_candidates_are_named_tuples() -> None:
         here = [r.to_json() for r in iter_file(path)]
         assert fallback[path] == here, path
     assert sum(len(v) for v in fallback.values()) > 0
+
+
+# --- objects the scanner makes without calling their class ---------------------------------------
+
+
+def test_dataclass_recipes_only_for_plain_frozen_slotted_classes() -> None:
+    """The scanner sets a frozen slotted dataclass's fields itself only when its generated
+    ``__init__`` would do nothing else; any other class is called."""
+    from dataclasses import dataclass, field
+
+    from reprobuild.logs.layerinfo import EngineLayer
+    from reprobuild.logs.records import LogWarning
+
+    @dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            raise ValueError
+
+    @dataclass(slots=True)
+    class Mutable:
+        a: int
+
+    @dataclass(frozen=True, slots=True)
+    class Factory:
+        a: int
+        b: list[int] = field(default_factory=list)
+
+    @dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    assert reader._recipe(LogWarning, 3) == (("line", "kind", "message"), ())
+    assert reader._recipe(EngineLayer, 5) == (
+        ("name", "layer_type", "tactic_name", "tactic_value", "metadata", "inputs", "outputs"),
+        ((), ()),
+    )
+    assert reader._recipe(LogWarning, 2) is None  # message has no default
+    for cls in (Checked, Mutable, NoSlots):
+        assert reader._recipe(cls, 1) is None, cls
+    assert reader._recipe(Factory, 1) is None
+    assert reader._recipe(int, 1) is None
+
+
+@needs_native
+def test_made_warnings_and_layers_equal_called_ones() -> None:
+    data = (
+        b"Global timing cache in use\nLayers:\n"
+        b"Name: a, LayerType: b, TacticValue: 0x1, Metadata: [ONNX Layer: x]\x1e[ONNX Layer: y]\n"
+    )
+    py, nat = LogParser(), LogParser()
+    list(iter_chunks([data], py, native=False))
+    list(iter_chunks([data], nat, native=True))
+    assert nat.warnings == py.warnings and len(nat.warnings) == 1
+    assert nat.engine_layers == py.engine_layers and len(nat.engine_layers) == 1
+    assert hash(nat.engine_layers[0]) == hash(py.engine_layers[0])
+    assert nat.engine_layers[0].metadata == ("x", "y") and nat.engine_layers[0].inputs == ()
+    with pytest.raises(AttributeError):
+        nat.engine_layers[0].name = "z"  # type: ignore[misc]  # still frozen
