@@ -657,13 +657,11 @@ static int make_candidate(Scanner *S, PyObject *list, PyObject *ident, uint64_t 
                           PyObject *kernel, PyObject *cost, PyObject *runner) {
     PyObject *t = PyLong_FromUnsignedLongLong(tac);
     if (!t) return -1;
-    PyObject *fields = PyTuple_Pack(5, ident, t, kernel, cost, runner), *c = NULL;
+    /* what tuple's tp_new does for a subclass, without the two tuples it goes through */
+    PyTypeObject *tp = (PyTypeObject *)S->hooks[H_CAND];
+    PyObject *c = tp->tp_alloc(tp, 5), *fields[5] = {ident, t, kernel, cost, runner};
+    for (int i = 0; c && i < 5; i++) PyTuple_SET_ITEM(c, i, Py_NewRef(fields[i]));
     Py_DECREF(t);
-    if (fields) {
-        PyObject *args = PyTuple_Pack(1, fields);
-        c = args ? PyTuple_Type.tp_new((PyTypeObject *)S->hooks[H_CAND], args, NULL) : NULL;
-        Py_XDECREF(args); Py_DECREF(fields);
-    }
     int r = c ? PyList_Append(list, c) : -1;
     Py_XDECREF(c);
     return r;
