@@ -446,12 +446,20 @@ static PyObject *make_record(Scanner *S, PyObject *const v[9], int cached, Py_ss
 /* ---- JSON mode: json.dumps(rec.to_json(), ensure_ascii=False), written out directly ------ */
 #define JSON_FLUSH (1 << 20) /* bytes handed to write() at a time */
 #define JSON_MAX ((Py_ssize_t)1 << 30) /* no record's text is allowed to grow past this */
+/* write(memoryview of the buffer): no copy of the text on its way to a file. The view is
+ * released afterwards, so a write() that kept it without copying fails loudly rather than
+ * seeing the buffer change. */
 static int j_flush(Scanner *S) {
     if (!S->jn) return 0;
-    PyObject *b = PyBytes_FromStringAndSize(S->jbuf, S->jn), *r = NULL;
+    PyObject *v = PyMemoryView_FromMemory(S->jbuf, S->jn, PyBUF_READ), *r = NULL;
     S->jn = 0;
-    if (b) r = PyObject_CallOneArg(S->write, b);
-    Py_XDECREF(b);
+    if (v) r = PyObject_CallOneArg(S->write, v);
+    if (v) {
+        PyObject *rel = PyObject_CallMethod(v, "release", NULL);
+        if (!rel) Py_CLEAR(r);
+        Py_XDECREF(rel);
+        Py_DECREF(v);
+    }
     if (!r) return -1;
     Py_DECREF(r);
     return 0;

@@ -165,7 +165,7 @@ def write_log_json(
     out.write(_tail(parser))
 
 
-def _byte_sink(out: TextIO) -> Callable[[bytes], Any]:
+def _byte_sink(out: TextIO) -> Callable[[memoryview], Any]:
     """Where the C scanner's UTF-8 text goes: straight to the byte stream under ``out`` when
     that writes the same bytes (UTF-8, no newline translation), else decoded into ``out``."""
     buffer = getattr(out, "buffer", None)
@@ -177,7 +177,7 @@ def _byte_sink(out: TextIO) -> Callable[[bytes], Any]:
     if buffer is not None and utf8 and os.linesep == "\n":
         out.flush()  # what was written as text goes first
         return buffer.write
-    return lambda data: out.write(data.decode("utf-8"))
+    return lambda data: out.write(str(data, "utf-8"))
 
 
 def write_log_json_file(

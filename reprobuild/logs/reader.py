@@ -162,13 +162,15 @@ def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
 def native_json(
     path: str | os.PathLike[str],
     parser: LogParser,
-    write: Callable[[bytes], Any],
+    write: Callable[[memoryview], Any],
     record_text: Callable[[TacticRecord], str],
 ) -> bool:
     """Run the C scanner over a log file in JSON mode: each record's ``log --json`` text
     (the ``json.dumps(rec.to_json(), ensure_ascii=False)`` of it, after ``"\\n  "`` or
     ``",\\n  "``) goes to ``write`` as UTF-8 in pieces of about 1 MiB, and no record object
-    is made (``record_text`` prints the rare record whose fields the C code does not know).
+    is made. Each piece is a memoryview of the scanner's buffer, released when ``write``
+    returns: a file's ``write`` takes it as it is, anything that keeps it must copy it.
+    ``record_text`` prints the rare record whose fields the C code does not know.
     Returns False, having read nothing, when the scanner was not built or ``parser`` was
     already fed."""
     scanner = _native_scanner(parser, write, record_text) if _fresh(parser) else None

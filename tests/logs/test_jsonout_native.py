@@ -67,7 +67,11 @@ def test_big_generated_log_identical_and_written_in_bounded_pieces(tmp_path: Pat
     assert len(parsed["records"]) == 40 * len(json.loads(_same_unit(tmp_path, unit))["records"])
     pieces: list[bytes] = []
     parser = LogParser(source=str(big))
-    assert native_json(big, parser, pieces.append, RecordWriter().record)
+    assert native_json(big, parser, lambda view: pieces.append(bytes(view)), RecordWriter().record)
+    kept: list[memoryview] = []
+    assert native_json(big, LogParser(), kept.append, RecordWriter().record)
+    with pytest.raises(ValueError, match="released"):
+        bytes(kept[0])  # a kept view fails loudly instead of showing later text
     head = b'{"file": ' + json.dumps(str(big)).encode() + b', "records": ['
     assert b"".join(pieces) == doc[len(head) : doc.rindex(b'\n], "warnings": ')]
     assert len(pieces) >= 4
