@@ -24,7 +24,7 @@
 typedef const unsigned char U;
 /* The hooks tuple reader.py passes, in this order. */
 enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_CANDRX, H_SELECTED,
-       H_WRITING, H_WARNING_FIELDS, H_LAYER_FIELDS, H_COUNT };
+       H_WRITING, H_CACHED, H_WARNING_FIELDS, H_LAYER_FIELDS, H_COUNT };
 
 /* ---- bytes ------------------------------------------------------------------------------ */
 static int is_rs(unsigned c) { return c == ' ' || (c >= '\t' && c <= '\r'); } /* regex \s */
@@ -869,14 +869,15 @@ static PyObject *fastest_parts(Scanner *S, U *s, Py_ssize_t n) {
     for (p = tb; p < n && is_rs(s[p]); p++) {}
     if (tb == ta || p == tb || !at(s, n, p, "Time")) return Py_NewRef(Py_None);
     p += 4;
-    if (p < n && s[p] == ':') p++;
-    for (; p < n && is_rs(s[p]); p++) {}
+    int colon = p < n && s[p] == ':';
+    for (p += colon; p < n && is_rs(s[p]); p++) {}
     wa = p, wb = token_end(s, p, n);
-    if (wb == wa) return Py_NewRef(Py_None);
+    /* no time after "Time:": the regex backtracks and reads ":" as the time (not a number) */
+    if (wb == wa && !colon) return Py_NewRef(Py_None);
     PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
     if (!tac || tac == Py_None) return tac;
     while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
-    PyObject *time = to_float(s, wa, wb), *layer = NULL, *runner = NULL;
+    PyObject *time = wb > wa ? to_float(s, wa, wb) : NULL, *layer = NULL, *runner = NULL;
     if (!time && !PyErr_Occurred()) time = Py_NewRef(Py_None);
     /* the last " (<runner>) profiling completed" before i names the layer and runner */
     for (Py_ssize_t q = rfind(s, 0, i, ") profiling completed"); time && q >= 0;
@@ -1225,9 +1226,13 @@ static PyObject *joined(U *s, Py_ssize_t a, Py_ssize_t c, Py_ssize_t d, Py_ssize
  * _CACHED_TAIL: the runner runs to the first comma (less \s around it), then "tactic",
  * an optional ':', the tactic token, and an optional ", <time>" (less a trailing "ms"). */
 static PyObject *cached_parts(Scanner *S, U *line, Py_ssize_t n) {
+    Py_ssize_t n0 = n;
     U *s = message(line, &n);
     Py_ssize_t i = find(s, 0, n, "got cached result"), p, ra, rb, ta, tb, wa = 0, wb = 0;
-    p = i + 17 < n ? i + 17 : n; /* s[i + 17:], i = -1 included, as Python slices */
+    /* the words were inside a prefix: cached_line then cuts the message's last character
+     * (s[:-1]), which is a byte only in ASCII, so that rare line goes to Python */
+    if (i < 0) return call_line(S, H_CACHED, line, n0);
+    p = i + 17 < n ? i + 17 : n;
     while (p < n && s[p] == ':') p++;
     while (p < n && is_rs(s[p])) p++;
     ra = p;
@@ -1250,7 +1255,7 @@ static PyObject *cached_parts(Scanner *S, U *line, Py_ssize_t n) {
     }
     PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
     if (!tac || tac == Py_None) return tac;
-    Py_ssize_t ha = 0, hb = i >= 0 ? i : (n > 0 ? n - 1 : 0), k;
+    Py_ssize_t ha = 0, hb = i, k;
     strip(s, &ha, &hb);
     PyObject *formats = Py_NewRef(Py_None), *key = Py_NewRef(Py_None), *head = NULL;
     if (hb > ha && s[hb - 1] == ']' && (k = rfind(s, ha, hb, " [")) >= 0) {

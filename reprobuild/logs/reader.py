@@ -153,6 +153,7 @@ def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
         line_readers.cand_parts,
         line_readers.selected_parts,
         line_readers.writing_parts,
+        line_readers.cached_line,
         _recipe(LogWarning, 3),
         _recipe(EngineLayer, 5),
     )

@@ -368,6 +368,12 @@ _EDGES = [
     b"Tactic Name:  Tactic: 0x1 Time: 0.5\n",
     b"Fastest Tactic: 0x1 Time: 0.5\n",
     b"Timing Runner: x (y)\nTactic: 0x1 Time: 0.5\nFastest Tactic: 0x1 Time: 0.5\n",
+    # "Time:" with no time: FASTEST_TAIL backtracks and reads ":" as the time (None)
+    b"Timing Runner: x (y)\nTactic: 0x1 Time: 0.5\nFastest Tactic: 0x1 Time:\n",
+    b"Timing Runner: x (y)\nTactic: 0x1 Time: 0.5\nFastest Tactic: 0x1 Time: ,\n",
+    b"x [a -> b] got cached result: R, tactic: , 0.5 ms\n",
+    # the words inside a prefix: the parser cuts the message's last character, not byte
+    b"[got cached result] x (key: k, tactic:\xd9\xa3\x0b\n",
     b"Chose Runner Type: R Tactic: 0x5\n",
     b"Computing costs for a\nAutotuning format combination: x\nTactic: 3 Time: 1\n"
     b"Chose Runner Type: R Tactic: 3\n",
