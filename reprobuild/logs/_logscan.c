@@ -3,11 +3,11 @@
  * the specification) over bytes, for whole files. tests/logs/test_logscan.py holds both to
  * identical output on every fixture, chunking and hypothesis-made log. Here: line splitting
  * and trigger words (memchr), block state, and the frequent lines (candidates, table rows,
- * format headers, Timing Runner, Fastest, Chose, Set Tactic, cached results, op headers,
- * warnings, engine layers), each reader written out after its twin in logs/lines.py. In
- * Python (logs/lines.py, passed in as hooks): the rare lines whose patterns backtrack
- * (regex candidate lines, selected / written tactics), ONNX lists with non-ASCII text, and
- * numbers that are not plain ASCII, which go to Python's own int()/float(). Objects are
+ * format headers, Timing Runner, Fastest, Chose, Set Tactic, other candidate forms,
+ * selected tactics, cached results, op headers, warnings, engine layers), each reader written
+ * out after its twin in logs/lines.py. In Python (logs/lines.py, passed in as hooks): written
+ * tactics, odd cached-result lines, ONNX lists with non-ASCII text, and numbers that are not
+ * plain ASCII, which go to Python's own int()/float(). Objects are
  * made by calling their classes. Every delimiter is ASCII, so byte offsets equal the Python
  * parser's character offsets. In JSON mode (reprobuild log --json) records are not made at
  * all: their JSON text is written from the fields (tests/logs/test_jsonout_native.py).
@@ -23,8 +23,8 @@
 #define MAX_ENGINE_LAYERS 100000
 typedef const unsigned char U;
 /* The hooks tuple reader.py passes, in this order. */
-enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_CANDRX, H_SELECTED,
-       H_WRITING, H_CACHED, H_WARNING_FIELDS, H_LAYER_FIELDS, H_COUNT };
+enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_WRITING, H_CACHED,
+       H_WARNING_FIELDS, H_LAYER_FIELDS, H_COUNT };
 
 /* ---- bytes ------------------------------------------------------------------------------ */
 static int is_rs(unsigned c) { return c == ' ' || (c >= '\t' && c <= '\r'); } /* regex \s */
@@ -994,8 +994,60 @@ static int set_tactic(Scanner *S, U *s, Py_ssize_t n) {
     Py_DECREF(t);
     return r < 0 ? -1 : 1;
 }
+/* CAND's tail at q: "Tactic: " (0x<hex>+ | -?<digits>) " " (Time|time) ":"? \s* <time>;
+ * 1 with the tactic s[*ta:*tb] and the time s[*wa:*wb] (empty: the time is None) */
+static int cand_tail(U *s, Py_ssize_t n, Py_ssize_t q, Py_ssize_t *ta, Py_ssize_t *tb,
+                     Py_ssize_t *wa, Py_ssize_t *wb) {
+    Py_ssize_t p = q + 8, e = -1, d;
+    if (!at(s, n, q, "Tactic: ")) return 0;
+    if (at(s, n, p, "0x") && p + 2 < n && isxdigit(s[p + 2])) {
+        for (e = p + 2; e < n && isxdigit(s[e]); e++) {}
+        if (e >= n || s[e] != ' ') e = -1;
+    }
+    if (e < 0) { /* the other branch, -?[0-9]+ */
+        for (d = e = p + (p < n && s[p] == '-'); e < n && is_digit(s[e]); e++) {}
+        if (e == d || e >= n || s[e] != ' ') return 0;
+    }
+    *ta = p, *tb = e++;
+    if (!at(s, n, e, "Time") && !at(s, n, e, "time")) return 0;
+    e += 4;
+    int colon = e < n && s[e] == ':';
+    for (e += colon; e < n && is_rs(s[e]); e++) {}
+    *wa = e, *wb = token_end(s, e, n);
+    return *wb > *wa || colon; /* no time after ':': the regex reads ":" as the time (None) */
+}
+/* lines.cand_parts: (tactic, hex?, kernel, time) as a new tuple, or None. CAND.search: the
+ * leftmost "Tactic Name: " whose lazy kernel reaches a " Tactic: " with a valid tail, or
+ * "Tactic: " with one. */
+static PyObject *cand_parts(Scanner *S, U *s, Py_ssize_t n) {
+    Py_ssize_t ta = 0, tb = 0, wa = 0, wb = 0, ka = -1, kb = -1, hit = -1;
+    for (Py_ssize_t p = find(s, 0, n, "Tactic"); p >= 0 && hit < 0;
+         p = find(s, p + 1, n, "Tactic")) { /* where both literals start */
+        if (at(s, n, p, "Tactic Name: ")) {
+            for (Py_ssize_t t = find(s, p + 14, n, " Tactic: "); t >= 0;
+                 t = find(s, t + 1, n, " Tactic: "))
+                if (cand_tail(s, n, t + 1, &ta, &tb, &wa, &wb)) {
+                    hit = p, ka = p + 13, kb = t;
+                    break;
+                }
+        } else if (cand_tail(s, n, p, &ta, &tb, &wa, &wb)) {
+            hit = p;
+        }
+    }
+    if (hit < 0) return Py_NewRef(Py_None);
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
+    if (!tac || tac == Py_None) return tac;
+    while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
+    PyObject *time = wb > wa ? to_float(s, wa, wb) : NULL, *r = NULL;
+    if (!time && !PyErr_Occurred()) time = Py_NewRef(Py_None);
+    PyObject *kernel = ka >= 0 ? str(s, ka, kb) : Py_NewRef(Py_None);
+    int hex = s[ta] == '0' && ta + 1 < tb && s[ta + 1] == 'x';
+    if (time && kernel) r = PyTuple_Pack(4, tac, hex ? Py_True : Py_False, kernel, time);
+    Py_DECREF(tac); Py_XDECREF(time); Py_XDECREF(kernel);
+    return r;
+}
 static int cand_regex(Scanner *S, U *s, Py_ssize_t n) {
-    HOOK_OR_RETURN(t, H_CANDRX)
+    PARTS_OR_RETURN(t, cand_parts(S, s, n))
     uint64_t tac = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 0));
     int r = candidate(S, tac, PyObject_IsTrue(PyTuple_GET_ITEM(t, 1)), PyTuple_GET_ITEM(t, 2),
                       PyTuple_GET_ITEM(t, 3));
@@ -1326,9 +1378,34 @@ static int cache_line(Scanner *S, U *s, Py_ssize_t n) {
     strip_prefix(s, n, &a, &b);
     return warn(S, kind, str(s, a, b)) < 0 ? -1 : 1;
 }
+/* lines.selected_parts: (tactic, time) as a new tuple, or None. SELECTED.search: the first
+ * "(tactic hash, cost(in ms)):" followed by a token, an optional ", <time>" after it. */
+static PyObject *selected_parts(Scanner *S, U *s, Py_ssize_t n) {
+    static const char LIT[] = "(tactic hash, cost(in ms)):";
+    Py_ssize_t ta = 0, tb = 0, wa = 0, wb = 0, q, p;
+    for (q = find(s, 0, n, LIT); q >= 0; q = find(s, q + 1, n, LIT)) {
+        for (p = q + 27; p < n && is_rs(s[p]); p++) {}
+        ta = p, tb = token_end(s, p, n);
+        if (tb > ta) break;
+    }
+    if (q < 0) return Py_NewRef(Py_None);
+    for (p = tb; p < n && is_rs(s[p]); p++) {}
+    if (p < n && s[p] == ',') {
+        for (p++; p < n && is_rs(s[p]); p++) {}
+        wa = p, wb = token_end(s, p, n);
+    }
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
+    if (!tac || tac == Py_None) return tac;
+    while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
+    PyObject *time = wb > wa ? to_float(s, wa, wb) : NULL, *r = NULL;
+    if (!time && !PyErr_Occurred()) time = Py_NewRef(Py_None);
+    if (time) r = PyTuple_Pack(2, tac, time);
+    Py_DECREF(tac); Py_XDECREF(time);
+    return r;
+}
 static int selected(Scanner *S, U *s, Py_ssize_t n) {
     if (!S->op.cands) return 1;
-    HOOK_OR_RETURN(t, H_SELECTED)
+    PARTS_OR_RETURN(t, selected_parts(S, s, n))
     Py_XSETREF(S->op.sel, Py_NewRef(PyTuple_GET_ITEM(t, 0)));
     Py_XSETREF(S->op.sel_cost, Py_NewRef(PyTuple_GET_ITEM(t, 1)));
     Py_DECREF(t);

@@ -192,11 +192,10 @@ def op_header(rest: str) -> OpHeader:
 # --- line readers for the C scanner ------------------------------------------------------------
 # Each returns what ``LogParser``'s matching method derives from the line, or None where
 # that method returns False (line not recognised) before changing any state. The scanner
-# calls ``cand_parts``, ``cost_of``, ``selected_parts`` and ``writing_parts`` (rare lines
-# whose patterns backtrack: both parsers run the very same regular expressions there) and
-# ``cached_line`` when its words sit inside a prefix; the others it reads itself, in C
-# written after these, which stay the specification (the differential tests in
-# tests/logs/test_logscan.py hold the two together).
+# calls ``cost_of`` and ``writing_parts`` (rare lines whose patterns backtrack: both parsers
+# run the very same regular expressions there) and ``cached_line`` when its words sit inside
+# a prefix; the others it reads itself, in C written after these, which stay the
+# specification (the differential tests in tests/logs/test_logscan.py hold the two together).
 
 
 _SET = "Set Tactic Name: "

@@ -150,8 +150,6 @@ def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
         split_onnx_layers,
         tactic_to_int,
         line_readers.cost_of,
-        line_readers.cand_parts,
-        line_readers.selected_parts,
         line_readers.writing_parts,
         line_readers.cached_line,
         _recipe(LogWarning, 3),
