@@ -454,10 +454,19 @@ static int j_flush(Scanner *S) {
     PyObject *v = PyMemoryView_FromMemory(S->jbuf, S->jn, PyBUF_READ), *r = NULL;
     S->jn = 0;
     if (v) r = PyObject_CallOneArg(S->write, v);
-    if (v) {
-        PyObject *rel = PyObject_CallMethod(v, "release", NULL);
-        if (!rel) Py_CLEAR(r);
-        Py_XDECREF(rel);
+    if (v) { /* released whether write() worked or not; its error (EPIPE...) is the one kept */
+        PyObject *et, *ev, *tb, *rel;
+        PyErr_Fetch(&et, &ev, &tb);
+        rel = PyObject_CallMethod(v, "release", NULL);
+        if (et) {
+            Py_XDECREF(rel);
+            PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+        } else if (!rel) {
+            Py_CLEAR(r);
+        } else {
+            Py_DECREF(rel);
+        }
         Py_DECREF(v);
     }
     if (!r) return -1;

@@ -152,3 +152,16 @@ def test_mutated_logs_json_identical(data: bytes, tmp_path: Path) -> None:
     path = tmp_path / "mutated.log"
     path.write_bytes(data)
     _same(path)
+
+
+@needs_native
+def test_an_error_of_write_reaches_the_caller_as_it_was(tmp_path: Path) -> None:
+    """A closed pipe (``reprobuild log BIG --json | head``) raises BrokenPipeError out of
+    the scanner, which click turns into a quiet exit 1 as before."""
+    path = next(p for p in LOG_FIXTURES if "python_logger_verbose" in p.name)
+
+    def write(view: memoryview) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        native_json(path, LogParser(), write, RecordWriter().record)
