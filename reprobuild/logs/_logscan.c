@@ -455,13 +455,21 @@ static int j_flush(Scanner *S) {
     S->jn = 0;
     if (v) r = PyObject_CallOneArg(S->write, v);
     if (v) { /* released whether write() worked or not; its error (EPIPE...) is the one kept */
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *et = PyErr_GetRaisedException(), *rel;
+#else
         PyObject *et, *ev, *tb, *rel;
         PyErr_Fetch(&et, &ev, &tb);
+#endif
         rel = PyObject_CallMethod(v, "release", NULL);
         if (et) {
             Py_XDECREF(rel);
             PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000
+            PyErr_SetRaisedException(et);
+#else
             PyErr_Restore(et, ev, tb);
+#endif
         } else if (!rel) {
             Py_CLEAR(r);
         } else {
