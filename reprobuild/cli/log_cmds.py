@@ -101,9 +101,9 @@ def show(
     parser = LogParser(source=str(file))
     out = sys.stdout
     if as_json:
-        from reprobuild.logs.jsonout import write_log_json
+        from reprobuild.logs.jsonout import write_log_json_file
 
-        write_log_json(out, str(file), iter_file(file, parser), parser)
+        write_log_json_file(out, file, parser)
         return
     header = (
         f"{'LINE':>7}  {'LAYER':<40}  {'KEY':<34}  {'CANDS':>5}  {'CHOSEN':<18}  CACHED  KERNEL"

@@ -3,14 +3,19 @@
  * the specification) over bytes, for whole files. tests/logs/test_logscan.py holds both to
  * identical output on every fixture, chunking and hypothesis-made log. Here: line splitting
  * and trigger words (memchr), block state, and the frequent lines (candidates, table rows,
- * format headers, Fastest, warnings, engine layers). In Python (logs/lines.py, passed in as
- * hooks): rare lines whose patterns backtrack, and numbers that are not plain ASCII, which
- * go to Python's own int()/float(). Objects are made by calling their classes. Every
- * delimiter is ASCII, so byte offsets equal the Python parser's character offsets.
+ * format headers, Timing Runner, Fastest, Chose, Set Tactic, other candidate forms,
+ * selected tactics, cached results, op headers, warnings, engine layers), each reader written
+ * out after its twin in logs/lines.py. In Python (logs/lines.py, passed in as hooks): written
+ * tactics, odd cached-result lines, ONNX lists with non-ASCII text, and numbers that are not
+ * plain ASCII, which go to Python's own int()/float(). Objects are
+ * made by calling their classes. Every delimiter is ASCII, so byte offsets equal the Python
+ * parser's character offsets. In JSON mode (reprobuild log --json) records are not made at
+ * all: their JSON text is written from the fields (tests/logs/test_jsonout_native.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <ctype.h>
+#include <float.h>
 #include <string.h>
 #define MAX_LINE (1 << 20)
 #define MAX_CANDIDATES 100000
@@ -18,8 +23,8 @@
 #define MAX_ENGINE_LAYERS 100000
 typedef const unsigned char U;
 /* The hooks tuple reader.py passes, in this order. */
-enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_FASTEST, H_CHOSE,
-       H_RUNNER, H_SET, H_CANDRX, H_OPHDR, H_SELECTED, H_WRITING, H_CACHED, H_COUNT };
+enum { H_CAND, H_RECORD, H_WARNING, H_LAYER, H_SPLIT, H_TAC, H_COST, H_WRITING, H_CACHED,
+       H_WARNING_FIELDS, H_LAYER_FIELDS, H_COUNT };
 
 /* ---- bytes ------------------------------------------------------------------------------ */
 static int is_rs(unsigned c) { return c == ' ' || (c >= '\t' && c <= '\r'); } /* regex \s */
@@ -110,9 +115,9 @@ static int to_u64(U *s, Py_ssize_t a, Py_ssize_t b, int base, uint64_t *out) {
     int plain = b > p && b - p <= (base == 16 ? 16 : 19);
     uint64_t v = 0;
     for (Py_ssize_t i = p; plain && i < b; i++) {
-        int c = lower(s[i]), d = is_digit((unsigned)c) ? c - '0'
-                                 : (base == 16 && c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-        if (d < 0) plain = 0;
+        unsigned c = s[i], d = c - '0';
+        if (d > 9) d = base == 16 && (c | 32) - 'a' < 6 ? (c | 32) - 'a' + 10 : 99;
+        if (d == 99) plain = 0;
         v = v * (uint64_t)base + (uint64_t)d;
     }
     if (plain) { *out = v; return 1; }
@@ -140,11 +145,45 @@ static PyObject *tactic_obj(PyObject *hook, U *s, Py_ssize_t a, Py_ssize_t b) {
     return call_str(hook, s, a, b);
 }
 
+/* [+-]digits[.digits] with 1 to 15 digits in all, as float() reads it: the digits as an
+ * integer (exact below 2**53) divided by a power of ten (exact up to 1e22) is one correctly
+ * rounded operation, so the nearest double, as strtod finds it (Clinger's fast path). Only
+ * where doubles are evaluated in double precision (FLT_EVAL_METHOD 0); -1 if not read. */
+static int fast_decimal(U *s, Py_ssize_t a, Py_ssize_t b, double *out) {
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7,
+                                 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    int neg = a < b && s[a] == '-', digits = 0, frac = -1;
+    uint64_t m = 0;
+    Py_ssize_t p = a + (a < b && (s[a] == '-' || s[a] == '+'));
+    for (; p < b; p++) {
+        if (is_digit(s[p])) {
+            if (++digits > 15) return -1;
+            m = m * 10 + (uint64_t)(s[p] - '0');
+            if (frac >= 0) frac++;
+        } else if (s[p] == '.' && frac < 0) {
+            frac = 0;
+        } else {
+            return -1;
+        }
+    }
+    if (!digits) return -1;
+    double d = (double)m / P10[frac > 0 ? frac : 0];
+    *out = neg ? -d : d;
+    return 0;
+#else
+    (void)s, (void)a, (void)b, (void)out;
+    return -1;
+#endif
+}
+
 /* float(s[a:b]) or NULL with the ValueError cleared (other errors stay set) */
 static PyObject *to_float(U *s, Py_ssize_t a, Py_ssize_t b) {
     char buf[64];
     Py_ssize_t a0 = a, b0 = b;
+    double fast;
     strip_rs(s, &a, &b); /* as float() does */
+    if (fast_decimal(s, a, b, &fast) == 0) return PyFloat_FromDouble(fast);
     int plain = b > a && b - a < (Py_ssize_t)sizeof buf;
     for (Py_ssize_t i = a; plain && i < b; i++) plain = is_digit(s[i]) || in_set(s[i], ".eE+-");
     if (plain) {
@@ -262,8 +301,21 @@ static int pat_search(U *s, Py_ssize_t n, const char *pat, int ci) {
     while (pat) {
         const char *bar = strchr(pat, '|');
         size_t m = bar ? (size_t)(bar - pat) : strlen(pat);
-        for (Py_ssize_t p = 0; p < n; p++)
+        /* no pattern starts with '#'; its first letter (either case after '*' or with ci)
+         * is checked here before pat_at is called */
+        int fold = ci || pat[0] == '*';
+        unsigned char c0 = (unsigned char)pat[pat[0] == '*'];
+        if (fold) c0 = (unsigned char)lower(c0);
+        for (Py_ssize_t p = 0; p < n; p++) {
+            if (!fold) {
+                U *hit = memchr(s + p, c0, (size_t)(n - p));
+                if (!hit) break;
+                p = hit - s;
+            } else if (lower(s[p]) != c0) {
+                continue;
+            }
             if (pat_at(s, n, p, pat, m, ci)) return 1;
+        }
         pat = bar ? bar + 1 : NULL;
     }
     return 0;
@@ -275,7 +327,7 @@ static int cache_error(U *s, Py_ssize_t n) {
             if (c_first < 0) c_first = p;
             c_last = p;
         }
-        if (at(s, n, p, "Error Code ") && p + 11 < n && is_digit(s[p + 11])) {
+        if (s[p] == 'E' && at(s, n, p, "Error Code ") && p + 11 < n && is_digit(s[p + 11])) {
             if (e_first < 0) e_first = p;
             e_last = p;
         }
@@ -287,6 +339,30 @@ static const char *warning_kind(U *s, Py_ssize_t n) {
         if (WARN[i].pat ? pat_search(s, n, WARN[i].pat, WARN[i].ci) : cache_error(s, n))
             return WARN[i].kind;
     return NULL;
+}
+
+/* ---- values.split_onnx_layers ----------------------------------------------------------- */
+/* ONNX layer names of s[a:b]: parts between \x1e / \x1f, each .strip()ped, empty ones
+ * dropped, "[ONNX Layer: x]" read as x. str.strip() also strips non-ASCII spaces, so text
+ * with any non-ASCII byte goes to the Python function (hook). A new tuple. */
+static PyObject *split_onnx(PyObject *hook, U *s, Py_ssize_t a, Py_ssize_t b) {
+    Py_ssize_t i;
+    for (i = a; i < b; i++)
+        if (s[i] >= 0x80) return call_str(hook, s, a, b);
+    PyObject *names = PyList_New(0), *t = NULL;
+    for (Py_ssize_t p = a; names && p <= b; p = i + 1) {
+        for (i = p; i < b && s[i] != 0x1e && s[i] != 0x1f; i++) {}
+        Py_ssize_t pa = p, pb = i;
+        strip(s, &pa, &pb);
+        if (pa == pb) continue;
+        if (pb - pa >= 14 && at(s, pb, pa, "[ONNX Layer: ") && s[pb - 1] == ']') pa += 13, pb--;
+        PyObject *name = str(s, pa, pb);
+        if (!name || PyList_Append(names, name) < 0) Py_CLEAR(names);
+        Py_XDECREF(name);
+    }
+    if (names) t = PyList_AsTuple(names);
+    Py_XDECREF(names);
+    return t;
 }
 
 /* ---- state ------------------------------------------------------------------------------- */
@@ -311,9 +387,31 @@ typedef struct {
     Py_ssize_t lineno, dropped, max_warnings, ncarry, capcarry;
     int legacy, layers_open;
     unsigned char *carry;
+    /* JSON mode (write != NULL): records become `log --json` text in jbuf, handed to
+     * write(bytes) in pieces of about JSON_FLUSH bytes; record_text(rec) -> str writes the
+     * records whose fields this file does not know how to print. */
+    PyObject *write, *record_text;
+    char *jbuf;
+    Py_ssize_t jn, jcap, nrec;
 } Scanner;
 static PyObject *call(Scanner *S, int h, PyObject *const *args, size_t n) {
     return PyObject_Vectorcall(S->hooks[h], args, n, NULL);
+}
+/* hooks[h](*args) for a frozen slotted dataclass whose recipe hooks[fields] is (names,
+ * defaults of the fields past n) (reader._recipe checked it: no __post_init__, no
+ * factories): what its generated __init__ does, object.__setattr__ per field, without the
+ * Python frame. With no recipe (None), the class is called. */
+static PyObject *make(Scanner *S, int h, int fields, PyObject *const *args, Py_ssize_t n) {
+    PyObject *recipe = S->hooks[fields];
+    if (recipe == Py_None) return call(S, h, args, (size_t)n);
+    PyObject *names = PyTuple_GET_ITEM(recipe, 0), *rest = PyTuple_GET_ITEM(recipe, 1);
+    PyTypeObject *tp = (PyTypeObject *)S->hooks[h];
+    PyObject *o = tp->tp_alloc(tp, 0);
+    for (Py_ssize_t i = 0; o && i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *v = i < n ? args[i] : PyTuple_GET_ITEM(rest, i - n);
+        if (PyObject_GenericSetAttr(o, PyTuple_GET_ITEM(names, i), v) < 0) Py_CLEAR(o);
+    }
+    return o;
 }
 static PyObject *call_line(Scanner *S, int h, U *s, Py_ssize_t n) {
     return call_str(S->hooks[h], s, 0, n);
@@ -329,19 +427,251 @@ static void op_clear(Op *o) {
 static int nonempty(PyObject *o) { return o && o != Py_None && PyUnicode_GET_LENGTH(o) > 0; }
 static int eq(PyObject *a, PyObject *b) { return PyObject_RichCompareBool(a, b, Py_EQ); }
 
+/* Candidate fields (a NamedTuple): 0 tactic_id, 1 tactic_hash, 2 kernel, 3 cost_ms, 4 runner */
+#define CF(c, i) PyTuple_GET_ITEM((c), (i))
 /* TacticRecord(layer, key, onnx, cands, chosen, kernel, cost, from_cache, runner, line,
- * format, formats) into the output */
-static int emit(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line, const char *fmt,
-                PyObject *formats) {
+ * format, formats) as a new object */
+static PyObject *make_record(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line,
+                             const char *fmt, PyObject *formats) {
     PyObject *ln = PyLong_FromSsize_t(line), *f = PyUnicode_FromString(fmt), *rec = NULL;
     if (ln && f) {
         PyObject *args[12] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6], cached ? Py_True : Py_False,
                               v[8], ln, f, formats};
         rec = call(S, H_RECORD, args, 12);
     }
+    Py_XDECREF(ln); Py_XDECREF(f);
+    return rec;
+}
+
+/* ---- JSON mode: json.dumps(rec.to_json(), ensure_ascii=False), written out directly ------ */
+#define JSON_FLUSH (1 << 20) /* bytes handed to write() at a time */
+#define JSON_MAX ((Py_ssize_t)1 << 30) /* no record's text is allowed to grow past this */
+/* write(memoryview of the buffer): no copy of the text on its way to a file. The view is
+ * released afterwards, so a write() that kept it without copying fails loudly rather than
+ * seeing the buffer change. */
+static int j_flush(Scanner *S) {
+    if (!S->jn) return 0;
+    PyObject *v = PyMemoryView_FromMemory(S->jbuf, S->jn, PyBUF_READ), *r = NULL;
+    S->jn = 0;
+    if (v) r = PyObject_CallOneArg(S->write, v);
+    if (v) { /* released whether write() worked or not; its error (EPIPE...) is the one kept */
+#if PY_VERSION_HEX >= 0x030C0000
+        PyObject *et = PyErr_GetRaisedException(), *rel;
+#else
+        PyObject *et, *ev, *tb, *rel;
+        PyErr_Fetch(&et, &ev, &tb);
+#endif
+        rel = PyObject_CallMethod(v, "release", NULL);
+        if (et) {
+            Py_XDECREF(rel);
+            PyErr_Clear();
+#if PY_VERSION_HEX >= 0x030C0000
+            PyErr_SetRaisedException(et);
+#else
+            PyErr_Restore(et, ev, tb);
+#endif
+        } else if (!rel) {
+            Py_CLEAR(r);
+        } else {
+            Py_DECREF(rel);
+        }
+        Py_DECREF(v);
+    }
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+static int j_reserve(Scanner *S, Py_ssize_t more) {
+    if (S->jn + more <= S->jcap) return 0;
+    if (S->jn + more > JSON_MAX) {
+        PyErr_SetString(PyExc_MemoryError, "a record's JSON text is over 1 GiB");
+        return -1;
+    }
+    Py_ssize_t cap = S->jcap ? S->jcap : 2 * JSON_FLUSH;
+    while (cap < S->jn + more) cap *= 2;
+    char *nb = PyMem_Realloc(S->jbuf, (size_t)cap);
+    if (!nb) { PyErr_NoMemory(); return -1; }
+    S->jbuf = nb, S->jcap = cap;
+    return 0;
+}
+static int j_put(Scanner *S, const char *p, Py_ssize_t len) {
+    if (j_reserve(S, len) < 0) return -1;
+    memcpy(S->jbuf + S->jn, p, (size_t)len);
+    S->jn += len;
+    return 0;
+}
+#define J_LIT(S, lit) j_put((S), (lit), (Py_ssize_t)sizeof(lit) - 1)
+/* a str as json's encode_basestring writes it (ensure_ascii=False), or null for None */
+static int j_str(Scanner *S, PyObject *o) {
+    if (o == Py_None) return J_LIT(S, "null");
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!u || j_reserve(S, 6 * n + 2) < 0) return -1; /* \u00XX: 6 bytes at most per byte */
+    char *w = S->jbuf + S->jn;
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t run = i; /* bytes written as they are: copied a run at a time */
+        while (i < n && (unsigned char)u[i] >= 0x20 && u[i] != '"' && u[i] != '\\') i++;
+        memcpy(w, u + run, (size_t)(i - run));
+        w += i - run;
+        if (i == n) break;
+        unsigned char c = (unsigned char)u[i];
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\r': *w++ = 'r'; break;
+        case '\t': *w++ = 't'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\f': *w++ = 'f'; break;
+        default:
+            *w++ = 'u', *w++ = '0', *w++ = '0';
+            *w++ = "0123456789abcdef"[c >> 4], *w++ = "0123456789abcdef"[c & 15];
+        }
+    }
+    *w++ = '"';
+    S->jn = w - S->jbuf;
+    return 0;
+}
+/* v in base 16 or 10 (lowercase digits), as %llx / %llu write it */
+static int j_u64(Scanner *S, unsigned long long v, unsigned base) {
+    char b[24], *e = b + sizeof b, *p = e;
+    do { *--p = "0123456789abcdef"[v % base]; v /= base; } while (v);
+    return j_put(S, p, e - p);
+}
+static int j_ll(Scanner *S, long long v) {
+    if (v < 0 && J_LIT(S, "-") < 0) return -1;
+    return j_u64(S, v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v, 10);
+}
+/* a float as json.dumps writes it: repr when finite, else null (values.json_float). A log
+ * prints its times with a few digits, so values recur: their repr (a shortest-digits search,
+ * the costliest step of a candidate's text) is kept in a small table indexed by the bits. */
+#define REPR_SLOTS 4096
+typedef struct { double d; char text[32]; } ReprSlot; /* repr of a double: at most 24 chars */
+static ReprSlot repr_table[REPR_SLOTS];
+static int j_float(Scanner *S, PyObject *o) {
+    double d = PyFloat_AS_DOUBLE(o);
+    if (!Py_IS_FINITE(d)) return J_LIT(S, "null");
+    unsigned long long bits;
+    memcpy(&bits, &d, sizeof bits);
+    ReprSlot *slot = &repr_table[(bits ^ (bits >> 29) ^ (bits >> 47)) % REPR_SLOTS];
+    if (slot->text[0] && memcmp(&slot->d, &d, sizeof d) == 0)
+        return j_put(S, slot->text, (Py_ssize_t)strlen(slot->text));
+    char *t = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (!t) return -1;
+    size_t len = strlen(t);
+    if (len < sizeof slot->text) slot->d = d, memcpy(slot->text, t, len + 1);
+    int r = j_put(S, t, (Py_ssize_t)len);
+    PyMem_Free(t);
+    return r;
+}
+/* The fields this file prints itself; anything else goes to record_text(). */
+static int plain_int(PyObject *o) { return PyLong_CheckExact(o); }
+static int plain_u64(PyObject *o, unsigned long long *v) {
+    if (!PyLong_CheckExact(o)) return 0;
+    *v = PyLong_AsUnsignedLongLong(o);
+    if (*v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return 1;
+}
+static int plain_ll(PyObject *o) { /* an int json prints as %lld */
+    int over;
+    long long v = PyLong_AsLongLongAndOverflow(o, &over);
+    if (v == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return !over;
+}
+static int str_or_null(PyObject *o) { return o == Py_None || PyUnicode_CheckExact(o); }
+static int num_or_null(PyObject *o) { return o == Py_None || PyFloat_CheckExact(o); }
+static int plain_record(Scanner *S, PyObject *const v[9], PyObject *formats) {
+    unsigned long long u;
+    if (!PyUnicode_CheckExact(v[0]) || !str_or_null(v[1]) || !PyTuple_CheckExact(v[2]) ||
+        !PyList_CheckExact(v[3]) || !(v[4] == Py_None || plain_u64(v[4], &u)) ||
+        !str_or_null(v[5]) || !num_or_null(v[6]) || !str_or_null(v[8]) || !str_or_null(formats))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v[2]); i++)
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(v[2], i))) return 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v[3]); i++) {
+        PyObject *c = PyList_GET_ITEM(v[3], i);
+        if (Py_TYPE(c) != (PyTypeObject *)S->hooks[H_CAND] || PyTuple_GET_SIZE(c) != 5) return 0;
+        PyObject *id = CF(c, 0);
+        /* a tactic hash is made by to_u64, tactic_to_int or tactic_token: always in
+         * [0, 2**64), so its type is the only thing to check (the value is not re-read) */
+        if (!(id == Py_None || (plain_int(id) && plain_ll(id))) || !PyLong_CheckExact(CF(c, 1)) ||
+            !str_or_null(CF(c, 2)) || !num_or_null(CF(c, 3)) || !str_or_null(CF(c, 4)))
+            return 0;
+    }
+    return 1;
+}
+static int j_candidate(Scanner *S, PyObject *c) {
+    PyObject *id = CF(c, 0), *cost = CF(c, 3);
+    int r = J_LIT(S, "{\"tactic_id\": ");
+    if (r == 0) r = id == Py_None ? J_LIT(S, "null") : j_ll(S, PyLong_AsLongLong(id));
+    if (r == 0) r = J_LIT(S, ", \"tactic_hash\": \"0x") ||
+                    j_u64(S, PyLong_AsUnsignedLongLongMask(CF(c, 1)), 16) ||
+                    J_LIT(S, "\", \"kernel\": ");
+    if (r == 0) r = j_str(S, CF(c, 2));
+    if (r == 0) r = J_LIT(S, ", \"cost_ms\": ");
+    if (r == 0) r = cost == Py_None ? J_LIT(S, "null") : j_float(S, cost);
+    if (r == 0) r = J_LIT(S, ", \"runner\": ");
+    if (r == 0) r = j_str(S, CF(c, 4));
+    return r == 0 ? J_LIT(S, "}") : -1;
+}
+static int j_record(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line,
+                    const char *fmt, PyObject *formats) {
+    PyObject *onnx = v[2], *cands = v[3];
+    int r = J_LIT(S, "{\"layer\": ");
+    if (r == 0) r = j_str(S, v[0]) || J_LIT(S, ", \"key\": ") || j_str(S, v[1]) ||
+                    J_LIT(S, ", \"onnx_layers\": [");
+    for (Py_ssize_t i = 0; r == 0 && i < PyTuple_GET_SIZE(onnx); i++)
+        r = (i && J_LIT(S, ", ")) || j_str(S, PyTuple_GET_ITEM(onnx, i));
+    if (r == 0) r = J_LIT(S, "], \"format\": \"") || j_put(S, fmt, (Py_ssize_t)strlen(fmt)) ||
+                    J_LIT(S, "\", \"formats\": ") || j_str(S, formats) ||
+                    J_LIT(S, ", \"line\": ") || j_u64(S, (unsigned long long)line, 10) ||
+                    J_LIT(S, ", \"runner\": ") || j_str(S, v[8]);
+    if (r == 0) r = cached ? J_LIT(S, ", \"from_cache\": true, \"chosen\": ")
+                           : J_LIT(S, ", \"from_cache\": false, \"chosen\": ");
+    if (r == 0) r = v[4] == Py_None ? J_LIT(S, "null")
+                                    : J_LIT(S, "\"0x") ||
+                                          j_u64(S, PyLong_AsUnsignedLongLongMask(v[4]), 16) ||
+                                          J_LIT(S, "\"");
+    if (r == 0) r = J_LIT(S, ", \"chosen_kernel\": ") || j_str(S, v[5]) ||
+                    J_LIT(S, ", \"chosen_cost_ms\": ");
+    if (r == 0) r = v[6] == Py_None ? J_LIT(S, "null") : j_float(S, v[6]);
+    if (r == 0) r = J_LIT(S, ", \"num_candidates\": ") ||
+                    j_u64(S, (unsigned long long)PyList_GET_SIZE(cands), 10) ||
+                    J_LIT(S, ", \"candidates\": [");
+    for (Py_ssize_t i = 0; r == 0 && i < PyList_GET_SIZE(cands); i++) {
+        r = (i && J_LIT(S, ", ")) || j_candidate(S, PyList_GET_ITEM(cands, i));
+        if (r == 0 && S->jn >= JSON_FLUSH) r = j_flush(S); /* one record can be long */
+    }
+    return r == 0 ? J_LIT(S, "]}") : -1;
+}
+/* the record's text (and its separator) into the JSON output */
+static int emit_json(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line,
+                     const char *fmt, PyObject *formats) {
+    int r = S->nrec++ ? J_LIT(S, ",\n  ") : J_LIT(S, "\n  ");
+    if (r == 0 && plain_record(S, v, formats)) {
+        r = j_record(S, v, cached, line, fmt, formats);
+    } else if (r == 0) { /* a field of an unexpected type: the Python writer prints it */
+        PyObject *rec = make_record(S, v, cached, line, fmt, formats);
+        PyObject *t = rec ? PyObject_CallOneArg(S->record_text, rec) : NULL;
+        Py_ssize_t n;
+        const char *u = t && PyUnicode_Check(t) ? PyUnicode_AsUTF8AndSize(t, &n) : NULL;
+        if (t && !u && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "record_text: str");
+        r = u ? j_put(S, u, n) : -1;
+        Py_XDECREF(rec); Py_XDECREF(t);
+    }
+    return r == 0 && S->jn >= JSON_FLUSH ? j_flush(S) : r;
+}
+
+/* a finished record: into the output list, or (JSON mode) its text into the output */
+static int emit(Scanner *S, PyObject *const v[9], int cached, Py_ssize_t line, const char *fmt,
+                PyObject *formats) {
     S->layers_open = 0;
+    if (S->write) return emit_json(S, v, cached, line, fmt, formats);
+    PyObject *rec = make_record(S, v, cached, line, fmt, formats);
     int r = rec ? PyList_Append(S->out, rec) : -1;
-    Py_XDECREF(ln); Py_XDECREF(f); Py_XDECREF(rec);
+    Py_XDECREF(rec);
     return r;
 }
 
@@ -352,20 +682,16 @@ static int make_candidate(Scanner *S, PyObject *list, PyObject *ident, uint64_t 
                           PyObject *kernel, PyObject *cost, PyObject *runner) {
     PyObject *t = PyLong_FromUnsignedLongLong(tac);
     if (!t) return -1;
-    PyObject *fields = PyTuple_Pack(5, ident, t, kernel, cost, runner), *c = NULL;
+    /* what tuple's tp_new does for a subclass, without the two tuples it goes through */
+    PyTypeObject *tp = (PyTypeObject *)S->hooks[H_CAND];
+    PyObject *c = tp->tp_alloc(tp, 5), *fields[5] = {ident, t, kernel, cost, runner};
+    for (int i = 0; c && i < 5; i++) PyTuple_SET_ITEM(c, i, Py_NewRef(fields[i]));
     Py_DECREF(t);
-    if (fields) {
-        PyObject *args = PyTuple_Pack(1, fields);
-        c = args ? PyTuple_Type.tp_new((PyTypeObject *)S->hooks[H_CAND], args, NULL) : NULL;
-        Py_XDECREF(args); Py_DECREF(fields);
-    }
     int r = c ? PyList_Append(list, c) : -1;
     Py_XDECREF(c);
     return r;
 }
 
-/* Candidate fields (a NamedTuple): 0 tactic_id, 1 tactic_hash, 2 kernel, 3 cost_ms, 4 runner */
-#define CF(c, i) PyTuple_GET_ITEM((c), (i))
 static double cost_key(PyObject *v) { return v == Py_None ? Py_HUGE_VAL : PyFloat_AsDouble(v); }
 
 /* ---- blocks (parser.BlockState) ---------------------------------------------------------- */
@@ -478,7 +804,7 @@ static int warn(Scanner *S, const char *kind, PyObject *message) { /* steals mes
     }
     PyObject *line = PyLong_FromSsize_t(S->lineno), *k = PyUnicode_FromString(kind), *w = NULL;
     PyObject *args[3] = {line, k, message};
-    if (line && k) w = call(S, H_WARNING, args, 3);
+    if (line && k) w = make(S, H_WARNING, H_WARNING_FIELDS, args, 3);
     int r = w ? PyList_Append(S->warnings, w) : -1;
     Py_XDECREF(line); Py_XDECREF(k); Py_XDECREF(w); Py_DECREF(message);
     return r;
@@ -493,7 +819,7 @@ static int new_layers(Scanner *S) { /* engine_layers = [] for the next engine */
 static int add_engine_layer(Scanner *S, PyObject *const args[5]) {
     if (!S->layers_open && new_layers(S) < 0) return -1;
     if (PyList_GET_SIZE(S->engine_layers) >= MAX_ENGINE_LAYERS) return 0;
-    PyObject *layer = call(S, H_LAYER, args, 5);
+    PyObject *layer = make(S, H_LAYER, H_LAYER_FIELDS, args, 5);
     int r = layer ? PyList_Append(S->engine_layers, layer) : -1;
     Py_XDECREF(layer);
     return r;
@@ -538,8 +864,60 @@ static int oneline(Scanner *S, U *line, Py_ssize_t n);
 #define HOOK_OR_RETURN(t, h)           \
     PyObject *t = call_line(S, (h), s, n); \
     if (!t || t == Py_None) { Py_XDECREF(t); return t ? 0 : -1; }
-static int fastest(Scanner *S, U *s, Py_ssize_t n) { /* hook: (tactic, time, layer, runner) */
-    HOOK_OR_RETURN(t, H_FASTEST)
+/* s[a:b].split("[", 1)[0].strip(WS) or None: a runner name in parentheses */
+static PyObject *runner_name(U *s, Py_ssize_t a, Py_ssize_t b) {
+    U *br = b > a ? memchr(s + a, '[', (size_t)(b - a)) : NULL;
+    return str_or_none(s, a, br ? br - s : b);
+}
+static int no_byte(U *s, Py_ssize_t a, Py_ssize_t b, int c) {
+    return b <= a || !memchr(s + a, c, (size_t)(b - a));
+}
+/* end of the run of [^\s,] from p (regex \s with re.ASCII) */
+static Py_ssize_t token_end(U *s, Py_ssize_t p, Py_ssize_t n) {
+    while (p < n && !is_rs(s[p]) && s[p] != ',') p++;
+    return p;
+}
+/* lines.fastest_parts: (tactic, time, layer or "", runner or None) as a new tuple, or None */
+static PyObject *fastest_parts(Scanner *S, U *s, Py_ssize_t n) {
+    Py_ssize_t i = find(s, 0, n, "Fastest Tactic: "), ta, tb, p, wa, wb;
+    if (i < 0) return Py_NewRef(Py_None);
+    /* FASTEST_TAIL.match(line, i): token, \s+, "Time", ":"?, \s*, token */
+    ta = i + 16, tb = token_end(s, ta, n);
+    for (p = tb; p < n && is_rs(s[p]); p++) {}
+    if (tb == ta || p == tb || !at(s, n, p, "Time")) return Py_NewRef(Py_None);
+    p += 4;
+    int colon = p < n && s[p] == ':';
+    for (p += colon; p < n && is_rs(s[p]); p++) {}
+    wa = p, wb = token_end(s, p, n);
+    /* no time after "Time:": the regex backtracks and reads ":" as the time (not a number) */
+    if (wb == wa && !colon) return Py_NewRef(Py_None);
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
+    if (!tac || tac == Py_None) return tac;
+    while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
+    PyObject *time = wb > wa ? to_float(s, wa, wb) : NULL, *layer = NULL, *runner = NULL;
+    if (!time && !PyErr_Occurred()) time = Py_NewRef(Py_None);
+    /* the last " (<runner>) profiling completed" before i names the layer and runner */
+    for (Py_ssize_t q = rfind(s, 0, i, ") profiling completed"); time && q >= 0;
+         q = rfind(s, 0, q + 20, ") profiling completed")) {
+        Py_ssize_t o = q - 1;
+        while (o >= 0 && s[o] != '(') o--;
+        if (o >= 1 && s[o - 1] == ' ' && no_byte(s, o + 1, q, ')')) {
+            Py_ssize_t a, b;
+            strip_prefix(s, o - 1, &a, &b);
+            layer = str(s, a, b), runner = runner_name(s, o + 1, q);
+            break;
+        }
+    }
+    if (time && !layer && !runner) layer = PyUnicode_New(0, 0), runner = Py_NewRef(Py_None);
+    PyObject *t = time && layer && runner ? PyTuple_Pack(4, tac, time, layer, runner) : NULL;
+    Py_DECREF(tac); Py_XDECREF(time); Py_XDECREF(layer); Py_XDECREF(runner);
+    return t;
+}
+#define PARTS_OR_RETURN(t, call)                                  \
+    PyObject *t = (call);                                         \
+    if (!t || t == Py_None) { Py_XDECREF(t); return t ? 0 : -1; }
+static int fastest(Scanner *S, U *s, Py_ssize_t n) { /* (tactic, time, layer, runner) */
+    PARTS_OR_RETURN(t, fastest_parts(S, s, n))
     PyObject *layer = PyTuple_GET_ITEM(t, 2), *runner = PyTuple_GET_ITEM(t, 3);
     int r = flush_op(S);
     if (r == 0 && !S->blk.cands) r = open_implicit(S, layer, 0);
@@ -554,8 +932,25 @@ static int fastest(Scanner *S, U *s, Py_ssize_t n) { /* hook: (tactic, time, lay
     Py_XDECREF(f); Py_DECREF(t);
     return r < 0 ? -1 : 1;
 }
-static int chose(Scanner *S, U *s, Py_ssize_t n) { /* hook: (tactic, runner, hex?) */
-    HOOK_OR_RETURN(t, H_CHOSE)
+/* lines.chose_parts: (tactic, runner, hex?) as a new tuple, or None. CHOSE.search: the runner
+ * (lazy, one character at least) runs to the first " Tactic: " followed by a token; only
+ * the first "Chose Runner Type: " can match, as later ones see a subset of those. */
+static PyObject *chose_parts(Scanner *S, U *s, Py_ssize_t n) {
+    Py_ssize_t k = find(s, 0, n, "Chose Runner Type: "), t = -1, e = 0;
+    if (k < 0) return Py_NewRef(Py_None);
+    for (t = find(s, k + 20, n, " Tactic: "); t >= 0; t = find(s, t + 1, n, " Tactic: "))
+        if ((e = token_end(s, t + 9, n)) > t + 9) break;
+    if (t < 0) return Py_NewRef(Py_None);
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, t + 9, e);
+    if (!tac || tac == Py_None) return tac;
+    PyObject *runner = stripped(s, k + 19, t), *r = NULL;
+    int hex = e - t - 9 >= 2 && s[t + 9] == '0' && (s[t + 10] | 32) == 'x';
+    if (runner) r = PyTuple_Pack(3, tac, runner, hex ? Py_True : Py_False);
+    Py_DECREF(tac); Py_XDECREF(runner);
+    return r;
+}
+static int chose(Scanner *S, U *s, Py_ssize_t n) { /* (tactic, runner, hex?) */
+    PARTS_OR_RETURN(t, chose_parts(S, s, n))
     int r = flush_op(S);
     if (r == 0 && !S->blk.cands) r = open_implicit(S, Py_None, 0);
     if (r == 0) {
@@ -568,8 +963,44 @@ static int chose(Scanner *S, U *s, Py_ssize_t n) { /* hook: (tactic, runner, hex
     Py_DECREF(t);
     return r < 0 ? -1 : 1;
 }
+/* lines.set_tactic_parts: (layer or None, kernel, tactic or None) as a new tuple, or None.
+ * SET_TACTIC's lazy layer ends at the smallest end over every "Set Tactic Name: ": before
+ * the whitespace ahead of it, or before one "(...)" group and the whitespace around it. */
+static PyObject *set_tactic_parts(Scanner *S, U *line, Py_ssize_t n) {
+    static const char SET[] = "Set Tactic Name: ";
+    U *s = message(line, &n);
+    Py_ssize_t best = -1, bq = -1;
+    for (Py_ssize_t q = find(s, 0, n, SET); q >= 0; q = find(s, q + 1, n, SET)) {
+        Py_ssize_t r = q, o;
+        while (r > 0 && is_rs(s[r - 1])) r--;
+        if (best < 0 || r < best) best = r, bq = q;
+        if (r > 0 && s[r - 1] == ')') {
+            for (o = r - 2; o >= 0 && s[o] != '('; o--) {}
+            if (o >= 0 && no_byte(s, o + 1, r - 1, ')')) {
+                while (o > 0 && is_rs(s[o - 1])) o--;
+                if (o < best) best = o, bq = q;
+            }
+        }
+    }
+    if (bq < 0) return Py_NewRef(Py_None);
+    Py_ssize_t start = bq + 17, stop = n, kend, t;
+    while (stop > 0 && is_rs(s[stop - 1])) stop--;
+    kend = stop;
+    t = rfind(s, start, stop, " Tactic: ");
+    PyObject *tac = Py_NewRef(Py_None);
+    if (t >= 0 && stop > t + 9 && token_end(s, t + 9, stop) == stop) {
+        kend = t;
+        Py_SETREF(tac, tactic_obj(S->hooks[H_TAC], s, t + 9, stop));
+    }
+    if (kend < start) kend = start;
+    PyObject *layer = best > 0 ? stripped(s, 0, best) : Py_NewRef(Py_None);
+    PyObject *kernel = stripped(s, start, kend), *r = NULL;
+    if (tac && layer && kernel) r = PyTuple_Pack(3, layer, kernel, tac);
+    Py_XDECREF(tac); Py_XDECREF(layer); Py_XDECREF(kernel);
+    return r;
+}
 static int set_tactic(Scanner *S, U *s, Py_ssize_t n) {
-    HOOK_OR_RETURN(t, H_SET)
+    PARTS_OR_RETURN(t, set_tactic_parts(S, s, n))
     int r = flush_op(S);
     clear_pending(S);
     S->pend_kernel = Py_NewRef(PyTuple_GET_ITEM(t, 1));
@@ -580,8 +1011,60 @@ static int set_tactic(Scanner *S, U *s, Py_ssize_t n) {
     Py_DECREF(t);
     return r < 0 ? -1 : 1;
 }
+/* CAND's tail at q: "Tactic: " (0x<hex>+ | -?<digits>) " " (Time|time) ":"? \s* <time>;
+ * 1 with the tactic s[*ta:*tb] and the time s[*wa:*wb] (empty: the time is None) */
+static int cand_tail(U *s, Py_ssize_t n, Py_ssize_t q, Py_ssize_t *ta, Py_ssize_t *tb,
+                     Py_ssize_t *wa, Py_ssize_t *wb) {
+    Py_ssize_t p = q + 8, e = -1, d;
+    if (!at(s, n, q, "Tactic: ")) return 0;
+    if (at(s, n, p, "0x") && p + 2 < n && isxdigit(s[p + 2])) {
+        for (e = p + 2; e < n && isxdigit(s[e]); e++) {}
+        if (e >= n || s[e] != ' ') e = -1;
+    }
+    if (e < 0) { /* the other branch, -?[0-9]+ */
+        for (d = e = p + (p < n && s[p] == '-'); e < n && is_digit(s[e]); e++) {}
+        if (e == d || e >= n || s[e] != ' ') return 0;
+    }
+    *ta = p, *tb = e++;
+    if (!at(s, n, e, "Time") && !at(s, n, e, "time")) return 0;
+    e += 4;
+    int colon = e < n && s[e] == ':';
+    for (e += colon; e < n && is_rs(s[e]); e++) {}
+    *wa = e, *wb = token_end(s, e, n);
+    return *wb > *wa || colon; /* no time after ':': the regex reads ":" as the time (None) */
+}
+/* lines.cand_parts: (tactic, hex?, kernel, time) as a new tuple, or None. CAND.search: the
+ * leftmost "Tactic Name: " whose lazy kernel reaches a " Tactic: " with a valid tail, or
+ * "Tactic: " with one. */
+static PyObject *cand_parts(Scanner *S, U *s, Py_ssize_t n) {
+    Py_ssize_t ta = 0, tb = 0, wa = 0, wb = 0, ka = -1, kb = -1, hit = -1;
+    for (Py_ssize_t p = find(s, 0, n, "Tactic"); p >= 0 && hit < 0;
+         p = find(s, p + 1, n, "Tactic")) { /* where both literals start */
+        if (at(s, n, p, "Tactic Name: ")) {
+            for (Py_ssize_t t = find(s, p + 14, n, " Tactic: "); t >= 0;
+                 t = find(s, t + 1, n, " Tactic: "))
+                if (cand_tail(s, n, t + 1, &ta, &tb, &wa, &wb)) {
+                    hit = p, ka = p + 13, kb = t;
+                    break;
+                }
+        } else if (cand_tail(s, n, p, &ta, &tb, &wa, &wb)) {
+            hit = p;
+        }
+    }
+    if (hit < 0) return Py_NewRef(Py_None);
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
+    if (!tac || tac == Py_None) return tac;
+    while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
+    PyObject *time = wb > wa ? to_float(s, wa, wb) : NULL, *r = NULL;
+    if (!time && !PyErr_Occurred()) time = Py_NewRef(Py_None);
+    PyObject *kernel = ka >= 0 ? str(s, ka, kb) : Py_NewRef(Py_None);
+    int hex = s[ta] == '0' && ta + 1 < tb && s[ta + 1] == 'x';
+    if (time && kernel) r = PyTuple_Pack(4, tac, hex ? Py_True : Py_False, kernel, time);
+    Py_DECREF(tac); Py_XDECREF(time); Py_XDECREF(kernel);
+    return r;
+}
 static int cand_regex(Scanner *S, U *s, Py_ssize_t n) {
-    HOOK_OR_RETURN(t, H_CANDRX)
+    PARTS_OR_RETURN(t, cand_parts(S, s, n))
     uint64_t tac = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 0));
     int r = candidate(S, tac, PyObject_IsTrue(PyTuple_GET_ITEM(t, 1)), PyTuple_GET_ITEM(t, 2),
                       PyTuple_GET_ITEM(t, 3));
@@ -666,11 +1149,52 @@ static int row(Scanner *S, U *s, Py_ssize_t n) {
     Py_DECREF(id_obj); Py_XDECREF(cost); Py_XDECREF(kernel);
     return r;
 }
+/* lines.op_header(s[a:b]): (name, key, keyed, onnx) as a new tuple. _OP_KEYED: the name
+ * runs to the last "(key: " with a ")" after it; the key to that ")"; what follows, less
+ * \s, one optional ':' and \s, is the suffix. A key that is not 0x + 32 hex digits is
+ * dropped. Without "(key: ", "NAME: [ONNX Layer: ..]" or "NAME:". */
+static PyObject *op_header(Scanner *S, U *s, Py_ssize_t a, Py_ssize_t b) {
+    Py_ssize_t k = -1, c = -1, na, nb, sa, sb, ka, kb;
+    strip(s, &a, &b);
+    for (Py_ssize_t q = find(s, a, b, "(key: "); q >= 0; q = find(s, q + 1, b, "(key: ")) {
+        U *close = memchr(s + q + 6, ')', (size_t)(b - q - 6));
+        if (close) k = q, c = close - s;
+    }
+    PyObject *key = Py_NewRef(Py_None);
+    int keyed = k >= 0;
+    if (keyed) {
+        na = a, nb = k, sa = c + 1, sb = b, ka = k + 6, kb = c;
+        while (sa < sb && is_rs(s[sa])) sa++;
+        if (sa < sb && s[sa] == ':') sa++;
+        strip(s, &ka, &kb);
+        if (kb - ka == 34 && s[ka] == '0' && (s[ka + 1] | 32) == 'x') {
+            char low[34];
+            int hex = 1;
+            for (int d = 0; d < 34; d++) {
+                low[d] = (char)lower(s[ka + d]);
+                if (d >= 2 && !isxdigit(s[ka + d])) hex = 0;
+            }
+            if (hex) Py_SETREF(key, PyUnicode_DecodeASCII(low, 34, NULL));
+        }
+    } else if ((k = find(s, a, b, ": [")) >= 0) {
+        na = a, nb = k, sa = k + 2, sb = b;
+    } else {
+        na = a, nb = b, sa = sb = b;
+        while (nb > na && s[nb - 1] == ':') nb--;
+    }
+    strip(s, &na, &nb);
+    strip(s, &sa, &sb);
+    PyObject *name = str(s, na, nb), *r = NULL;
+    PyObject *onnx = sa < sb && s[sa] == '[' ? split_onnx(S->hooks[H_SPLIT], s, sa, sb)
+                                            : PyTuple_New(0);
+    if (key && name && onnx) r = PyTuple_Pack(4, name, key, keyed ? Py_True : Py_False, onnx);
+    Py_XDECREF(key); Py_XDECREF(name); Py_XDECREF(onnx);
+    return r;
+}
 static int autotuning(Scanner *S, U *s, Py_ssize_t n) {
     Py_ssize_t i = find(s, 0, n, "Autotuning op "), a, b = n;
     if (i >= 0) {
-        PyObject *rest = str(s, i + 14, n), *t = rest ? call(S, H_OPHDR, &rest, 1) : NULL;
-        Py_XDECREF(rest);
+        PyObject *t = op_header(S, s, i + 14, n);
         if (!t || flush_op(S) < 0) { Py_XDECREF(t); return -1; }
         S->op.name = Py_NewRef(PyTuple_GET_ITEM(t, 0));
         S->op.key = Py_NewRef(PyTuple_GET_ITEM(t, 1));
@@ -706,8 +1230,31 @@ static int autotuning(Scanner *S, U *s, Py_ssize_t n) {
     PyObject *cands = PyList_New(0);
     return blk_open(S, layer, formats, reformat, cands) < 0 ? -1 : 1;
 }
-static int timing_runner(Scanner *S, U *s, Py_ssize_t n) { /* hook: (layer, runner, reformat?) */
-    HOOK_OR_RETURN(t, H_RUNNER)
+/* lines.runner_parts: (layer, runner, reformat?) as a new tuple, or None. The runner is in
+ * the last "(...)" that ends the line after a space, with no ")" inside. */
+static PyObject *runner_parts(U *s, Py_ssize_t n) {
+    Py_ssize_t i = find(s, 0, n, "Timing Runner: "), a, b, la, lb, o;
+    if (i < 0) return Py_NewRef(Py_None);
+    a = i + 15, b = n;
+    strip(s, &a, &b);
+    la = a, lb = b, o = -1;
+    if (b > a && s[b - 1] == ')') {
+        for (o = b - 2; o >= a && s[o] != '('; o--) {}
+        if (o - a < 1 || s[o - 1] != ' ' || !no_byte(s, o + 1, b - 1, ')')) o = -1;
+    }
+    PyObject *runner = o >= 0 ? runner_name(s, o + 1, b - 1) : Py_NewRef(Py_None);
+    if (o >= 0) {
+        lb = o - 1;
+        strip(s, &la, &lb);
+    }
+    PyObject *layer = str(s, la, lb), *r = NULL;
+    int reformat = at(s, lb, la, "Optimizer Reformat");
+    if (layer && runner) r = PyTuple_Pack(3, layer, runner, reformat ? Py_True : Py_False);
+    Py_XDECREF(layer); Py_XDECREF(runner);
+    return r;
+}
+static int timing_runner(Scanner *S, U *s, Py_ssize_t n) { /* (layer, runner, reformat?) */
+    PARTS_OR_RETURN(t, runner_parts(s, n))
     PyObject *layer = PyTuple_GET_ITEM(t, 0);
     int r = flush_op(S);
     if (r == 0 && !S->blk.cands)
@@ -731,8 +1278,89 @@ static int computing_costs(Scanner *S, U *s, Py_ssize_t n) {
     clear_pending(S);
     return 1;
 }
+/* (s[a:c] + " " + s[d:b]).strip(WS) as a str: a head with its key cut out */
+static PyObject *joined(U *s, Py_ssize_t a, Py_ssize_t c, Py_ssize_t d, Py_ssize_t b) {
+    if (a == c) return stripped(s, d, b);
+    if (d == b) return stripped(s, a, c);
+    unsigned char *buf = PyMem_Malloc((size_t)(c - a + 1 + b - d));
+    if (!buf) return PyErr_NoMemory();
+    memcpy(buf, s + a, (size_t)(c - a));
+    buf[c - a] = ' ';
+    memcpy(buf + (c - a) + 1, s + d, (size_t)(b - d));
+    PyObject *r = stripped(buf, 0, c - a + 1 + b - d);
+    PyMem_Free(buf);
+    return r;
+}
+/* lines.cached_line: (layer, key, formats, tactic, runner, cost_ms) as a new tuple, or None.
+ * _CACHED_TAIL: the runner runs to the first comma (less \s around it), then "tactic",
+ * an optional ':', the tactic token, and an optional ", <time>" (less a trailing "ms"). */
+static PyObject *cached_parts(Scanner *S, U *line, Py_ssize_t n) {
+    Py_ssize_t n0 = n;
+    U *s = message(line, &n);
+    Py_ssize_t i = find(s, 0, n, "got cached result"), p, ra, rb, ta, tb, wa = 0, wb = 0;
+    /* the words were inside a prefix: cached_line then cuts the message's last character
+     * (s[:-1]), which is a byte only in ASCII, so that rare line goes to Python */
+    if (i < 0) return call_line(S, H_CACHED, line, n0);
+    p = i + 17 < n ? i + 17 : n;
+    while (p < n && s[p] == ':') p++;
+    while (p < n && is_rs(s[p])) p++;
+    ra = p;
+    U *comma = p < n ? memchr(s + p, ',', (size_t)(n - p)) : NULL;
+    if (!comma) return Py_NewRef(Py_None);
+    rb = comma - s;
+    while (rb > ra && is_rs(s[rb - 1])) rb--;
+    for (p = comma - s + 1; p < n && is_rs(s[p]); p++) {}
+    if (!at(s, n, p, "tactic")) return Py_NewRef(Py_None);
+    p += 6;
+    if (p < n && s[p] == ':') p++;
+    for (; p < n && is_rs(s[p]); p++) {}
+    ta = p, tb = token_end(s, p, n);
+    if (tb == ta) return Py_NewRef(Py_None); /* also when ':' would be the token: no tactic */
+    for (p = tb; p < n && is_rs(s[p]); p++) {}
+    if (p < n && s[p] == ',') {
+        for (p++; p < n && is_rs(s[p]); p++) {}
+        wa = p, wb = token_end(s, p, n);
+        if (wb - wa >= 2 && s[wb - 2] == 'm' && s[wb - 1] == 's') wb -= 2;
+    }
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
+    if (!tac || tac == Py_None) return tac;
+    Py_ssize_t ha = 0, hb = i, k;
+    strip(s, &ha, &hb);
+    PyObject *formats = Py_NewRef(Py_None), *key = Py_NewRef(Py_None), *head = NULL;
+    if (hb > ha && s[hb - 1] == ']' && (k = rfind(s, ha, hb, " [")) >= 0) {
+        Py_SETREF(formats, stripped(s, k + 2, hb - 1));
+        hb = k;
+        strip(s, &ha, &hb);
+    }
+    for (k = find(s, ha, hb, "(key: "); k >= 0; k = find(s, k + 1, hb, "(key: ")) {
+        Py_ssize_t h = k + 8, e = k + 6 + 34; /* "0x" + 32 hex digits + ")" */
+        if (e >= hb || s[k + 6] != '0' || (s[k + 7] | 32) != 'x' || s[e] != ')') continue;
+        while (h < e && isxdigit(s[h])) h++;
+        if (h < e) continue;
+        char low[34];
+        for (int d = 0; d < 34; d++) low[d] = (char)lower(s[k + 6 + d]);
+        Py_SETREF(key, PyUnicode_DecodeASCII(low, 34, NULL));
+        Py_ssize_t a = k, b = e + 1;
+        while (a > ha && is_rs(s[a - 1])) a--;
+        while (b < hb && is_rs(s[b])) b++;
+        head = joined(s, ha, a, b, hb);
+        break;
+    }
+    if (!head) head = str(s, ha, hb);
+    PyObject *runner = rb > ra ? str(s, ra, rb) : Py_NewRef(Py_None), *cost = NULL, *t = NULL;
+    if (wb > wa) {
+        while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
+        cost = to_float(s, wa, wb);
+    }
+    if (!cost && !PyErr_Occurred()) cost = Py_NewRef(Py_None);
+    if (formats && key && head && runner && cost)
+        t = PyTuple_Pack(6, head, key, formats, tac, runner, cost);
+    Py_DECREF(tac); Py_XDECREF(formats); Py_XDECREF(key); Py_XDECREF(head);
+    Py_XDECREF(runner); Py_XDECREF(cost);
+    return t;
+}
 static int cached(Scanner *S, U *s, Py_ssize_t n) {
-    HOOK_OR_RETURN(c, H_CACHED) /* CachedLine(layer, key, formats, tactic, runner, cost_ms) */
+    PARTS_OR_RETURN(c, cached_parts(S, s, n)) /* (layer, key, formats, tactic, runner, cost) */
     PyObject *layer = PyTuple_GET_ITEM(c, 0), *key = PyTuple_GET_ITEM(c, 1);
     int r = flush_both(S);
     if (r == 0 && (nonempty(layer) || key != Py_None)) {
@@ -767,9 +1395,34 @@ static int cache_line(Scanner *S, U *s, Py_ssize_t n) {
     strip_prefix(s, n, &a, &b);
     return warn(S, kind, str(s, a, b)) < 0 ? -1 : 1;
 }
+/* lines.selected_parts: (tactic, time) as a new tuple, or None. SELECTED.search: the first
+ * "(tactic hash, cost(in ms)):" followed by a token, an optional ", <time>" after it. */
+static PyObject *selected_parts(Scanner *S, U *s, Py_ssize_t n) {
+    static const char LIT[] = "(tactic hash, cost(in ms)):";
+    Py_ssize_t ta = 0, tb = 0, wa = 0, wb = 0, q, p;
+    for (q = find(s, 0, n, LIT); q >= 0; q = find(s, q + 1, n, LIT)) {
+        for (p = q + 27; p < n && is_rs(s[p]); p++) {}
+        ta = p, tb = token_end(s, p, n);
+        if (tb > ta) break;
+    }
+    if (q < 0) return Py_NewRef(Py_None);
+    for (p = tb; p < n && is_rs(s[p]); p++) {}
+    if (p < n && s[p] == ',') {
+        for (p++; p < n && is_rs(s[p]); p++) {}
+        wa = p, wb = token_end(s, p, n);
+    }
+    PyObject *tac = tactic_obj(S->hooks[H_TAC], s, ta, tb);
+    if (!tac || tac == Py_None) return tac;
+    while (wb > wa && s[wb - 1] == ';') wb--; /* values.to_float: .rstrip(",;") */
+    PyObject *time = wb > wa ? to_float(s, wa, wb) : NULL, *r = NULL;
+    if (!time && !PyErr_Occurred()) time = Py_NewRef(Py_None);
+    if (time) r = PyTuple_Pack(2, tac, time);
+    Py_DECREF(tac); Py_XDECREF(time);
+    return r;
+}
 static int selected(Scanner *S, U *s, Py_ssize_t n) {
     if (!S->op.cands) return 1;
-    HOOK_OR_RETURN(t, H_SELECTED)
+    PARTS_OR_RETURN(t, selected_parts(S, s, n))
     Py_XSETREF(S->op.sel, Py_NewRef(PyTuple_GET_ITEM(t, 0)));
     Py_XSETREF(S->op.sel_cost, Py_NewRef(PyTuple_GET_ITEM(t, 1)));
     Py_DECREF(t);
@@ -818,7 +1471,7 @@ static int oneline(Scanner *S, U *line, Py_ssize_t n) {
         }
     }
     k = find(s, 0, n, ", Metadata:");
-    md = k >= 0 ? call_str(S->hooks[H_SPLIT], s, k + 11, n) : PyTuple_New(0);
+    md = k >= 0 ? split_onnx(S->hooks[H_SPLIT], s, k + 11, n) : PyTuple_New(0);
     PyObject *args[5] = {name, type, tname, tv, md};
     int r = name && type && tname && tv && md ? add_engine_layer(S, args) : -1;
     Py_XDECREF(name); Py_XDECREF(type); Py_XDECREF(tname); Py_XDECREF(tv); Py_XDECREF(md);
@@ -831,7 +1484,7 @@ static int layer_misc(Scanner *S, U *line, Py_ssize_t n0) {
         return new_layers(S) < 0 ? -1 : 1;
     if (at(s, n, 0, "ForeignNode ") && find(s, 0, n, " metadata: ") >= 0) {
         if ((p = find(s, 12, n, " metadata: ")) < 0) return 1;
-        PyObject *node = stripped(s, 12, p), *onnx = call_str(S->hooks[H_SPLIT], s, p + 11, n);
+        PyObject *node = stripped(s, 12, p), *onnx = split_onnx(S->hooks[H_SPLIT], s, p + 11, n);
         if (!node || !onnx) { Py_XDECREF(node); Py_XDECREF(onnx); return -1; }
         Py_XSETREF(S->meta_node, node);
         Py_XSETREF(S->meta_onnx, onnx);
@@ -915,19 +1568,39 @@ static PyObject *Scanner_feed(Scanner *S, PyObject *arg) {
 static PyObject *Scanner_finish(Scanner *S, PyObject *Py_UNUSED(ignored)) {
     Py_ssize_t len = S->ncarry;
     S->ncarry = 0;
-    if ((len && process_line(S, S->carry, len) < 0) || flush_both(S) < 0 || sync_parser(S) < 0)
+    if ((len && process_line(S, S->carry, len) < 0) || flush_both(S) < 0 || sync_parser(S) < 0 ||
+        (S->write && j_flush(S) < 0))
         return NULL;
     return take_out(S);
 }
 static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
-    PyObject *parser, *hooks;
+    PyObject *parser, *hooks, *write = Py_None, *record_text = Py_None;
     Py_ssize_t max_warnings;
-    if (!PyArg_ParseTuple(args, "OO!n:Scanner", &parser, &PyTuple_Type, &hooks, &max_warnings))
+    if (!PyArg_ParseTuple(args, "OO!n|OO:Scanner", &parser, &PyTuple_Type, &hooks, &max_warnings,
+                          &write, &record_text))
         return -1;
+    if ((write == Py_None) != (record_text == Py_None) ||
+        (write != Py_None && (!PyCallable_Check(write) || !PyCallable_Check(record_text)))) {
+        PyErr_SetString(PyExc_TypeError, "JSON mode takes both write and record_text callables");
+        return -1;
+    }
     PyObject *cand = PyTuple_GET_SIZE(hooks) == H_COUNT ? PyTuple_GET_ITEM(hooks, H_CAND) : NULL;
     if (!cand || !PyType_Check(cand) || !PyType_IsSubtype((PyTypeObject *)cand, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "hooks: see logs/reader.py (Candidate a NamedTuple)");
         return -1;
+    }
+    for (int h = H_WARNING_FIELDS; h <= H_LAYER_FIELDS; h++) {
+        PyObject *r = PyTuple_GET_ITEM(hooks, h);
+        PyObject *cls = PyTuple_GET_ITEM(hooks, h == H_WARNING_FIELDS ? H_WARNING : H_LAYER);
+        Py_ssize_t given = h == H_WARNING_FIELDS ? 3 : 5;
+        if (r == Py_None) continue;
+        if (!PyType_Check(cls) || !PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(r, 0)) || !PyTuple_Check(PyTuple_GET_ITEM(r, 1)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 0)) !=
+                given + PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 1))) {
+            PyErr_SetString(PyExc_TypeError, "hooks: a dataclass recipe is (names, defaults)");
+            return -1;
+        }
     }
     PyObject *warnings = PyObject_GetAttrString(parser, "warnings");
     PyObject *layers = PyObject_GetAttrString(parser, "engine_layers");
@@ -942,6 +1615,8 @@ static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
     Py_XSETREF(S->warnings, warnings);
     Py_XSETREF(S->engine_layers, layers);
     S->max_warnings = max_warnings;
+    Py_CLEAR(S->write); Py_CLEAR(S->record_text);
+    if (write != Py_None) S->write = Py_NewRef(write), S->record_text = Py_NewRef(record_text);
     Py_XSETREF(S->out, PyList_New(0));
     Py_XSETREF(S->orphans, PyList_New(0));
     Py_XSETREF(S->cur_layer, PyUnicode_New(0, 0));
@@ -951,6 +1626,7 @@ static int Scanner_init(Scanner *S, PyObject *args, PyObject *kwds) {
 static int Scanner_traverse(Scanner *S, visitproc visit, void *arg) {
     Py_VISIT(S->parser);
     for (int i = 0; i < H_COUNT; i++) Py_VISIT(S->hooks[i]);
+    Py_VISIT(S->write); Py_VISIT(S->record_text);
     Py_VISIT(S->out); Py_VISIT(S->warnings); Py_VISIT(S->engine_layers); Py_VISIT(S->orphans);
     Py_VISIT(S->blk.cands); Py_VISIT(S->op.cands);
     return 0;
@@ -958,6 +1634,7 @@ static int Scanner_traverse(Scanner *S, visitproc visit, void *arg) {
 static int Scanner_clear(Scanner *S) {
     for (int i = 0; i < H_COUNT; i++) Py_CLEAR(S->hooks[i]);
     Py_CLEAR(S->parser);
+    Py_CLEAR(S->write); Py_CLEAR(S->record_text);
     Py_CLEAR(S->out); Py_CLEAR(S->warnings); Py_CLEAR(S->engine_layers); Py_CLEAR(S->orphans);
     Py_CLEAR(S->cur_layer); Py_CLEAR(S->set_layer); Py_CLEAR(S->meta_node); Py_CLEAR(S->meta_onnx);
     clear_pending(S);
@@ -969,6 +1646,7 @@ static void Scanner_dealloc(Scanner *S) {
     PyObject_GC_UnTrack(S);
     Scanner_clear(S);
     PyMem_Free(S->carry);
+    PyMem_Free(S->jbuf);
     Py_TYPE(S)->tp_free((PyObject *)S);
 }
 static PyMethodDef Scanner_methods[] = {
@@ -980,7 +1658,8 @@ static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "reprobuild.logs._logscan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "Scanner(parser, hooks, max_warnings): LogParser's state machine over byte chunks.",
+    .tp_doc = "Scanner(parser, hooks, max_warnings[, write, record_text]): LogParser's state "
+              "machine over byte chunks; with write, records go out as `log --json` text.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Scanner_init,
     .tp_traverse = (traverseproc)Scanner_traverse,

@@ -190,10 +190,12 @@ def op_header(rest: str) -> OpHeader:
 
 
 # --- line readers for the C scanner ------------------------------------------------------------
-# The scanner handles the frequent lines itself and calls these for the rare ones whose
-# patterns backtrack, so that both parsers run the very same regular expressions there.
 # Each returns what ``LogParser``'s matching method derives from the line, or None where
-# that method returns False (line not recognised) before changing any state.
+# that method returns False (line not recognised) before changing any state. The scanner
+# calls ``cost_of`` and ``writing_parts`` (rare lines whose patterns backtrack: both parsers
+# run the very same regular expressions there) and ``cached_line`` when its words sit inside
+# a prefix; the others it reads itself, in C written after these, which stay the
+# specification (the differential tests in tests/logs/test_logscan.py hold the two together).
 
 
 _SET = "Set Tactic Name: "

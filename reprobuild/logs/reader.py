@@ -10,9 +10,11 @@ and decodes them for the Python parser. Memory stays flat: one read buffer, reus
 from __future__ import annotations
 
 import codecs
+import dataclasses
+import gc
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,14 @@ from reprobuild.logs.parser import LogParser
 from reprobuild.logs.records import Candidate, LogWarning, ParseResult, TacticRecord
 from reprobuild.logs.values import split_onnx_layers, tactic_to_int
 
-__all__ = ["iter_chunks", "iter_file", "native_available", "parse_file", "parse_lines"]
+__all__ = [
+    "iter_chunks",
+    "iter_file",
+    "native_available",
+    "native_json",
+    "parse_file",
+    "parse_lines",
+]
 
 _CHUNK = 1 << 17  # bytes per read: small enough that the scanner finds them still in cache
 _MAX_LINE = 1 << 20  # longer lines are truncated (binary noise without newlines)
@@ -100,7 +109,34 @@ def _native_module() -> Any:
     return _logscan
 
 
-def _native_scanner(parser: LogParser) -> Any:
+def _recipe(cls: type, given: int) -> tuple[tuple[str, ...], tuple[Any, ...]] | None:
+    """How the scanner may make ``cls`` from ``given`` positional values without calling it:
+    (field names, defaults of the fields after those given), for a frozen slotted dataclass
+    whose generated ``__init__`` only sets its fields; None (call the class) otherwise.
+    Warnings and engine layers are made by the hundred thousand, and the frame of a frozen
+    dataclass's ``__init__`` cost more than reading their lines."""
+    params = getattr(cls, "__dataclass_params__", None)
+    if (
+        params is None
+        or not (params.frozen and params.init)
+        or "__slots__" not in cls.__dict__
+        or hasattr(cls, "__post_init__")
+    ):
+        return None
+    fields = dataclasses.fields(cls)
+    rest = fields[given:]
+    if (
+        len(fields) < given
+        or any(not f.init for f in fields)
+        or any(f.default is dataclasses.MISSING for f in rest)
+    ):
+        return None
+    return tuple(f.name for f in fields), tuple(f.default for f in rest)
+
+
+def _native_scanner(parser: LogParser, *json_mode: Any) -> Any:
+    """The C scanner over ``parser``, or None; ``json_mode`` = (write, record_text) makes it
+    write ``log --json`` record text instead of returning records."""
     mod = _native_module()
     if mod is None:
         return None
@@ -114,17 +150,43 @@ def _native_scanner(parser: LogParser) -> Any:
         split_onnx_layers,
         tactic_to_int,
         line_readers.cost_of,
-        line_readers.fastest_parts,
-        line_readers.chose_parts,
-        line_readers.runner_parts,
-        line_readers.set_tactic_parts,
-        line_readers.cand_parts,
-        line_readers.op_header,
-        line_readers.selected_parts,
         line_readers.writing_parts,
         line_readers.cached_line,
+        _recipe(LogWarning, 3),
+        _recipe(EngineLayer, 5),
     )
-    return mod.Scanner(parser, hooks, parser._max_warnings)
+    return mod.Scanner(parser, hooks, parser._max_warnings, *json_mode)
+
+
+def native_json(
+    path: str | os.PathLike[str],
+    parser: LogParser,
+    write: Callable[[memoryview], Any],
+    record_text: Callable[[TacticRecord], str],
+) -> bool:
+    """Run the C scanner over a log file in JSON mode: each record's ``log --json`` text
+    (the ``json.dumps(rec.to_json(), ensure_ascii=False)`` of it, after ``"\\n  "`` or
+    ``",\\n  "``) goes to ``write`` as UTF-8 in pieces of about 1 MiB, and no record object
+    is made. Each piece is a memoryview of the scanner's buffer, released when ``write``
+    returns: a file's ``write`` takes it as it is, anything that keeps it must copy it.
+    ``record_text`` prints the rare record whose fields the C code does not know.
+    Returns False, having read nothing, when the scanner was not built or ``parser`` was
+    already fed."""
+    scanner = _native_scanner(parser, write, record_text) if _fresh(parser) else None
+    if scanner is None:
+        return False
+    # Nothing made here forms a cycle, and the scanner already pauses the collector inside
+    # each chunk; between chunks it would walk the kept warnings and layers again and again.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for chunk in _read_raw(path):
+            scanner.feed(chunk)
+        scanner.finish()
+    finally:
+        if collecting:
+            gc.enable()
+    return True
 
 
 def iter_chunks(
@@ -139,7 +201,7 @@ def iter_chunks(
     """
     p = parser if parser is not None else LogParser()
     scanner = None
-    fresh = not (p.lineno or p._out or p._blk is not None or p._op is not None)
+    fresh = _fresh(p)
     if native is not False and fresh:
         scanner = _native_scanner(p)
     if native and scanner is None:
@@ -159,6 +221,12 @@ def iter_chunks(
             itertools.chain.from_iterable(map(scanner.feed, chunks)), _finish(scanner)
         )
     return _iter_python(chunks, p)
+
+
+def _fresh(p: LogParser) -> bool:
+    """Whether ``p`` was never fed: the C scanner keeps its state in C, so it cannot take
+    over a parser halfway."""
+    return not (p.lineno or p._out or p._blk is not None or p._op is not None)
 
 
 def _finish(scanner: Any) -> Iterator[TacticRecord]:

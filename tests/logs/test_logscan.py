@@ -368,6 +368,12 @@ _EDGES = [
     b"Tactic Name:  Tactic: 0x1 Time: 0.5\n",
     b"Fastest Tactic: 0x1 Time: 0.5\n",
     b"Timing Runner: x (y)\nTactic: 0x1 Time: 0.5\nFastest Tactic: 0x1 Time: 0.5\n",
+    # "Time:" with no time: FASTEST_TAIL backtracks and reads ":" as the time (None)
+    b"Timing Runner: x (y)\nTactic: 0x1 Time: 0.5\nFastest Tactic: 0x1 Time:\n",
+    b"Timing Runner: x (y)\nTactic: 0x1 Time: 0.5\nFastest Tactic: 0x1 Time: ,\n",
+    b"x [a -> b] got cached result: R, tactic: , 0.5 ms\n",
+    # the words inside a prefix: the parser cuts the message's last character, not byte
+    b"[got cached result] x (key: k, tactic:\xd9\xa3\x0b\n",
     b"Chose Runner Type: R Tactic: 0x5\n",
     b"Computing costs for a\nAutotuning format combination: x\nTactic: 3 Time: 1\n"
     b"Chose Runner Type: R Tactic: 3\n",
@@ -572,6 +578,33 @@ def test_trigger_word_lines_identical(lines: list[str], chunk: int) -> None:
     _assert_same(data, py, nat, f"trigger-word lines, chunks of {chunk}")
 
 
+# --- hypothesis: times read by the scanner's own decimal reader -------------------------------
+
+
+_DECIMAL = st.from_regex(r"[+-]?[0-9]{0,17}(\.[0-9]{0,17})?", fullmatch=True)
+
+
+@needs_native
+@settings(max_examples=500, deadline=None)
+@given(times=st.lists(_DECIMAL | st.floats(allow_nan=False).map(repr), min_size=1, max_size=20))
+def test_times_read_as_float_reads_them(times: list[str]) -> None:
+    """Plain decimals up to 15 digits are read in C without strtod: the same double as
+    float() (a record's cost compared by repr), and the same JSON text."""
+    lines = [f"Tactic: 0x{i:x} Time: {t}" for i, t in enumerate(times)]
+    data = (
+        "Timing Runner: l (r)\n" + "\n".join(lines) + "\nFastest Tactic: 0x0 Time: 1\n"
+    ).encode()
+    py = _compare(data, "decimal times")
+    assert [c[4] for c in py["records"][0]["exact_candidates"]] == [_num(_float(t)) for t in times]
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 # --- the build without the extension ----------------------------------
 
 
@@ -598,3 +631,63 @@ def test_without_the_extension_candidates_are_named_tuples() -> None:
         here = [r.to_json() for r in iter_file(path)]
         assert fallback[path] == here, path
     assert sum(len(v) for v in fallback.values()) > 0
+
+
+# --- objects the scanner makes without calling their class ---------------------------------------
+
+
+def test_dataclass_recipes_only_for_plain_frozen_slotted_classes() -> None:
+    """The scanner sets a frozen slotted dataclass's fields itself only when its generated
+    ``__init__`` would do nothing else; any other class is called."""
+    from dataclasses import dataclass, field
+
+    from reprobuild.logs.layerinfo import EngineLayer
+    from reprobuild.logs.records import LogWarning
+
+    @dataclass(frozen=True, slots=True)
+    class Checked:
+        a: int
+
+        def __post_init__(self) -> None:
+            raise ValueError
+
+    @dataclass(slots=True)
+    class Mutable:
+        a: int
+
+    @dataclass(frozen=True, slots=True)
+    class Factory:
+        a: int
+        b: list[int] = field(default_factory=list)
+
+    @dataclass(frozen=True)
+    class NoSlots:
+        a: int
+
+    assert reader._recipe(LogWarning, 3) == (("line", "kind", "message"), ())
+    assert reader._recipe(EngineLayer, 5) == (
+        ("name", "layer_type", "tactic_name", "tactic_value", "metadata", "inputs", "outputs"),
+        ((), ()),
+    )
+    assert reader._recipe(LogWarning, 2) is None  # message has no default
+    for cls in (Checked, Mutable, NoSlots):
+        assert reader._recipe(cls, 1) is None, cls
+    assert reader._recipe(Factory, 1) is None
+    assert reader._recipe(int, 1) is None
+
+
+@needs_native
+def test_made_warnings_and_layers_equal_called_ones() -> None:
+    data = (
+        b"Global timing cache in use\nLayers:\n"
+        b"Name: a, LayerType: b, TacticValue: 0x1, Metadata: [ONNX Layer: x]\x1e[ONNX Layer: y]\n"
+    )
+    py, nat = LogParser(), LogParser()
+    list(iter_chunks([data], py, native=False))
+    list(iter_chunks([data], nat, native=True))
+    assert nat.warnings == py.warnings and len(nat.warnings) == 1
+    assert nat.engine_layers == py.engine_layers and len(nat.engine_layers) == 1
+    assert hash(nat.engine_layers[0]) == hash(py.engine_layers[0])
+    assert nat.engine_layers[0].metadata == ("x", "y") and nat.engine_layers[0].inputs == ()
+    with pytest.raises(AttributeError):
+        nat.engine_layers[0].name = "z"  # type: ignore[misc]  # still frozen
