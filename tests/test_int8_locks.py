@@ -122,7 +122,7 @@ def test_locked_rebuild_without_calibration_data_gives_the_same_bits(recorded, c
     assert plan is not None and plan.mode == "int8" and plan.quantization is not None
     q = plan.quantization
     count = _samples(case.calib)
-    assert (q.method, q.batch_size, q.samples) == ("entropy", case.batch, count)
+    assert (q.method, q.batch_size, q.samples) == (case.method, case.batch, count)
     quantized = [n for n in plan.nodes if n.precision == "int8"]
     assert quantized and all(n.op in ("Conv", "Gemm", "MatMul") for n in quantized)
     assert all(n.rule == "default" for n in quantized)
@@ -221,7 +221,7 @@ def test_bisect_finds_the_int8_layer_whose_tactic_differs(recorded, cli) -> None
 
 
 def test_show_precision_lists_quantized_nodes_and_scales(recorded, cli) -> None:
-    _, tmp = recorded
+    case, tmp = recorded
     plan = load_lock(tmp / "a.lock").precision
     assert plan is not None and plan.quantization is not None
     r = cli("show", "--lock", str(tmp / "a.lock"), "--precision")
@@ -234,7 +234,9 @@ def test_show_precision_lists_quantized_nodes_and_scales(recorded, cli) -> None:
         assert [a.tensor, a.scale.hex(), f"{a.scale:.6g}"] in rows
     n8 = sum(1 for n in plan.nodes if n.precision == "int8")
     assert f"{len(plan.nodes)} nodes: {len(plan.nodes) - n8} fp32, {n8} int8" in r.out
-    assert f"int8: entropy calibration, batch size {q.batch_size}, {q.samples} samples" in r.out
+    assert (
+        f"int8: {case.method} calibration, batch size {q.batch_size}, {q.samples} samples" in r.out
+    )
 
 
 @pytest.mark.parametrize("kind", ["percentile", "keep"])
@@ -264,7 +266,7 @@ def test_diff_shows_scale_and_quantized_node_changes(recorded, cli, kind: str) -
         assert {
             "kind": "quantization",
             "name": "method",
-            "a": "'entropy'",
+            "a": repr(case.method),
             "b": "'percentile'",
         } in [{k: c[k] for k in ("kind", "name", "a", "b")} for c in changes]
         sa, sb = plan.quantization.scales(), new.quantization.scales()

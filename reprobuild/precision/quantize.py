@@ -223,6 +223,11 @@ def _entropy_ranges(src: Path, tmp: Path, reader: object) -> dict[str, list[dict
         extra_options={"symmetric": True, "num_bins": ENTROPY_BINS, "num_quantized_bins": 128},
     )
     calibrator.collect_data(reader)
+    collector = getattr(calibrator, "collector", None)
+    if collector is not None and hasattr(collector, "get_entropy_threshold"):
+        from reprobuild.precision.entropy import entropy_threshold
+
+        collector.get_entropy_threshold = entropy_threshold  # the same search, faster
     ranges = calibrator.compute_data()
     out: dict[str, list[dict[str, np.float32]]] = {}
     for name in ranges:
