@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from reprobuild.backends.reference.elementwise import ELEMENTWISE_OPS, run_elementwise
 from reprobuild.backends.reference.qdq import run_qdq
 
 
@@ -245,6 +246,9 @@ def run_fast(
         return lrn(inputs, attrs, n_outputs)
     if op in ("QuantizeLinear", "DequantizeLinear") and n_outputs == 1:
         return run_qdq(op, inputs, attrs)
+    if n_outputs == 1 and op in ELEMENTWISE_OPS:
+        result = run_elementwise(op, inputs, attrs, opset)
+        return None if result is None else [result]
     pool = {"MaxPool": max_pool, "AveragePool": average_pool}.get(op)
     if pool is None or n_outputs != 1 or len(inputs) != 1:
         return None
