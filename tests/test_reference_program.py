@@ -175,3 +175,35 @@ def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, m
     assert engine._LAST_BYTES and engine._LAST_BYTES[0][0] is out.engine
     backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
     assert not engine._LAST_BYTES  # the build does not keep the caller's engine alive
+
+
+# -- Conv kernels with kept buffers -----------------------------------------------------------
+def test_conv_step_computes_every_float32_conv_kernel_bit_for_bit() -> None:
+    """Each case runs twice through one shared scratch, after a larger layer: buffers that
+    hold another layer's values (and a border another layer wrote) must change nothing."""
+    from reprobuild.backends.reference import convstep, kernels
+    from tests.test_reference_kernels import CONV_CASES
+
+    g = _rng(5)
+    scratch = convstep.Scratch()
+    big_x = g.standard_normal((1, 8, 20, 20)).astype(np.float32)
+    big_w = g.standard_normal((4, 8, 3, 3)).astype(np.float32)
+    specs = [s for s in kernels.kernels_for("Conv", "f32") if convstep.supported(s)]
+    assert {s.scheme for s in specs} == {"blas", "splitk", "tree"}
+    for x_shape, w_shape, attrs in CONV_CASES:
+        x = g.standard_normal(x_shape).astype(np.float32)
+        w = g.standard_normal(w_shape).astype(np.float32)
+        b = g.standard_normal(w_shape[0]).astype(np.float32)
+        for spec in specs:
+            big = convstep.ConvStep(spec, {"pads": [2, 2, 2, 2]}, scratch)
+            big([big_x, big_w])
+            step = convstep.ConvStep(spec, attrs, scratch)
+            for inputs in ([x, w, b], [x, w]):
+                want = kernels.execute(spec, inputs, attrs)
+                for _ in range(2):
+                    assert _same_bits(step(inputs), want), (spec.name, x_shape, attrs)
+    scratch.clear()
+    assert scratch._buffers == {}
+    # a float16 layer or the direct kernel is not this step's: the kernel itself runs
+    assert not convstep.supported(kernels.KERNELS["ref_conv_direct_f32"])
+    assert not convstep.supported(kernels.KERNELS["ref_conv_im2col_blas_f16_f32acc"])

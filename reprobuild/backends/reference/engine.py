@@ -428,13 +428,17 @@ _LAST_BYTES: list[tuple[bytes, LoadedEngine]] = []
 
 def clear_loaded() -> None:
     """Forget the loaded engine (its folded model stays only if :mod:`.modelcache` has it)."""
+    forget_engine_bytes()
     _LOADED.clear()
-    _LAST_BYTES.clear()
 
 
 def forget_engine_bytes() -> None:
-    """Stop holding the last run engine's bytes (its checked, loaded form stays)."""
+    """Stop holding the last run engine's bytes and its runs' scratch buffers (its checked,
+    loaded form stays)."""
     _LAST_BYTES.clear()
+    for loaded in _LOADED.values():
+        for compiled in loaded.prepared._programs.values():
+            compiled.scratch.clear()
 
 
 def load_engine(data: bytes, environment: Environment) -> LoadedEngine:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from reprobuild.backends.reference import int8, kernels
+from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
 from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Step:
 @dataclass(frozen=True)
 class Program:
     steps: tuple[Step, ...]
+    scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`)
 
     def execute(
         self, constants: Mapping[str, Any], feeds: Mapping[str, Any], output_names: Sequence[str]
@@ -79,6 +81,7 @@ def compile_program(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSp
     from reprobuild.backends.reference.engine import _consumed_names
 
     ownable = _ownable(prepared, plan)
+    scratch = Scratch()
     steps = []
     for position, layer in enumerate(prepared.layers):
         spec = plan.get(layer.index)
@@ -97,11 +100,11 @@ def compile_program(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSp
             Step(
                 inputs=inputs,
                 outputs=tuple(o for o in layer.node.output if o),
-                run=_runner(prepared, layer, spec, donate),
+                run=_runner(prepared, layer, spec, donate, scratch),
                 free=free,
             )
         )
-    return Program(tuple(steps))
+    return Program(tuple(steps), scratch)
 
 
 def _ownable(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec]) -> set[str]:
@@ -122,10 +125,17 @@ def _ownable(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec]) ->
 
 
 def _runner(
-    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None, donate: tuple[bool, ...]
+    prepared: PreparedModel,
+    layer: Layer,
+    spec: kernels.KernelSpec | None,
+    donate: tuple[bool, ...],
+    scratch: Scratch,
 ) -> Runner:
     from reprobuild.backends.reference.engine import execute_spec
 
+    if spec is not None and supported(spec) and layer.fusion is None:
+        conv = ConvStep(spec, layer.attrs, scratch)
+        return lambda inputs, _values: [conv(inputs)]
     if spec is not None:
         return lambda inputs, _values: [execute_spec(layer, spec, inputs)]
 
