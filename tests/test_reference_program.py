@@ -189,7 +189,7 @@ def test_conv_step_computes_every_float32_conv_kernel_bit_for_bit() -> None:
     big_x = g.standard_normal((1, 8, 20, 20)).astype(np.float32)
     big_w = g.standard_normal((4, 8, 3, 3)).astype(np.float32)
     specs = [s for s in kernels.kernels_for("Conv", "f32") if convstep.supported(s)]
-    assert {s.scheme for s in specs} == {"blas", "splitk", "tree"}
+    assert {s.scheme for s in specs} == {"blas", "splitk", "tree", "direct"}
     for x_shape, w_shape, attrs in CONV_CASES:
         x = g.standard_normal(x_shape).astype(np.float32)
         w = g.standard_normal(w_shape).astype(np.float32)
@@ -204,6 +204,5 @@ def test_conv_step_computes_every_float32_conv_kernel_bit_for_bit() -> None:
                     assert _same_bits(step(inputs), want), (spec.name, x_shape, attrs)
     scratch.clear()
     assert scratch._buffers == {}
-    # a float16 layer or the direct kernel is not this step's: the kernel itself runs
-    assert not convstep.supported(kernels.KERNELS["ref_conv_direct_f32"])
+    # a float16 layer is not this step's: the kernel itself runs
     assert not convstep.supported(kernels.KERNELS["ref_conv_im2col_blas_f16_f32acc"])

@@ -1,15 +1,17 @@
-"""A Conv layer's locked im2col kernel, run by the engine with its layout work done once.
+"""A Conv layer's locked float32 kernel, run by the engine with its layout work done once.
 
-Why: a float32 im2col kernel (:func:`.kernels.execute`) spends 15-25% of its time around
-its GEMMs on every run: it re-derives the layer geometry, pads the input into a new array,
-copies the im2col matrix into another new array (for a large layer, a hundred MB the
-system must map and zero anew), adds the bias into a third and copies the result once more
-to cast float32 to float32. :class:`ConvStep` keeps the geometry per input shape and writes
-the padded input and the im2col matrix into buffers kept between runs, then hands the same
-operands, in the same memory layout, to the same reduction (:func:`.kernels.reduce_gemm`),
-so the kernel's bits do not change: ``tests/test_reference_program.py`` compares every
-float32 Conv kernel with :func:`.kernels.execute` bit for bit. Anything else (other
-precisions, the ``direct`` kernel, shapes the kernel refuses) runs :func:`.kernels.execute`.
+Why: a float32 Conv kernel (:func:`.kernels.execute`) spends 15-25% of its time around its
+GEMMs on every run: it re-derives the layer geometry, pads the input into a new array,
+copies the im2col matrix (or, for ``direct``, each tap's input and weight slices) into new
+arrays (for a large layer, a hundred MB the system must map and zero anew), adds the bias
+into another and copies the result once more to cast float32 to float32. :class:`ConvStep`
+keeps the geometry per input shape and the per-tap weights per weight tensor, writes the
+padded input and the im2col matrix into buffers kept between runs, and hands the same
+operands, in the same memory layout, to the same reductions (:func:`.kernels.reduce_gemm`,
+:func:`.kernels._mm`) in the same order, so the kernel's bits do not change:
+``tests/test_reference_program.py`` compares every float32 Conv kernel with
+:func:`.kernels.execute` bit for bit. Other precisions and shapes the kernel refuses run
+:func:`.kernels.execute`.
 
 The buffers live in a :class:`Scratch` owned by the engine's program (the largest layer's
 padded input and im2col matrix); the engine drops them when a build starts or the backend
@@ -18,6 +20,7 @@ releases its memory.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -27,7 +30,7 @@ import numpy as np
 from reprobuild.backends.reference import kernels
 
 _F32 = np.dtype(np.float32)
-_SCHEMES = ("blas", "splitk", "tree")
+_SCHEMES = ("blas", "splitk", "tree", "direct")
 
 
 class Scratch:
@@ -51,7 +54,7 @@ class Scratch:
 
 
 def supported(spec: kernels.KernelSpec) -> bool:
-    """Whether :class:`ConvStep` runs this kernel itself (float32 im2col kernels)."""
+    """Whether :class:`ConvStep` runs this kernel itself (float32 Conv kernels)."""
     return spec.op == "Conv" and spec.precision == "f32" and spec.scheme in _SCHEMES
 
 
@@ -63,6 +66,7 @@ class ConvStep:
     ) -> None:
         self.spec, self.attrs, self.scratch = spec, attrs, scratch
         self._params: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[str, Any] | None] = {}
+        self._taps: tuple[np.ndarray, list[np.ndarray]] | None = None  # (weights, per tap)
 
     def __call__(self, inputs: Sequence[Any]) -> np.ndarray:
         x, w = inputs[0], inputs[1]
@@ -77,12 +81,45 @@ class ConvStep:
             return kernels.execute(self.spec, inputs, self.attrs)  # raises its own error
         group, out = params["group"], params["out"]
         n_batch, m_out = x.shape[0], w.shape[0]
-        cols = self._columns(self._padded(x, params), params)
-        result = kernels.reduce_gemm(w.reshape(group, m_out // group, -1), cols, self.spec)
+        xp = self._padded(x, params)
+        if self.spec.scheme == "direct":
+            result = self._direct(xp, w, params)
+        else:
+            cols = self._columns(xp, params)
+            result = kernels.reduce_gemm(w.reshape(group, m_out // group, -1), cols, self.spec)
         result = result.reshape(n_batch, m_out, *out)
         if bias is not None:
             result += bias.reshape((1, m_out) + (1,) * params["nd"])
         return result
+
+    def _direct(self, xp: np.ndarray, w: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
+        """The ``direct`` kernel: one GEMM per tap, taps added in order, as the kernel does;
+        the per-tap weight matrices are copied once per weight tensor, not once per run."""
+        group, kernel, out = params["group"], params["kernel"], params["out"]
+        n_batch, channels, m_out = xp.shape[0], xp.shape[1], w.shape[0]
+        cg, mg, positions = channels // group, m_out // group, math.prod(out)
+        taps = list(itertools.product(*(range(k) for k in kernel)))
+        if self._taps is None or self._taps[0] is not w:
+            mats = [
+                np.ascontiguousarray(w[(slice(None), slice(None), *t)]).reshape(group, mg, cg)
+                for t in taps
+            ]
+            self._taps = (w, mats)
+        acc: np.ndarray | None = None
+        for t, w_tap in zip(taps, self._taps[1], strict=True):
+            window = tuple(
+                slice(i * d, i * d + (o - 1) * s + 1, s)
+                for i, d, o, s in zip(t, params["dilations"], out, params["strides"], strict=True)
+            )
+            xs = self.scratch.get("tap", (n_batch, channels, *out))
+            np.copyto(xs, xp[(slice(None), slice(None), *window)])
+            part = kernels._mm(w_tap, xs.reshape(n_batch, group, cg, positions))
+            if acc is None:
+                acc = part
+            else:
+                acc += part
+        assert acc is not None
+        return acc
 
     def _padded(self, x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         """``np.pad(x)`` with zeros, as :func:`.kernels._padded`, in the kept buffer: the

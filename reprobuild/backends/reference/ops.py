@@ -128,7 +128,7 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         for view in _windows(ones, kernel, strides, dilations, out):
             count = view.copy() if count is None else np.add(count, view, out=count)
         result = total / count
-    return result.astype(x.dtype)
+    return result.astype(x.dtype, copy=False)
 
 
 def batch_norm(
@@ -152,7 +152,7 @@ def batch_norm(
     shift = bias.astype(f32) - mean.astype(f32) * inv
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     y = x.astype(f32, copy=False) * inv.reshape(shape) + shift.reshape(shape)
-    return [y.astype(x.dtype)]
+    return [y.astype(x.dtype, copy=False)]
 
 
 def _coerced_softmax(op: str, x: np.ndarray, axis: int) -> np.ndarray:
@@ -222,7 +222,7 @@ def lrn(inputs: Sequence[Any], attrs: Mapping[str, Any], n_outputs: int) -> list
     for offset in range(below + above + 1):
         total += padded[:, offset : offset + channels]
     y = xf / (np.float32(bias) + np.float32(alpha / size) * total) ** np.float32(beta)
-    return [y.astype(x.dtype)]
+    return [y.astype(x.dtype, copy=False)]
 
 
 def run_fast(
