@@ -6,7 +6,10 @@ same thread count: the engine with its default of one BLAS thread
 (:mod:`reprobuild.backends.reference.threads`), ONNX Runtime with
 ``intra_op_num_threads=1, inter_op_num_threads=1``. ONNX Runtime with its own default
 (every core) is printed beside them for reference. Rounds are interleaved (engine, ORT 1
-thread, ORT default, then again) and the minimum of ``--runs`` rounds is kept.
+thread, ORT default, then again) and the minimum of ``--runs`` rounds is kept. The
+``GEMM`` column is the time spent inside the locked kernels' BLAS calls (one more engine run
+per round, with ``kernels._mm`` timed; not counted in the engine's time): the part of the
+engine that the kernels' arithmetic, which locks record, fixes.
 
 Output check (``--record DIR`` then ``--compare DIR``): ``--record`` keeps each model's
 timing cache and engine outputs; ``--compare`` builds from the recorded cache (so every
@@ -69,6 +72,27 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def _gemm_time(run) -> float:
+    """Seconds spent in :func:`kernels._mm` (every BLAS call of a locked kernel) during run."""
+    from reprobuild.backends.reference import kernels
+
+    real, spent = kernels._mm, [0.0]
+
+    def timed(a, b):
+        start = time.perf_counter()
+        try:
+            return real(a, b)
+        finally:
+            spent[0] += time.perf_counter() - start
+
+    kernels._mm = timed
+    try:
+        run()
+    finally:
+        kernels._mm = real
+    return spent[0]
+
+
 def _build(backend: ReferenceBackend, path: Path, cache_bytes: bytes) -> tuple[bytes, bytes]:
     """(engine, serialized timing cache): from ``cache_bytes`` when given (nothing timed)."""
     cache = backend.create_timing_cache(cache_bytes)
@@ -105,9 +129,10 @@ def bench(name: str, zoo_dir: Path, runs: int, record: Path | None, compare: Pat
     sessions = {1: _session(path, 1), 0: _session(path, 0)}
     for s in sessions.values():
         s.run(None, feeds)
-    times: dict[str, list[float]] = {"engine": [], "ort1": [], "ort": []}
+    times: dict[str, list[float]] = {"engine": [], "ort1": [], "ort": [], "gemm": []}
     for _ in range(runs):
         times["engine"].append(_timed(lambda: backend.run(engine, feeds)))
+        times["gemm"].append(_gemm_time(lambda: backend.run(engine, feeds)))
         times["ort1"].append(_timed(lambda: sessions[1].run(None, feeds)))
         times["ort"].append(_timed(lambda: sessions[0].run(None, feeds)))
     row = {k: min(v) for k, v in times.items()}
@@ -137,7 +162,10 @@ def main() -> None:
         f"min of {args.runs} interleaved rounds; engine: 1 BLAS thread; ORT-1: "
         f"intra/inter_op_num_threads=1; ORT: its default threads; goal engine/ORT-1 <= {GOAL}"
     )
-    head = f"{'model':<14}{'engine ms':>10}{'ORT-1 ms':>10}{'ratio':>7}{'ORT ms':>9}  steady"
+    head = (
+        f"{'model':<14}{'engine ms':>10}{'ORT-1 ms':>10}{'ratio':>7}{'ORT ms':>9}"
+        f"{'GEMM ms':>9}{'GEMM/ORT-1':>11}  steady"
+    )
     print(head + ("  rel.diff" if args.compare else ""))
     for name in args.models:
         r = bench(name, zoo_dir, args.runs, args.record, args.compare)
@@ -145,7 +173,8 @@ def main() -> None:
         mark = "ok" if ratio <= GOAL else "OVER"
         line = (
             f"{name:<14}{r['engine'] * 1e3:10.1f}{r['ort1'] * 1e3:10.1f}{ratio:6.2f}x"
-            f"{r['ort'] * 1e3:9.1f}  {'yes' if r['steady'] else 'NO':<6} {mark}"
+            f"{r['ort'] * 1e3:9.1f}{r['gemm'] * 1e3:9.1f}{r['gemm'] / r['ort1']:10.2f}x"
+            f"  {'yes' if r['steady'] else 'NO':<6} {mark}"
         )
         if "relative" in r:
             line += f"  {r['relative']:.2e}"
