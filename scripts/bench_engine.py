@@ -9,7 +9,9 @@ same thread count: the engine with its default of one BLAS thread
 thread, ORT default, then again) and the minimum of ``--runs`` rounds is kept. The
 ``GEMM`` column is the time spent inside the locked kernels' BLAS calls (one more engine run
 per round, with ``kernels._mm`` timed; not counted in the engine's time): the part of the
-engine that the kernels' arithmetic, which locks record, fixes.
+engine that the kernels' arithmetic, which locks record, fixes. ``CPU ratio`` divides the
+process CPU times (minimum over rounds) of the engine and ONNX Runtime at one thread: on a
+machine shared with other work it is steadier than the wall-clock ratio.
 
 Output check (``--record DIR`` then ``--compare DIR``): ``--record`` keeps each model's
 timing cache and engine outputs; ``--compare`` builds from the recorded cache (so every
@@ -66,10 +68,11 @@ def _session(path: Path, threads: int) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def _timed(fn) -> float:
-    start = time.perf_counter()
+def _timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one call."""
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def _gemm_time(run) -> float:
@@ -129,12 +132,18 @@ def bench(name: str, zoo_dir: Path, runs: int, record: Path | None, compare: Pat
     sessions = {1: _session(path, 1), 0: _session(path, 0)}
     for s in sessions.values():
         s.run(None, feeds)
-    times: dict[str, list[float]] = {"engine": [], "ort1": [], "ort": [], "gemm": []}
+    times: dict[str, list[float]] = {
+        k: [] for k in ("engine", "ort1", "ort", "gemm", "cpu", "cpu1")
+    }
     for _ in range(runs):
-        times["engine"].append(_timed(lambda: backend.run(engine, feeds)))
+        wall, cpu = _timed(lambda: backend.run(engine, feeds))
+        times["engine"].append(wall)
+        times["cpu"].append(cpu)
         times["gemm"].append(_gemm_time(lambda: backend.run(engine, feeds)))
-        times["ort1"].append(_timed(lambda: sessions[1].run(None, feeds)))
-        times["ort"].append(_timed(lambda: sessions[0].run(None, feeds)))
+        wall, cpu = _timed(lambda: sessions[1].run(None, feeds))
+        times["ort1"].append(wall)
+        times["cpu1"].append(cpu)
+        times["ort"].append(_timed(lambda: sessions[0].run(None, feeds))[0])
     row = {k: min(v) for k, v in times.items()}
     row["steady"] = steady
     if record:
@@ -164,7 +173,7 @@ def main() -> None:
     )
     head = (
         f"{'model':<14}{'engine ms':>10}{'ORT-1 ms':>10}{'ratio':>7}{'ORT ms':>9}"
-        f"{'GEMM ms':>9}{'GEMM/ORT-1':>11}  steady"
+        f"{'GEMM ms':>9}{'GEMM/ORT-1':>11}{'CPU ratio':>10}  steady"
     )
     print(head + ("  rel.diff" if args.compare else ""))
     for name in args.models:
@@ -174,6 +183,7 @@ def main() -> None:
         line = (
             f"{name:<14}{r['engine'] * 1e3:10.1f}{r['ort1'] * 1e3:10.1f}{ratio:6.2f}x"
             f"{r['ort'] * 1e3:9.1f}{r['gemm'] * 1e3:9.1f}{r['gemm'] / r['ort1']:10.2f}x"
+            f"{r['cpu'] / r['cpu1']:9.2f}x"
             f"  {'yes' if r['steady'] else 'NO':<6} {mark}"
         )
         if "relative" in r:

@@ -206,3 +206,35 @@ def test_conv_step_computes_every_float32_conv_kernel_bit_for_bit() -> None:
     assert scratch._buffers == {}
     # a float16 layer is not this step's: the kernel itself runs
     assert not convstep.supported(kernels.KERNELS["ref_conv_im2col_blas_f16_f32acc"])
+
+
+def test_building_and_running_an_mlp_never_imports_onnx_reference(tmp_path: Path) -> None:
+    """Every op of the example MLP (MatMul, Add, Relu) has a numpy path, so the build path
+    does not pay for importing onnx.reference (its op table imports ~200 modules)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    model = root / "reprobuild" / "examples" / "mlp.onnx"
+    env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout, whatever the cwd
+    code = (
+        "import sys, numpy as np\n"
+        "from reprobuild.backends.reference import ReferenceBackend\n"
+        "from reprobuild.backends.base import BuildSettings\n"
+        "b = ReferenceBackend()\n"
+        f"out = b.build({str(model)!r}, BuildSettings(), b.create_timing_cache(), print)\n"
+        "meta = b.engine_metadata(out.engine)\n"
+        "feeds = {i['name']: np.ones(i['shape'], np.float32) for i in meta['inputs']}\n"
+        "b.run(out.engine, feeds)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('onnx.reference')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-500:]
