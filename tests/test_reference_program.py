@@ -3,6 +3,7 @@ engine-bytes shortcut, each held to the generic (``onnx.reference``) path bit fo
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -238,3 +239,36 @@ def test_building_and_running_an_mlp_never_imports_onnx_reference(tmp_path: Path
         env=env,
     )
     assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-500:]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]},
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        {"kernel_shape": [1, 1]},
+    ],
+)
+def test_pools_sum_taps_in_the_order_they_always_did(attrs) -> None:
+    """AveragePool adds the taps one by one in row-major order and divides once (the counts
+    now kept between runs): the same bits as a copy of tap 0 plus each later tap."""
+    g = _rng(6)
+    x = g.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    kernel, strides, dilations, pads, out = ops._pool_geometry(x, attrs)
+    nd = len(kernel)
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+    views = list(ops._windows(np.pad(x, width), kernel, strides, dilations, out))
+    total = views[0].copy()
+    for v in views[1:]:
+        total += v
+    ones = np.pad(np.ones((1, 1, 9, 8), np.float32), width)
+    counts = list(ops._windows(ones, kernel, strides, dilations, out))
+    count = sum(counts[1:], counts[0].copy())
+    if attrs.get("count_include_pad") or not any(pads):
+        count = np.float32(math.prod(kernel))
+    for _ in range(2):  # the second call divides by the kept counts
+        assert _same_bits(ops.average_pool(x, attrs), total / count)
+    max_attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
+    assert _same_bits(ops.max_pool(x, max_attrs), _reference("MaxPool", [x], **max_attrs))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -98,10 +98,40 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     if any(pads):
         width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
         xp = np.pad(x, width, constant_values=-np.inf)
-    result: np.ndarray | None = None
-    for view in _windows(xp, kernel, strides, dilations, out):
-        result = view.copy() if result is None else np.maximum(result, view, out=result)
-    return result
+    return _fold(_windows(xp, kernel, strides, dilations, out), np.maximum)
+
+
+def _fold(views: Iterator[np.ndarray], ufunc: Any) -> np.ndarray:
+    """``ufunc`` over the taps in order, ``((t0 . t1) . t2) ...``, into one new array (the
+    first two taps combined directly: no pass copying the first one)."""
+    first = next(views)
+    second = next(views, None)
+    if second is None:
+        return first.copy()
+    acc = ufunc(first, second)
+    for view in views:
+        ufunc(acc, view, out=acc)
+    return acc
+
+
+_COUNTS: dict[tuple[Any, ...], np.ndarray] = {}
+"""AveragePool divisors without padding, by spatial shape and geometry: a constant of the
+layer, computed once instead of once per run (a handful of entries per model)."""
+
+
+def _pad_counts(
+    spatial: tuple[int, ...], geo: tuple[tuple[int, ...], ...], width: list[tuple[int, int]]
+) -> np.ndarray:
+    key = (spatial, *geo)
+    count = _COUNTS.get(key)
+    if count is None:
+        kernel, strides, dilations, _, out = geo
+        ones = np.pad(np.ones((1, 1, *spatial), np.float32), width)
+        count = _fold(_windows(ones, kernel, strides, dilations, out), np.add)
+        if len(_COUNTS) >= 256:
+            _COUNTS.clear()
+        _COUNTS[key] = count
+    return count
 
 
 def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
@@ -116,19 +146,12 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     xf = x.astype(np.float32, copy=False)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
     xp = np.pad(xf, width) if any(pads) else xf
-    total: np.ndarray | None = None
-    for view in _windows(xp, kernel, strides, dilations, out):
-        total = view.copy() if total is None else np.add(total, view, out=total)
-    assert total is not None
+    total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
     if int(attrs.get("count_include_pad", 0)) or not any(pads):
-        result = total / np.float32(math.prod(kernel))
+        np.divide(total, np.float32(math.prod(kernel)), out=total)
     else:
-        ones = np.pad(np.ones((1, 1, *x.shape[2:]), np.float32), width)
-        count: np.ndarray | None = None
-        for view in _windows(ones, kernel, strides, dilations, out):
-            count = view.copy() if count is None else np.add(count, view, out=count)
-        result = total / count
-    return result.astype(x.dtype, copy=False)
+        np.divide(total, _pad_counts(tuple(x.shape[2:]), geo, width), out=total)
+    return total.astype(x.dtype, copy=False)
 
 
 def batch_norm(
