@@ -5,7 +5,8 @@ the same model file on the same input (the onnx test runner's ``arange(n) / n``)
 same thread count: the engine with its default of one BLAS thread
 (:mod:`reprobuild.backends.reference.threads`), ONNX Runtime with
 ``intra_op_num_threads=1, inter_op_num_threads=1``. ONNX Runtime with its own default
-(every core) is printed beside them for reference. Rounds are interleaved (engine, ORT 1
+(every core; spinning of idle workers off, or they take the cores from the next round) is
+printed beside them for reference. Rounds are interleaved (engine, ORT 1
 thread, ORT default, then again) and the minimum of ``--runs`` rounds is kept. The
 ``GEMM`` column is the time spent inside the locked kernels' BLAS calls (one more engine run
 per round, with ``kernels._mm`` timed; not counted in the engine's time): the part of the
@@ -65,6 +66,8 @@ def _session(path: Path, threads: int) -> ort.InferenceSession:
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = threads
+    else:  # its idle workers would spin on the cores the next engine round needs
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
