@@ -272,3 +272,18 @@ def test_pools_sum_taps_in_the_order_they_always_did(attrs) -> None:
         assert _same_bits(ops.average_pool(x, attrs), total / count)
     max_attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     assert _same_bits(ops.max_pool(x, max_attrs), _reference("MaxPool", [x], **max_attrs))
+
+
+@pytest.mark.parametrize("size", [1, 2, 5])
+def test_lrn_in_place_gives_the_bits_of_its_padded_formula(size) -> None:
+    g = _rng(7)
+    x = g.standard_normal((2, 7, 3, 4)).astype(np.float32)
+    below, above = (size - 1) // 2, -(-(size - 1) // 2)
+    padded = np.pad(x * x, [(0, 0), (below, above), (0, 0), (0, 0)])
+    total = np.zeros_like(x)
+    for offset in range(size):
+        total += padded[:, offset : offset + 7]
+    a, b, k = 1e-3, 0.75, 2.0
+    want = x / (np.float32(k) + np.float32(a / size) * total) ** np.float32(b)
+    attrs = {"size": size, "alpha": a, "beta": b, "bias": k}
+    assert _same_bits(ops.lrn([x], attrs, 1)[0], want)

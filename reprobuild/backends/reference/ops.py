@@ -251,12 +251,19 @@ def lrn(inputs: Sequence[Any], attrs: Mapping[str, Any], n_outputs: int) -> list
     xf = x.astype(np.float32, copy=False)
     squares = xf * xf
     channels = x.shape[1]
-    padded = np.pad(squares, [(0, 0), (below, above)] + [(0, 0)] * (x.ndim - 2))
+    # the window's squares added in channel order; the zero channels outside the tensor are
+    # skipped (adding +0.0 to a sum of squares changes no bit)
     total = np.zeros_like(squares)
-    for offset in range(below + above + 1):
-        total += padded[:, offset : offset + channels]
-    y = xf / (np.float32(bias) + np.float32(alpha / size) * total) ** np.float32(beta)
-    return [y.astype(x.dtype, copy=False)]
+    for shift in range(-below, above + 1):
+        lo, hi = max(0, -shift), min(channels, channels - shift)
+        if lo < hi:
+            total[:, lo:hi] += squares[:, lo + shift : hi + shift]
+    # x / (bias + alpha / size * total) ** beta, one operation at a time in place
+    np.multiply(total, np.float32(alpha / size), out=total)
+    np.add(total, np.float32(bias), out=total)
+    np.power(total, np.float32(beta), out=total)
+    np.divide(xf, total, out=total)
+    return [total.astype(x.dtype, copy=False)]
 
 
 def run_fast(
