@@ -13,7 +13,14 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from reprobuild.backends.base import BuildSettings
-from reprobuild.backends.reference import ReferenceBackend, elementwise, engine, ops, program
+from reprobuild.backends.reference import (
+    ReferenceBackend,
+    convstep,
+    elementwise,
+    engine,
+    ops,
+    program,
+)
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -146,7 +153,7 @@ def test_program_matches_layer_by_layer_run_and_reuses_buffers(tmp_path: Path) -
     # which buffers are reused: the Conv output feeds BN, but Sum reads it later, so BN
     # allocates; Relu's output is seen through the Reshape view, so Mul allocates; Mul's
     # output dies in Relu, which reuses it (and Add reuses nothing: Sum reads m2 later)
-    compiled = program.compile_program(loaded.prepared, loaded.plan)
+    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
     names = [layer.node.output[0] for layer in loaded.prepared.layers]
     steps = dict(zip(names, compiled.steps, strict=True))
     ownable = program._ownable(loaded.prepared, loaded.plan)
@@ -174,15 +181,18 @@ def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, m
         backend.run(bytes(corrupt), feeds)
     backend.run(out.engine, feeds)
     assert engine._LAST_BYTES and engine._LAST_BYTES[0][0] is out.engine
+    prepared = engine._LAST_BYTES[0][1].prepared
+    assert "pad" in prepared._scratch._buffers  # the Conv's padded input, kept
     backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
     assert not engine._LAST_BYTES  # the build does not keep the caller's engine alive
+    assert prepared._scratch._buffers == {}  # nor the buffers of its runs
 
 
 # -- Conv kernels with kept buffers -----------------------------------------------------------
 def test_conv_step_computes_every_float32_conv_kernel_bit_for_bit() -> None:
     """Each case runs twice through one shared scratch, after a larger layer: buffers that
     hold another layer's values (and a border another layer wrote) must change nothing."""
-    from reprobuild.backends.reference import convstep, kernels
+    from reprobuild.backends.reference import kernels
     from tests.test_reference_kernels import CONV_CASES
 
     g = _rng(5)

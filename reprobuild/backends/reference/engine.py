@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +40,8 @@ from onnx import helper, numpy_helper
 
 from reprobuild.backends.base import Environment
 from reprobuild.backends.reference import int8, kernels, modelcache, ops
+from reprobuild.backends.reference.graphorder import consumed_names as _consumed_names
+from reprobuild.backends.reference.graphorder import toposort as _toposort
 from reprobuild.errors import EngineError, UsageError
 
 ENGINE_MAGIC = b"RBREFENG"
@@ -170,6 +172,7 @@ class PreparedModel:
     _evaluators: dict[int, Any] = field(default_factory=dict)
     last_use: dict[str, int] = field(default_factory=dict)
     _programs: dict[tuple[tuple[int, str], ...], Any] = field(default_factory=dict)
+    _scratch: Any = None  # the programs' shared Conv buffers (:class:`.convstep.Scratch`)
 
     # -- node execution --------------------------------------------------------------------
     def run_generic(
@@ -240,12 +243,20 @@ class PreparedModel:
         key = tuple(sorted((index, spec.name) for index, spec in plan.items()))
         compiled = self._programs.get(key)
         if compiled is None:
+            from reprobuild.backends.reference.convstep import Scratch
             from reprobuild.backends.reference.program import compile_program
 
             while len(self._programs) >= _PROGRAMS_MAX:
                 self._programs.pop(next(iter(self._programs)))
-            compiled = self._programs[key] = compile_program(self, plan)
+            if self._scratch is None:
+                self._scratch = Scratch()  # one set of buffers, whichever plan runs
+            compiled = self._programs[key] = compile_program(self, plan, self._scratch)
         return compiled.execute(self.constants, feeds, self.output_names)
+
+    def release_scratch(self) -> None:
+        """Free the Conv buffers kept between runs (they are made again at the next run)."""
+        if self._scratch is not None:
+            self._scratch.clear()
 
 
 def execute_spec(layer: Layer, spec: kernels.KernelSpec, inputs: Sequence[Any]) -> Any:
@@ -255,63 +266,6 @@ def execute_spec(layer: Layer, spec: kernels.KernelSpec, inputs: Sequence[Any]) 
             raise ValueError(f"layer {layer.name!r} is not a fused Q/DQ layer: no INT8 kernel")
         return int8.execute(spec, layer.fusion, inputs, layer.attrs)
     return kernels.execute(spec, inputs, layer.attrs)
-
-
-def _toposort(nodes: Sequence[onnx.NodeProto], available: set[str]) -> list[int]:
-    """Node indices in a valid execution order, keeping the file order when it is valid."""
-    producers: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for out in node.output:
-            if out:
-                producers[out] = i
-    deps: list[set[int]] = []
-    for node in nodes:
-        needed = set()
-        for name in _consumed_names(node):
-            if name and name not in available and name in producers:
-                needed.add(producers[name])
-        deps.append(needed)
-    users: dict[int, list[int]] = {i: [] for i in range(len(nodes))}
-    for i, d in enumerate(deps):
-        for j in d:
-            users[j].append(i)
-    remaining = [len(d) for d in deps]
-    ready = deque(i for i, r in enumerate(remaining) if r == 0)
-    order: list[int] = []
-    while ready:
-        i = ready.popleft()
-        order.append(i)
-        for u in sorted(users[i]):
-            remaining[u] -= 1
-            if remaining[u] == 0:
-                ready.append(u)
-    if len(order) != len(nodes):
-        raise UsageError("the ONNX graph has a cycle: it cannot be executed")
-    return sorted(order) if _is_valid_order(nodes, available, sorted(order)) else order
-
-
-def _consumed_names(node: onnx.NodeProto) -> list[str]:
-    """Inputs plus outer-scope names read by subgraphs (If/Loop/Scan bodies)."""
-    names = list(node.input)
-    for attr in node.attribute:
-        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-        for g in graphs:
-            inner = {i.name for i in g.input} | {t.name for t in g.initializer}
-            for sub in g.node:
-                inner.update(o for o in sub.output if o)
-            for sub in g.node:
-                names.extend(n for n in _consumed_names(sub) if n and n not in inner)
-    return names
-
-
-def _is_valid_order(nodes: Sequence[onnx.NodeProto], available: set[str], order: list[int]) -> bool:
-    seen = set(available)
-    producible = {o for n in nodes for o in n.output if o}
-    for i in order:
-        if any(n and n in producible and n not in seen for n in _consumed_names(nodes[i])):
-            return False
-        seen.update(o for o in nodes[i].output if o)
-    return True
 
 
 def prepare(model: onnx.ModelProto) -> PreparedModel:
@@ -437,8 +391,7 @@ def forget_engine_bytes() -> None:
     loaded form stays)."""
     _LAST_BYTES.clear()
     for loaded in _LOADED.values():
-        for compiled in loaded.prepared._programs.values():
-            compiled.scratch.clear()
+        loaded.prepared.release_scratch()
 
 
 def load_engine(data: bytes, environment: Environment) -> LoadedEngine:

@@ -35,6 +35,7 @@ import numpy as np
 from reprobuild.backends.reference import int8, kernels
 from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
 from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
+from reprobuild.backends.reference.graphorder import consumed_names
 
 if TYPE_CHECKING:
     from reprobuild.backends.reference.engine import Layer, PreparedModel
@@ -60,7 +61,7 @@ class Step:
 @dataclass(frozen=True)
 class Program:
     steps: tuple[Step, ...]
-    scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`)
+    scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`), shared per model
 
     def execute(
         self, constants: Mapping[str, Any], feeds: Mapping[str, Any], output_names: Sequence[str]
@@ -76,12 +77,12 @@ class Program:
         return {name: values[name] for name in output_names}
 
 
-def compile_program(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec]) -> Program:
-    """The steps of ``prepared`` run with the kernel ``plan`` (graph index -> kernel)."""
-    from reprobuild.backends.reference.engine import _consumed_names
-
+def compile_program(
+    prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], scratch: Scratch
+) -> Program:
+    """The steps of ``prepared`` run with the kernel ``plan`` (graph index -> kernel); the
+    Conv steps keep their buffers in ``scratch``."""
     ownable = _ownable(prepared, plan)
-    scratch = Scratch()
     steps = []
     for position, layer in enumerate(prepared.layers):
         spec = plan.get(layer.index)
@@ -92,7 +93,7 @@ def compile_program(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSp
         free = tuple(
             dict.fromkeys(
                 n
-                for n in _consumed_names(layer.node)
+                for n in consumed_names(layer.node)
                 if n and prepared.last_use.get(n) == position and n not in prepared.constants
             )
         )
@@ -109,8 +110,6 @@ def compile_program(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSp
 
 def _ownable(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec]) -> set[str]:
     """Names whose buffer the layer that reads them last may overwrite (module docstring)."""
-    from reprobuild.backends.reference.engine import _consumed_names
-
     fresh: set[str] = set()
     shared: set[str] = set(prepared.output_names) | set(prepared.constants)
     for layer in prepared.layers:
@@ -120,7 +119,7 @@ def _ownable(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec]) ->
         if new_arrays and not layer.has_subgraph:
             fresh.update(o for o in layer.node.output if o)
         if not (new_arrays or spec is not None) or layer.has_subgraph:
-            shared.update(n for n in _consumed_names(layer.node) if n)
+            shared.update(n for n in consumed_names(layer.node) if n)
     return fresh - shared
 
 
