@@ -251,7 +251,7 @@ class PreparedModel:
             if self._scratch is None:
                 self._scratch = Scratch()  # one set of buffers, whichever plan runs
             compiled = self._programs[key] = compile_program(self, plan, self._scratch)
-        return compiled.execute(self.constants, feeds, self.output_names)
+        return compiled.execute(self, feeds)
 
     def release_scratch(self) -> None:
         """Free the Conv buffers kept between runs (they are made again at the next run)."""

@@ -26,7 +26,7 @@ it (Reshape, Flatten, Identity, ...) reads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +45,10 @@ FRESH_OPS = frozenset(
 )
 """Ops whose outputs (fast path or ``onnx.reference``) never share memory with an input."""
 
-Runner = Callable[[list[Any], Mapping[str, Any]], list[Any]]
+Runner = Callable[[list[Any], Mapping[str, Any], "PreparedModel"], list[Any]]
+"""(inputs, every live value, the model) -> outputs. The model is an argument, not captured:
+a program kept on its model must not form a cycle with it, or dropping the model would
+wait for the cyclic garbage collector with all its weights alive (verify's peak)."""
 
 
 @dataclass(frozen=True)
@@ -63,18 +66,17 @@ class Program:
     steps: tuple[Step, ...]
     scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`), shared per model
 
-    def execute(
-        self, constants: Mapping[str, Any], feeds: Mapping[str, Any], output_names: Sequence[str]
-    ) -> dict[str, Any]:
-        values: dict[str, Any] = dict(constants)
+    def execute(self, prepared: PreparedModel, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        values: dict[str, Any] = dict(prepared.constants)
         values.update(feeds)
         for step in self.steps:
-            outputs = step.run([values[n] if n else None for n in step.inputs], values)
+            inputs = [values[n] if n else None for n in step.inputs]
+            outputs = step.run(inputs, values, prepared)
             for name, value in zip(step.outputs, outputs, strict=False):
                 values[name] = value
             for name in step.free:
                 values.pop(name, None)
-        return {name: values[name] for name in output_names}
+        return {name: values[name] for name in prepared.output_names}
 
 
 def compile_program(
@@ -134,12 +136,12 @@ def _runner(
 
     if spec is not None and supported(spec) and layer.fusion is None:
         conv = ConvStep(spec, layer.attrs, scratch)
-        return lambda inputs, _values: [conv(inputs)]
+        return lambda inputs, _values, _model: [conv(inputs)]
     if spec is not None:
-        return lambda inputs, _values: [execute_spec(layer, spec, inputs)]
+        return lambda inputs, _values, _model: [execute_spec(layer, spec, inputs)]
 
-    def generic(inputs: list[Any], values: Mapping[str, Any]) -> list[Any]:
-        return prepared.run_layer(layer, inputs, None, values)
+    def generic(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
+        return model.run_layer(layer, inputs, None, values)
 
     n_out = sum(1 for o in layer.node.output if o)
     if layer.domain or n_out != 1:
@@ -159,9 +161,9 @@ def _runner(
     if fast is None:
         return generic
 
-    def run(inputs: list[Any], values: Mapping[str, Any]) -> list[Any]:
+    def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
         out = fast(inputs)
-        return generic(inputs, values) if out is None else [out]
+        return generic(inputs, values, model) if out is None else [out]
 
     return run
 
