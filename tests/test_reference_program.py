@@ -317,3 +317,13 @@ def test_a_released_model_is_freed_at_once_not_by_the_cycle_collector(tmp_path) 
         assert model() is None
     finally:
         gc.enable()
+
+
+def test_scratch_keeps_small_buffers_between_runs_and_frees_large_ones() -> None:
+    scratch = convstep.Scratch()
+    small = scratch.get("pad", (4, 4))
+    scratch.get("cols", (1 << 20,))  # 4 MB
+    scratch.trim(1 << 20)
+    assert set(scratch._buffers) == {"pad"}
+    assert np.shares_memory(scratch.get("pad", (2, 8)), small)  # reused, not reallocated
+    assert program.KEEP_SCRATCH_BYTES == 32 << 20

@@ -52,6 +52,13 @@ class Scratch:
     def clear(self) -> None:
         self._buffers.clear()
 
+    def trim(self, keep_bytes: int) -> None:
+        """Free the buffers larger than ``keep_bytes``: a large model's im2col matrix (VGG19:
+        115 MB) is made again at each run rather than held between runs, where it would add
+        to the peak of whatever the caller does next (verify's)."""
+        for purpose in [p for p, b in self._buffers.items() if b.nbytes > keep_bytes]:
+            del self._buffers[purpose]
+
 
 def supported(spec: kernels.KernelSpec) -> bool:
     """Whether :class:`ConvStep` runs this kernel itself (float32 Conv kernels)."""

@@ -45,6 +45,9 @@ FRESH_OPS = frozenset(
 )
 """Ops whose outputs (fast path or ``onnx.reference``) never share memory with an input."""
 
+KEEP_SCRATCH_BYTES = 32 << 20
+"""Conv buffers up to this size stay allocated between runs (:meth:`.Scratch.trim`)."""
+
 Runner = Callable[[list[Any], Mapping[str, Any], "PreparedModel"], list[Any]]
 """(inputs, every live value, the model) -> outputs. The model is an argument, not captured:
 a program kept on its model must not form a cycle with it, or dropping the model would
@@ -76,6 +79,7 @@ class Program:
                 values[name] = value
             for name in step.free:
                 values.pop(name, None)
+        self.scratch.trim(KEEP_SCRATCH_BYTES)
         return {name: values[name] for name in prepared.output_names}
 
 
