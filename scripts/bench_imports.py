@@ -31,7 +31,9 @@ _RECORD = (
 def _build_modules(build: list[str], out: Path) -> list[str]:
     """The top-level names of every module a locked rebuild imports (then imported alone)."""
     code = _RECORD.replace("sys.argv_out", repr(str(out)))
-    subprocess.run([sys.executable, "-c", code, "-", *build], capture_output=True, check=True)
+    subprocess.run(
+        [sys.executable, "-c", code, "-", *build], capture_output=True, check=True, cwd=out.parent
+    )  # in the temporary directory: the build writes its engine and report into the cwd
     names = out.read_text().split("\n")
     return sorted({n for n in names if not n.startswith("__main__")})
 

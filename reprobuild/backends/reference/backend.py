@@ -105,8 +105,10 @@ class ReferenceBackend:
             raise BuildError(
                 "the timing cache belongs to another environment: create it on this machine"
             )
+        from reprobuild.backends.reference.engine import forget_engine_bytes
         from reprobuild.backends.reference.threads import limited
 
+        forget_engine_bytes()  # an engine the caller dropped must not live through the build
         with limited(self.threads) as used:
             out = build_engine(
                 str(model_path), settings, cache, log, self.environment(), self.timing

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from reprobuild.backends.reference.elementwise import ELEMENTWISE_OPS, run_elementwise
 from reprobuild.backends.reference.qdq import run_qdq
 
 
@@ -85,7 +86,8 @@ def _windows(
 
 
 def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
-    """MaxPool (single output): the maximum is exact, so any evaluation order agrees."""
+    """MaxPool (single output): the maximum is exact, so any evaluation order agrees, and the
+    box is reduced one axis at a time."""
     if not np.issubdtype(x.dtype, np.floating):
         return None
     geo = _pool_geometry(x, attrs)
@@ -97,10 +99,50 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     if any(pads):
         width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
         xp = np.pad(x, width, constant_values=-np.inf)
-    result: np.ndarray | None = None
-    for view in _windows(xp, kernel, strides, dilations, out):
-        result = view.copy() if result is None else np.maximum(result, view, out=result)
+    # one spatial axis at a time (the maximum over a box is the maximum over its rows of the
+    # maxima over its columns): k1 + k2 - 2 passes instead of k1 * k2 - 1
+    result = xp
+    for axis in reversed(range(nd)):
+        k, s, d, o = kernel[axis], strides[axis], dilations[axis], out[axis]
+        views = (
+            result[(slice(None),) * (2 + axis) + (slice(t * d, t * d + (o - 1) * s + 1, s),)]
+            for t in range(k)
+        )
+        result = _fold(views, np.maximum)
     return result
+
+
+def _fold(views: Iterator[np.ndarray], ufunc: Any) -> np.ndarray:
+    """``ufunc`` over the taps in order, ``((t0 . t1) . t2) ...``, into one new array (the
+    first two taps combined directly: no pass copying the first one)."""
+    first = next(views)
+    second = next(views, None)
+    if second is None:
+        return first.copy()
+    acc = ufunc(first, second)
+    for view in views:
+        ufunc(acc, view, out=acc)
+    return acc
+
+
+_COUNTS: dict[tuple[Any, ...], np.ndarray] = {}
+"""AveragePool divisors without padding, by spatial shape and geometry: a constant of the
+layer, computed once instead of once per run (a handful of entries per model)."""
+
+
+def _pad_counts(
+    spatial: tuple[int, ...], geo: tuple[tuple[int, ...], ...], width: list[tuple[int, int]]
+) -> np.ndarray:
+    key = (spatial, *geo)
+    count = _COUNTS.get(key)
+    if count is None:
+        kernel, strides, dilations, _, out = geo
+        ones = np.pad(np.ones((1, 1, *spatial), np.float32), width)
+        count = _fold(_windows(ones, kernel, strides, dilations, out), np.add)
+        if len(_COUNTS) >= 256:
+            _COUNTS.clear()
+        _COUNTS[key] = count
+    return count
 
 
 def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
@@ -115,19 +157,12 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     xf = x.astype(np.float32, copy=False)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
     xp = np.pad(xf, width) if any(pads) else xf
-    total: np.ndarray | None = None
-    for view in _windows(xp, kernel, strides, dilations, out):
-        total = view.copy() if total is None else np.add(total, view, out=total)
-    assert total is not None
+    total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
     if int(attrs.get("count_include_pad", 0)) or not any(pads):
-        result = total / np.float32(math.prod(kernel))
+        np.divide(total, np.float32(math.prod(kernel)), out=total)
     else:
-        ones = np.pad(np.ones((1, 1, *x.shape[2:]), np.float32), width)
-        count: np.ndarray | None = None
-        for view in _windows(ones, kernel, strides, dilations, out):
-            count = view.copy() if count is None else np.add(count, view, out=count)
-        result = total / count
-    return result.astype(x.dtype)
+        np.divide(total, _pad_counts(tuple(x.shape[2:]), geo, width), out=total)
+    return total.astype(x.dtype, copy=False)
 
 
 def batch_norm(
@@ -151,7 +186,7 @@ def batch_norm(
     shift = bias.astype(f32) - mean.astype(f32) * inv
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     y = x.astype(f32, copy=False) * inv.reshape(shape) + shift.reshape(shape)
-    return [y.astype(x.dtype)]
+    return [y.astype(x.dtype, copy=False)]
 
 
 def _coerced_softmax(op: str, x: np.ndarray, axis: int) -> np.ndarray:
@@ -216,12 +251,19 @@ def lrn(inputs: Sequence[Any], attrs: Mapping[str, Any], n_outputs: int) -> list
     xf = x.astype(np.float32, copy=False)
     squares = xf * xf
     channels = x.shape[1]
-    padded = np.pad(squares, [(0, 0), (below, above)] + [(0, 0)] * (x.ndim - 2))
+    # the window's squares added in channel order; the zero channels outside the tensor are
+    # skipped (adding +0.0 to a sum of squares changes no bit)
     total = np.zeros_like(squares)
-    for offset in range(below + above + 1):
-        total += padded[:, offset : offset + channels]
-    y = xf / (np.float32(bias) + np.float32(alpha / size) * total) ** np.float32(beta)
-    return [y.astype(x.dtype)]
+    for shift in range(-below, above + 1):
+        lo, hi = max(0, -shift), min(channels, channels - shift)
+        if lo < hi:
+            total[:, lo:hi] += squares[:, lo + shift : hi + shift]
+    # x / (bias + alpha / size * total) ** beta, one operation at a time in place
+    np.multiply(total, np.float32(alpha / size), out=total)
+    np.add(total, np.float32(bias), out=total)
+    np.power(total, np.float32(beta), out=total)
+    np.divide(xf, total, out=total)
+    return [total.astype(x.dtype, copy=False)]
 
 
 def run_fast(
@@ -245,6 +287,9 @@ def run_fast(
         return lrn(inputs, attrs, n_outputs)
     if op in ("QuantizeLinear", "DequantizeLinear") and n_outputs == 1:
         return run_qdq(op, inputs, attrs)
+    if n_outputs == 1 and op in ELEMENTWISE_OPS:
+        result = run_elementwise(op, inputs, attrs, opset)
+        return None if result is None else [result]
     pool = {"MaxPool": max_pool, "AveragePool": average_pool}.get(op)
     if pool is None or n_outputs != 1 or len(inputs) != 1:
         return None

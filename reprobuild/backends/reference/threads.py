@@ -13,8 +13,10 @@ The count is a setting of the run, not of the result: it is recorded in the buil
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from reprobuild.errors import UsageError
 
@@ -50,7 +52,15 @@ def limited(threads: int) -> Iterator[int]:
     if threads == 0:
         yield _blas_threads()
         return
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=threads, user_api="blas"):
+    with _controller().limit(limits=threads, user_api="blas"):
         yield threads
+
+
+@functools.lru_cache(maxsize=1)
+def _controller() -> Any:
+    """The loaded thread pools, found once: finding them walks every loaded library (0.5 ms,
+    a tenth of a small model's engine run). The kernels reach BLAS only through numpy, whose
+    BLAS is loaded with numpy, before the first call; a library loaded later is not theirs."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()

@@ -1,0 +1,207 @@
+"""The engine's execution program: the layer list compiled once into steps that run fast.
+
+Why: an engine run used to re-derive, per layer and per run, what never changes between
+runs (which inputs die after the layer, the BatchNormalization scale and shift, which ops
+have a numpy path) and ran elementwise layers through ``onnx.reference``, each allocating
+a new tensor. A :class:`Program` is compiled once per (folded model, kernel plan) and:
+
+- runs the autotuned layers with their locked kernels, exactly as before
+  (:func:`.engine.execute_spec`, untouched);
+- runs the elementwise layers (Relu, Add/Sub/Mul/Div, Sum, BatchNormalization) and Concat
+  with numpy directly, writing into an input's buffer when that input dies at the layer and
+  nothing else can see it: a chain such as Conv -> BatchNormalization -> Relu (-> Mul ->
+  Add) runs in the Conv output's buffer, one tensor instead of one per layer;
+- folds BatchNormalization's per-channel scale and shift once, at compile time.
+
+Each numpy step computes what the generic path computes, the same float operations in the
+same order (``tests/test_reference_program.py`` holds them to it bit for bit); the one
+difference is the sign of a zero: ``Sum`` of negative zeros gives ``-0.0`` where
+``onnx.reference`` (``0 + a + b``) gives ``+0.0``.
+
+Buffer ownership, decided statically: a tensor may be overwritten by the layer that reads
+it last only if a layer known to return a new array produced it (:data:`FRESH_OPS`, or an
+autotuned float kernel), it is not a graph output, and no layer that might return a view of
+it (Reshape, Flatten, Identity, ...) reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from reprobuild.backends.reference import int8, kernels
+from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
+from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
+from reprobuild.backends.reference.graphorder import consumed_names
+
+if TYPE_CHECKING:
+    from reprobuild.backends.reference.engine import Layer, PreparedModel
+
+FRESH_OPS = frozenset(
+    {"Relu", "Sum", "BatchNormalization", "Concat", "MaxPool", "AveragePool", "LRN", *BINARY}
+)
+"""Ops whose outputs (fast path or ``onnx.reference``) never share memory with an input."""
+
+KEEP_SCRATCH_BYTES = 32 << 20
+"""Conv buffers up to this size stay allocated between runs (:meth:`.Scratch.trim`)."""
+
+Runner = Callable[[list[Any], Mapping[str, Any], "PreparedModel"], list[Any]]
+"""(inputs, every live value, the model) -> outputs. The model is an argument, not captured:
+a program kept on its model must not form a cycle with it, or dropping the model would
+wait for the cyclic garbage collector with all its weights alive (verify's peak)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One layer: where its inputs come from, how it runs, which values die after it."""
+
+    inputs: tuple[str, ...]  # "" for an omitted optional input
+    outputs: tuple[str, ...]
+    run: Runner
+    free: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    steps: tuple[Step, ...]
+    scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`), shared per model
+
+    def execute(self, prepared: PreparedModel, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        values: dict[str, Any] = dict(prepared.constants)
+        values.update(feeds)
+        for step in self.steps:
+            inputs = [values[n] if n else None for n in step.inputs]
+            outputs = step.run(inputs, values, prepared)
+            for name, value in zip(step.outputs, outputs, strict=False):
+                values[name] = value
+            for name in step.free:
+                values.pop(name, None)
+        self.scratch.trim(KEEP_SCRATCH_BYTES)
+        return {name: values[name] for name in prepared.output_names}
+
+
+def compile_program(
+    prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], scratch: Scratch
+) -> Program:
+    """The steps of ``prepared`` run with the kernel ``plan`` (graph index -> kernel); the
+    Conv steps keep their buffers in ``scratch``."""
+    ownable = _ownable(prepared, plan)
+    steps = []
+    for position, layer in enumerate(prepared.layers):
+        spec = plan.get(layer.index)
+        inputs = tuple(layer.node.input)
+        donate = tuple(
+            bool(n) and n in ownable and prepared.last_use.get(n) == position for n in inputs
+        )
+        free = tuple(
+            dict.fromkeys(
+                n
+                for n in consumed_names(layer.node)
+                if n and prepared.last_use.get(n) == position and n not in prepared.constants
+            )
+        )
+        steps.append(
+            Step(
+                inputs=inputs,
+                outputs=tuple(o for o in layer.node.output if o),
+                run=_runner(prepared, layer, spec, donate, scratch),
+                free=free,
+            )
+        )
+    return Program(tuple(steps), scratch)
+
+
+def _ownable(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec]) -> set[str]:
+    """Names whose buffer the layer that reads them last may overwrite (module docstring)."""
+    fresh: set[str] = set()
+    shared: set[str] = set(prepared.output_names) | set(prepared.constants)
+    for layer in prepared.layers:
+        spec = plan.get(layer.index)
+        kernel = spec is not None and not int8.is_int8(spec)
+        new_arrays = not layer.domain and (kernel or layer.op in FRESH_OPS)
+        if new_arrays and not layer.has_subgraph:
+            fresh.update(o for o in layer.node.output if o)
+        if not (new_arrays or spec is not None) or layer.has_subgraph:
+            shared.update(n for n in consumed_names(layer.node) if n)
+    return fresh - shared
+
+
+def _runner(
+    prepared: PreparedModel,
+    layer: Layer,
+    spec: kernels.KernelSpec | None,
+    donate: tuple[bool, ...],
+    scratch: Scratch,
+) -> Runner:
+    from reprobuild.backends.reference.engine import execute_spec
+
+    if spec is not None and supported(spec) and layer.fusion is None:
+        conv = ConvStep(spec, layer.attrs, scratch)
+        return lambda inputs, _values, _model: [conv(inputs)]
+    if spec is not None:
+        return lambda inputs, _values, _model: [execute_spec(layer, spec, inputs)]
+
+    def generic(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
+        return model.run_layer(layer, inputs, None, values)
+
+    n_out = sum(1 for o in layer.node.output if o)
+    if layer.domain or n_out != 1:
+        return generic
+    opset = prepared.opsets.get("", 1)
+    fast: Callable[[list[Any]], Any | None] | None = None
+    if layer.op == "Relu":
+        fast = lambda inputs: relu(inputs, donate)  # noqa: E731
+    elif layer.op in BINARY and opset >= 7:
+        fast = lambda inputs: binary(layer.op, inputs, donate)  # noqa: E731
+    elif layer.op == "Sum" and opset >= 8:
+        fast = lambda inputs: total(inputs, donate)  # noqa: E731
+    elif layer.op == "Concat" and opset >= 4:
+        fast = lambda inputs: concat(inputs, layer.attrs)  # noqa: E731
+    elif layer.op == "BatchNormalization":
+        fast = _batch_norm(prepared, layer, donate)
+    if fast is None:
+        return generic
+
+    def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
+        out = fast(inputs)
+        return generic(inputs, values, model) if out is None else [out]
+
+    return run
+
+
+def _batch_norm(
+    prepared: PreparedModel, layer: Layer, donate: tuple[bool, ...]
+) -> Callable[[list[Any]], Any | None] | None:
+    """Inference BatchNormalization on float32 with constant parameters: ``x * inv + shift``
+    with ``inv`` and ``shift`` computed once, as :func:`.ops.batch_norm` computes them."""
+    from reprobuild.backends.reference import ops
+
+    names = list(layer.node.input)
+    if len(names) != 5 or any(n not in prepared.constants for n in names[1:]):
+        return None
+    opset = prepared.opsets.get("", 1)
+    params = [np.asarray(prepared.constants[n]) for n in names[1:]]
+    probe = np.zeros((1, params[0].shape[0] if params[0].ndim == 1 else 0), np.float32)
+    if ops.batch_norm([probe, *params], layer.attrs, opset, 1) is None:
+        return None  # training mode, spatial=0, shapes or dtypes the numpy path refuses
+    scale, bias, mean, var = params
+    f32 = np.float32
+    eps = f32(layer.attrs.get("epsilon", 1e-5))
+    inv = scale.astype(f32) / np.sqrt(var.astype(f32) + eps)
+    shift = bias.astype(f32) - mean.astype(f32) * inv
+
+    def run(inputs: list[Any]) -> np.ndarray | None:
+        x = inputs[0]
+        if type(x) is not np.ndarray or x.dtype != f32 or x.ndim < 2:
+            return None
+        if x.shape[1] != inv.shape[0]:
+            return None
+        shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        out = x if donate[0] and x.flags.c_contiguous else None
+        y = np.multiply(x, inv.reshape(shape), out=out)
+        return np.add(y, shift.reshape(shape), out=y)
+
+    return run

@@ -1,0 +1,329 @@
+"""The reference engine's compiled program: numpy elementwise paths, buffer reuse, and the
+engine-bytes shortcut, each held to the generic (``onnx.reference``) path bit for bit."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from reprobuild.backends.base import BuildSettings
+from reprobuild.backends.reference import (
+    ReferenceBackend,
+    convstep,
+    elementwise,
+    engine,
+    ops,
+    program,
+)
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def _reference(op: str, inputs: list[np.ndarray], **attrs) -> np.ndarray:
+    names = [f"x{i}" for i in range(len(inputs))]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_empty_tensor_value_info(n) for n in names],
+        [helper.make_empty_tensor_value_info("y")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ReferenceEvaluator(model).run(None, dict(zip(names, inputs, strict=True)))[0]
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+# -- elementwise paths ------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+@pytest.mark.parametrize(
+    ("shape_a", "shape_b"), [((2, 3, 4, 5), (2, 3, 4, 5)), ((2, 3, 4, 5), (1, 3, 1, 1)), ((3,), ())]
+)
+def test_binary_matches_onnx_reference_and_writes_into_a_dying_input(op, shape_a, shape_b):
+    g = _rng(1)
+    a = g.standard_normal(shape_a).astype(np.float32)
+    b = np.asarray(g.standard_normal(shape_b) + 3.0, dtype=np.float32)
+    want = _reference(op, [a, b])
+    assert _same_bits(elementwise.binary(op, [a, b]), want)
+    mine = a.copy()
+    got = elementwise.binary(op, [mine, b.copy()], donate=(True, False))
+    assert _same_bits(got, want) and got is mine  # the dying input's buffer was reused
+    # a broadcast input is never written into: the result has another shape
+    if shape_b != shape_a:
+        small = b.copy()
+        got = elementwise.binary(op, [a, small], donate=(False, True))
+        assert _same_bits(got, want) and got is not small and _same_bits(small, b)
+
+
+def test_relu_sum_concat_match_onnx_reference() -> None:
+    g = _rng(2)
+    x, y, z = (g.standard_normal((2, 4, 3, 3)).astype(np.float32) for _ in range(3))
+    x[0, 0, 0, 0] = np.nan
+    assert _same_bits(elementwise.relu([x]), _reference("Relu", [x]))
+    mine = x.copy()
+    assert elementwise.relu([mine], donate=(True,)) is mine
+    assert _same_bits(mine, _reference("Relu", [x]))
+    assert _same_bits(elementwise.total([x, y, z]), _reference("Sum", [x, y, z]))
+    assert _same_bits(elementwise.total([x, y[:1, :1]]), _reference("Sum", [x, y[:1, :1]]))
+    assert _same_bits(elementwise.concat([x, y], {"axis": 1}), _reference("Concat", [x, y], axis=1))
+    # what the paths do not cover goes back to onnx.reference
+    ints = np.arange(6, dtype=np.int64)
+    assert elementwise.binary("Div", [ints, ints + 1]) is None
+    assert elementwise.binary("Add", [x, x.astype(np.float64)]) is None
+    assert ops.run_fast("Add", "", [x, y], {}, 1, 6) is None  # opset 6: the broadcast attribute
+
+
+# -- the compiled program ---------------------------------------------------------------------
+def _residual_model(tmp_path: Path) -> Path:
+    """Conv -> BN -> Relu, a Reshape view of the Relu output kept as a graph output while the
+    Relu output is also read by Mul/Add/Sum: in-place steps must not write through the view."""
+    g = _rng(3)
+    w = numpy_helper.from_array(g.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    bn = [
+        numpy_helper.from_array(v.astype(np.float32), n)
+        for v, n in (
+            (g.random(4) + 0.5, "scale"),
+            (g.standard_normal(4), "bias"),
+            (g.standard_normal(4), "mean"),
+            (g.random(4) + 0.5, "var"),
+        )
+    ]
+    k = numpy_helper.from_array(g.standard_normal((1, 4, 1, 1)).astype(np.float32), "k")
+    shape = numpy_helper.from_array(np.array([1, -1], np.int64), "flat")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"]),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("Reshape", ["r", "flat"], ["view"]),
+        helper.make_node("Mul", ["r", "k"], ["m"]),
+        helper.make_node("Relu", ["m"], ["m2"]),
+        helper.make_node("Add", ["m2", "k"], ["a"]),
+        helper.make_node("Sum", ["a", "c", "m2"], ["s"]),
+        helper.make_node("Concat", ["s", "a"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("view", TensorProto.FLOAT, None),
+        ],
+        [w, *bn, k, shape],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "residual.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _generic(prepared: engine.PreparedModel, feeds, plan) -> dict[str, np.ndarray]:
+    """The engine's execution before the program: every layer by ``run_layer``, new arrays."""
+    values = dict(prepared.constants)
+    values.update(feeds)
+    for layer in prepared.layers:
+        outs = prepared.run_layer(layer, prepared.gather(layer, values), plan.get(layer.index))
+        values.update(zip((o for o in layer.node.output if o), outs, strict=False))
+    return {n: values[n] for n in prepared.output_names}
+
+
+def test_program_matches_layer_by_layer_run_and_reuses_buffers(tmp_path: Path) -> None:
+    path = _residual_model(tmp_path)
+    backend = ReferenceBackend()
+    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    feeds = {"x": _rng(4).standard_normal((1, 3, 6, 6)).astype(np.float32)}
+    given = feeds["x"].copy()
+    got = backend.run(out.engine, feeds)
+    loaded = engine.load_engine(out.engine, backend.environment())
+    want = _generic(loaded.prepared, feeds, loaded.plan)
+    assert set(got) == {"y", "view"}
+    for name in want:
+        assert _same_bits(got[name], want[name]), name
+    assert _same_bits(feeds["x"], given)  # the caller's input is never written into
+    # which buffers are reused: the Conv output feeds BN, but Sum reads it later, so BN
+    # allocates; Relu's output is seen through the Reshape view, so Mul allocates; Mul's
+    # output dies in Relu, which reuses it (and Add reuses nothing: Sum reads m2 later)
+    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
+    names = [layer.node.output[0] for layer in loaded.prepared.layers]
+    steps = dict(zip(names, compiled.steps, strict=True))
+    ownable = program._ownable(loaded.prepared, loaded.plan)
+    assert {"c", "n", "m", "m2", "a", "s"} <= ownable
+    assert "r" not in ownable and "view" not in ownable and "y" not in ownable
+    assert steps["m2"].free == ("m",) and "c" in steps["s"].free
+
+
+def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, monkeypatch):
+    path = _residual_model(tmp_path)
+    backend = ReferenceBackend()
+    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    feeds = {"x": np.ones((1, 3, 6, 6), np.float32)}
+    first = backend.run(out.engine, feeds)
+    calls = []
+    real = engine.split_engine
+    monkeypatch.setattr(engine, "split_engine", lambda data: calls.append(1) or real(data))
+    again = backend.run(out.engine, feeds)
+    assert calls == [] and _same_bits(first["y"], again["y"])
+    backend.run(bytes(bytearray(out.engine)), feeds)  # equal bytes, another object: checked
+    assert calls == [1]
+    corrupt = bytearray(out.engine)
+    corrupt[40] ^= 1
+    with pytest.raises(engine.EngineError, match="corrupted|unreadable"):
+        backend.run(bytes(corrupt), feeds)
+    backend.run(out.engine, feeds)
+    assert engine._LAST_BYTES and engine._LAST_BYTES[0][0] is out.engine
+    prepared = engine._LAST_BYTES[0][1].prepared
+    assert "pad" in prepared._scratch._buffers  # the Conv's padded input, kept
+    backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    assert not engine._LAST_BYTES  # the build does not keep the caller's engine alive
+    assert prepared._scratch._buffers == {}  # nor the buffers of its runs
+
+
+# -- Conv kernels with kept buffers -----------------------------------------------------------
+def test_conv_step_computes_every_float32_conv_kernel_bit_for_bit() -> None:
+    """Each case runs twice through one shared scratch, after a larger layer: buffers that
+    hold another layer's values (and a border another layer wrote) must change nothing."""
+    from reprobuild.backends.reference import kernels
+    from tests.test_reference_kernels import CONV_CASES
+
+    g = _rng(5)
+    scratch = convstep.Scratch()
+    big_x = g.standard_normal((1, 8, 20, 20)).astype(np.float32)
+    big_w = g.standard_normal((4, 8, 3, 3)).astype(np.float32)
+    specs = [s for s in kernels.kernels_for("Conv", "f32") if convstep.supported(s)]
+    assert {s.scheme for s in specs} == {"blas", "splitk", "tree", "direct"}
+    for x_shape, w_shape, attrs in CONV_CASES:
+        x = g.standard_normal(x_shape).astype(np.float32)
+        w = g.standard_normal(w_shape).astype(np.float32)
+        b = g.standard_normal(w_shape[0]).astype(np.float32)
+        for spec in specs:
+            big = convstep.ConvStep(spec, {"pads": [2, 2, 2, 2]}, scratch)
+            big([big_x, big_w])
+            step = convstep.ConvStep(spec, attrs, scratch)
+            for inputs in ([x, w, b], [x, w]):
+                want = kernels.execute(spec, inputs, attrs)
+                for _ in range(2):
+                    assert _same_bits(step(inputs), want), (spec.name, x_shape, attrs)
+    scratch.clear()
+    assert scratch._buffers == {}
+    # a float16 layer is not this step's: the kernel itself runs
+    assert not convstep.supported(kernels.KERNELS["ref_conv_im2col_blas_f16_f32acc"])
+
+
+def test_building_and_running_an_mlp_never_imports_onnx_reference(tmp_path: Path) -> None:
+    """Every op of the example MLP (MatMul, Add, Relu) has a numpy path, so the build path
+    does not pay for importing onnx.reference (its op table imports ~200 modules)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    model = root / "reprobuild" / "examples" / "mlp.onnx"
+    env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout, whatever the cwd
+    code = (
+        "import sys, numpy as np\n"
+        "from reprobuild.backends.reference import ReferenceBackend\n"
+        "from reprobuild.backends.base import BuildSettings\n"
+        "b = ReferenceBackend()\n"
+        f"out = b.build({str(model)!r}, BuildSettings(), b.create_timing_cache(), print)\n"
+        "meta = b.engine_metadata(out.engine)\n"
+        "feeds = {i['name']: np.ones(i['shape'], np.float32) for i in meta['inputs']}\n"
+        "b.run(out.engine, feeds)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('onnx.reference')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout[-500:]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]},
+        {"kernel_shape": [2, 2], "strides": [2, 2]},
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+        {"kernel_shape": [1, 1]},
+    ],
+)
+def test_pools_sum_taps_in_the_order_they_always_did(attrs) -> None:
+    """AveragePool adds the taps one by one in row-major order and divides once (the counts
+    now kept between runs): the same bits as a copy of tap 0 plus each later tap."""
+    g = _rng(6)
+    x = g.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    kernel, strides, dilations, pads, out = ops._pool_geometry(x, attrs)
+    nd = len(kernel)
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+    views = list(ops._windows(np.pad(x, width), kernel, strides, dilations, out))
+    total = views[0].copy()
+    for v in views[1:]:
+        total += v
+    ones = np.pad(np.ones((1, 1, 9, 8), np.float32), width)
+    counts = list(ops._windows(ones, kernel, strides, dilations, out))
+    count = sum(counts[1:], counts[0].copy())
+    if attrs.get("count_include_pad") or not any(pads):
+        count = np.float32(math.prod(kernel))
+    for _ in range(2):  # the second call divides by the kept counts
+        assert _same_bits(ops.average_pool(x, attrs), total / count)
+    max_attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
+    assert _same_bits(ops.max_pool(x, max_attrs), _reference("MaxPool", [x], **max_attrs))
+
+
+@pytest.mark.parametrize("size", [1, 2, 5])
+def test_lrn_in_place_gives_the_bits_of_its_padded_formula(size) -> None:
+    g = _rng(7)
+    x = g.standard_normal((2, 7, 3, 4)).astype(np.float32)
+    below, above = (size - 1) // 2, -(-(size - 1) // 2)
+    padded = np.pad(x * x, [(0, 0), (below, above), (0, 0), (0, 0)])
+    total = np.zeros_like(x)
+    for offset in range(size):
+        total += padded[:, offset : offset + 7]
+    a, b, k = 1e-3, 0.75, 2.0
+    want = x / (np.float32(k) + np.float32(a / size) * total) ** np.float32(b)
+    attrs = {"size": size, "alpha": a, "beta": b, "bias": k}
+    assert _same_bits(ops.lrn([x], attrs, 1)[0], want)
+
+
+def test_a_released_model_is_freed_at_once_not_by_the_cycle_collector(tmp_path) -> None:
+    """The compiled program lives on the folded model; if it pointed back at the model, the
+    weights would outlive ``release()`` until a garbage collection (verify's memory peak)."""
+    import gc
+    import weakref
+
+    path = _residual_model(tmp_path)
+    backend = ReferenceBackend()
+    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    backend.run(out.engine, {"x": np.ones((1, 3, 6, 6), np.float32)})
+    model = weakref.ref(engine.load_engine(out.engine, backend.environment()).prepared)
+    assert model() is not None and model()._programs
+    gc.disable()
+    try:
+        backend.release()
+        assert model() is None
+    finally:
+        gc.enable()
+
+
+def test_scratch_keeps_small_buffers_between_runs_and_frees_large_ones() -> None:
+    scratch = convstep.Scratch()
+    small = scratch.get("pad", (4, 4))
+    scratch.get("cols", (1 << 20,))  # 4 MB
+    scratch.trim(1 << 20)
+    assert set(scratch._buffers) == {"pad"}
+    assert np.shares_memory(scratch.get("pad", (2, 8)), small)  # reused, not reallocated
+    assert program.KEEP_SCRATCH_BYTES == 32 << 20
