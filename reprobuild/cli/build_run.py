@@ -263,9 +263,11 @@ def run(
 
 def print_sample_accuracy(accuracy: dict[str, Any] | None) -> None:
     """One line per sample set (calibration, held-out): the engine's error against FP32."""
+    if not accuracy:
+        return
     from reprobuild.workflow.sampleacc import describe
 
-    for label, acc in (accuracy or {}).items():
+    for label, acc in accuracy.items():
         echo(describe(label, acc))
 
 
