@@ -1,10 +1,13 @@
 """Time the imports on the build path against `python -c pass` (issue 15: goal <= 0.2 s).
 
 Run: python scripts/bench_imports.py [--repeat 5]
-Three figures, measured interleaved round after round (medians, every round printed):
-``import reprobuild.workflow.build``; every module a locked rebuild of the small example
-model imports (recorded once from a real rebuild, then imported alone in a fresh
-interpreter); and the whole locked rebuild (the second build with the same lock).
+Figures measured interleaved round after round (medians, every round printed):
+``import numpy, onnx`` (the floor: the build needs both); ``import reprobuild.workflow.build``;
+every module a locked rebuild of the small example model imports (recorded once from a real
+rebuild, then imported alone in a fresh interpreter); the whole locked rebuild (the second
+build with the same lock); and the same rebuild with its arguments read by typer (``-lPATH``,
+which the typer-free reader in ``cli/fastargs`` leaves to typer), i.e. as every build ran
+before that reader took ``build``.
 """
 
 from __future__ import annotations
@@ -54,8 +57,10 @@ def main() -> None:
             "    try:\n        importlib.import_module(m)\n"
             "    except Exception:\n        pass\n"
         )
+        via_typer = [*rb[:-4], f"-l{lock}", *rb[-2:]]  # same build; typer reads -lPATH
         commands = {
             "python -c pass": [sys.executable, "-c", "pass"],
+            "import numpy, onnx (floor)": [sys.executable, "-c", "import numpy, onnx"],
             "import reprobuild.workflow.build": [
                 sys.executable, "-c", "import reprobuild.workflow.build"
             ],
@@ -63,6 +68,7 @@ def main() -> None:
                 sys.executable, "-c", imports
             ],
             "locked rebuild (whole command)": rb,
+            "locked rebuild, arguments read by typer": via_typer,
         }  # fmt: skip
         times: dict[str, list[float]] = {k: [] for k in commands}
         for _ in range(args.repeat):

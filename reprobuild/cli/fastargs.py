@@ -1,11 +1,13 @@
-"""The lock commands' arguments read without typer, when they are plain enough.
+"""The lock commands' and ``build``'s arguments read without typer, when they are plain.
 
 ``show``, ``pin``, ``unpin`` and ``diff`` on a big lock should take a fraction of a
-second, and importing typer, pydantic (typer converts every parameter through it) and
-every command module takes about half of that before any work starts. So ``main`` asks
-here first: an argument list made only of the options a command documents, each written
-out whole (``--lock PATH``, ``-l PATH``, ``--lock=PATH``, flags at most once), is read
-here and the command (``lock_run``) runs at once. Anything else (``--help``, a root
+second, and a locked rebuild of a small model about as long as its numpy and onnx imports;
+importing typer, pydantic (typer converts every parameter through it) and every command
+module takes about half of that before any work starts. So ``main`` asks here first: an
+argument list made only of the options a command documents, each written out whole
+(``--lock PATH``, ``-l PATH``, ``--lock=PATH``, flags and single-valued options at most
+once, numbers as plain digits), is read here and the command (``lock_run``, ``build_run``)
+runs at once. Anything else (``--help``, a root
 option, an unknown or repeated option, a missing or dash-leading value, ``--``, a wrong
 number of arguments, an empty one) returns None and typer reads the arguments as always, so help,
 usage errors and their exit codes stay typer's own.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +36,54 @@ class _Spec:
     positionals: int | None
 
 
+# build's options (``build_cmds.build`` declares them for typer; tests/test_fastargs.py holds
+# the two together): option -> (``build_run.run``'s parameter, how its value is read).
+_BUILD: dict[str, tuple[str, str]] = {
+    "--lock": ("lock", "path"),
+    "-l": ("lock", "path"),
+    "--out": ("out", "path"),
+    "-o": ("out", "path"),
+    "--backend": ("backend", "str"),
+    "--frozen": ("frozen", "flag"),
+    "--cache-dir": ("cache_dir", "path"),
+    "--allow-env-change": ("allow_env_change", "flag"),
+    "--report": ("report", "path"),
+    "--opt-level": ("opt_level", "int"),
+    "--builder-optimization-level": ("opt_level", "int"),
+    "--workspace": ("workspace", "str"),
+    "--shapes": ("shapes", "list"),
+    "--min-shapes": ("min_shapes", "list"),
+    "--opt-shapes": ("opt_shapes", "list"),
+    "--max-shapes": ("max_shapes", "list"),
+    "--tactic-sources": ("tactic_sources", "str"),
+    "--no-tf32": ("no_tf32", "flag"),
+    "--max-tactics": ("max_tactics", "int"),
+    "--avg-timing": ("avg_timing", "int"),
+    "--precision": ("precision", "str"),
+    "--keep-fp32": ("keep_fp32", "list"),
+    "--keep-fp32-op": ("keep_fp32_op", "list"),
+    "--max-output": ("max_output", "float"),
+    "--max-reduction-depth": ("max_reduction_depth", "int"),
+    "--fp32-accumulate": ("fp32_accumulate", "flag"),
+    "--calibration": ("calibration", "path"),
+    "--calib-method": ("calib_method", "str"),
+    "--calib-batch-size": ("calib_batch_size", "int"),
+    "--calib-samples": ("calib_samples", "int"),
+    "--float": ("float_precision", "str"),
+    "--held-out": ("held_out", "path"),
+    "--json": ("as_json", "flag"),
+    "--quiet": ("quiet", "flag"),
+    "-q": ("quiet", "flag"),
+    "--ref-timing": ("ref_timing", "str"),
+    "--threads": ("threads", "int"),
+}
+# Numbers as plain digits only (typer's own reading of anything else, "007", "1_000",
+# "1e3", " 5", is left to typer); each read here gives what typer gives.
+_NUMBER = {
+    "int": re.compile(r"(0|[1-9][0-9]{0,17})"),
+    "float": re.compile(r"[0-9]{1,18}(\.[0-9]{1,18})?"),
+}
+
 _SPECS = {
     "show": _Spec(("--json", "--precision"), True, 0),
     "pin": _Spec(("--json", "--force"), True, None),
@@ -43,6 +94,8 @@ _SPECS = {
 
 def parse(args: list[str]) -> Callable[[], int | None] | None:
     """The command to run for ``args`` (its exit code, None for 0), or None: typer's turn."""
+    if args and args[0] == "build":
+        return _parse_build(args[1:])
     if not args or args[0] not in _SPECS:
         return None
     name, spec = args[0], _SPECS[args[0]]
@@ -73,6 +126,57 @@ def parse(args: list[str]) -> Callable[[], int | None] | None:
     return lambda: _run(name, positionals, path, flags, as_json)
 
 
+def _parse_build(args: list[str]) -> Callable[[], int | None] | None:
+    """``build MODEL [OPTIONS]`` as ``build_run.run``'s arguments, or None: typer's turn."""
+    values: dict[str, object] = {}
+    positionals: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg in ("", "-", "--"):
+            return None
+        if not arg.startswith("-"):
+            positionals.append(arg)
+            continue
+        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        dest, kind = _BUILD.get(name, ("", ""))
+        if not dest or (kind == "flag" and eq) or (kind != "list" and dest in values):
+            return None
+        if kind == "flag":
+            values[dest] = True
+            continue
+        text = inline if eq else next(rest, "")
+        if not text or text.startswith("-"):
+            return None
+        value = _build_value(kind, text)
+        if value is None:
+            return None
+        if kind == "list":
+            values.setdefault(dest, []).append(value)  # type: ignore[union-attr]
+        else:
+            values[dest] = value
+    if len(positionals) != 1:
+        return None
+    model = Path(positionals[0])
+    return lambda: _guarded(lambda: _build(model, values))
+
+
+def _build_value(kind: str, text: str) -> object:
+    """``text`` as typer reads it for ``kind``, or None: not plain enough to read here."""
+    if kind in ("str", "list"):
+        return text
+    if kind == "path":
+        return Path(text)
+    if not _NUMBER[kind].fullmatch(text):
+        return None
+    return int(text) if kind == "int" else float(text)
+
+
+def _build(model: Path, values: dict[str, object]) -> None:
+    from reprobuild.cli import build_run
+
+    build_run.run(model, **values)  # type: ignore[arg-type]
+
+
 def _run(name: str, positionals: list[str], lock: Path, flags: set[str], as_json: bool) -> int:
     """Without the cyclic garbage collector: everything a lock command makes (a lock is
     ~150,000 objects for 10,000 layers, then table rows) is acyclic and freed by reference
@@ -80,7 +184,16 @@ def _run(name: str, positionals: list[str], lock: Path, flags: set[str], as_json
     was = gc.isenabled()
     gc.disable()
     try:
-        return _command(name, positionals, lock, flags, as_json)
+        return _guarded(lambda: _command(name, positionals, lock, flags, as_json))
+    finally:
+        if was:
+            gc.enable()
+
+
+def _guarded(command: Callable[[], int | None]) -> int | None:
+    """Run ``command`` as typer runs one: end of input and a closed pipe end the same way."""
+    try:
+        return command()
     except EOFError:  # as typer has it: a blank line, then it is an interruption
         from reprobuild.cli.render import echo
 
@@ -94,9 +207,6 @@ def _run(name: str, positionals: list[str], lock: Path, flags: set[str], as_json
         sys.stdout = PacifyFlushWrapper(sys.stdout)  # type: ignore[assignment]
         sys.stderr = PacifyFlushWrapper(sys.stderr)  # type: ignore[assignment]
         sys.exit(1)
-    finally:
-        if was:
-            gc.enable()
 
 
 def _command(name: str, positionals: list[str], lock: Path, flags: set[str], as_json: bool) -> int:

@@ -241,12 +241,15 @@ def _sample_accuracy(
     progress: Progress,
 ) -> dict[str, Any] | None:
     """The engine against FP32 on the calibration samples (INT8: the first ``samples`` the
-    lock's plan was calibrated on) and on ``held_out``; None when neither is given."""
-    from reprobuild.workflow.sampleacc import compare_sets, load_sets, run_sets
-
+    lock's plan was calibrated on) and on ``held_out``; None when neither is given (then
+    the model is not read again, nor the sample modules imported)."""
     plan = done.lock.precision
     quant = None if plan is None or plan.mode != "int8" else plan.quantization
     calib = None if quant is None or request is None else request.calibration
+    if calib is None and held_out is None:
+        return None
+    from reprobuild.workflow.sampleacc import compare_sets, load_sets, run_sets
+
     sets = load_sets(
         model_path,
         calib,
@@ -263,7 +266,9 @@ def _sample_accuracy(
 def _plan_check(done: _Built, built_model: Path, warnings: list[str]) -> Any:
     """Does the engine run each layer in the precision the lock's plan says? A locked build
     that does not is drift (exit 1, nothing written); a recording build warns, as the plan
-    it just made is what the lock will hold."""
+    it just made is what the lock will hold. None without a plan (nothing to import)."""
+    if done.lock.precision is None:
+        return None
     from reprobuild.workflow.plancheck import check_engine
 
     check = check_engine(done.output.layer_info, done.lock.precision, built_model)

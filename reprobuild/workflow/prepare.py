@@ -42,8 +42,6 @@ def prepare_model(
     plan, and notes for the user."""
     import onnx
 
-    from reprobuild.precision.apply import apply_plan
-    from reprobuild.precision.calibration import load_calibration
     from reprobuild.precision.rules import derive_plan, observe_plan
 
     notes: list[str] = []
@@ -77,15 +75,20 @@ def prepare_model(
             plan, more = calibrate_int8(proto, request, conv)
             notes += more
         else:
+            from reprobuild.precision.calibration import load_calibration
+
             feeds, desc = load_calibration(request.calibration, proto)
             plan = derive_plan(proto, request.mode, request.settings, feeds, desc)
     else:
         plan = observe_plan(proto)
         if lock is not None and lock.precision is None and plan is not None:
             notes.append("the model is mixed precision but the lock has no plan")
-    if plan is None or plan.mode == "observed":
-        if plan is not None:
-            apply_plan(proto, plan)  # validates node names against the model
+    if plan is None:  # the model as it is: nothing to apply (nor to import)
+        return model_path, plan, notes
+    from reprobuild.precision.apply import apply_plan
+
+    if plan.mode == "observed":
+        apply_plan(proto, plan)  # validates node names against the model
         return model_path, plan, notes
     if plan.mode == "int8":
         from reprobuild.precision.int8float import apply_int8_plan
