@@ -148,27 +148,12 @@ class ConvStep:
 
     def _columns(self, xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         """The im2col matrix of :func:`.kernels._columns`, copied into a kept buffer."""
-        nd, group, kernel, out = params["nd"], params["group"], params["kernel"], params["out"]
-        n_batch, channels = xp.shape[0], xp.shape[1]
-        positions = math.prod(out)
-        rows = (channels // group) * math.prod(kernel)
-        if kernels._is_pointwise(params):
-            return xp.reshape(n_batch, group, channels // group, positions)
-        st = xp.strides
-        view = np.lib.stride_tricks.as_strided(
-            xp,
-            shape=(n_batch, channels, *kernel, *out),
-            strides=(
-                st[0],
-                st[1],
-                *(st[2 + i] * params["dilations"][i] for i in range(nd)),
-                *(st[2 + i] * params["strides"][i] for i in range(nd)),
-            ),
-            writeable=False,
-        )
+        view = kernels.columns_view(xp, params)
+        if view is None:
+            return kernels._columns(xp, params)
         buf = self.scratch.get("cols", view.shape)
         np.copyto(buf, view)
-        return buf.reshape(n_batch, group, rows, positions)
+        return buf.reshape(kernels.column_shape(xp, params))
 
 
 def _all_f32(*arrays: Any) -> bool:

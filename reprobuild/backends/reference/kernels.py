@@ -448,15 +448,22 @@ def _padded(x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
 
 def _columns(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
     """The im2col matrix ``(N, group, C/group * taps, positions)`` of a padded input."""
-    nd, group, kernel, out = params["nd"], params["group"], params["kernel"], params["out"]
-    n_batch, channels = xp.shape[0], xp.shape[1]
-    positions = math.prod(out)
+    view = columns_view(xp, params)
+    if view is None:  # pointwise: the input is already the matrix
+        return xp.reshape(xp.shape[0], params["group"], xp.shape[1] // params["group"], -1)
+    return np.ascontiguousarray(view).reshape(column_shape(xp, params))
+
+
+def columns_view(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray | None:
+    """The im2col matrix as a strided view ``(N, C, *taps, *positions)`` of a padded input,
+    not yet copied (None for a pointwise Conv, whose input needs no unfolding)."""
     if _is_pointwise(params):
-        return xp.reshape(n_batch, group, channels // group, positions)
+        return None
+    nd, kernel, out = params["nd"], params["kernel"], params["out"]
     st = xp.strides
-    view = np.lib.stride_tricks.as_strided(
+    return np.lib.stride_tricks.as_strided(
         xp,
-        shape=(n_batch, channels, *kernel, *out),
+        shape=(xp.shape[0], xp.shape[1], *kernel, *out),
         strides=(
             st[0],
             st[1],
@@ -465,9 +472,13 @@ def _columns(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         ),
         writeable=False,
     )
-    return np.ascontiguousarray(view).reshape(
-        n_batch, group, (channels // group) * math.prod(kernel), positions
-    )
+
+
+def column_shape(xp: np.ndarray, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """``(N, group, C/group * taps, positions)``: the im2col matrix's shape."""
+    group, channels = params["group"], xp.shape[1]
+    rows = (channels // group) * math.prod(params["kernel"])
+    return xp.shape[0], group, rows, math.prod(params["out"])
 
 
 def conv_integer_gemm(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
