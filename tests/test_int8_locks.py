@@ -239,13 +239,13 @@ def test_show_precision_lists_quantized_nodes_and_scales(recorded, cli) -> None:
     )
 
 
+# not shufflenet: a second recording of it costs 12 s, and the other cases cover diff
+@pytest.mark.parametrize("recorded", ["squeezenet", "digits"], indirect=True)
 @pytest.mark.parametrize("kind", ["percentile", "keep"])
 def test_diff_shows_scale_and_quantized_node_changes(recorded, cli, kind: str) -> None:
     """A second recording with other calibration settings: ``diff`` lists each changed
     scale (hex and decimal) or each node left unquantized, and exits 1."""
     case, tmp = recorded
-    if case.name == "shufflenet":
-        pytest.skip("a second recording of shufflenet costs 12 s; the other cases cover diff")
     plan = load_lock(tmp / "a.lock").precision
     assert plan is not None and plan.quantization is not None
     if kind == "percentile":
@@ -282,13 +282,12 @@ def test_diff_shows_scale_and_quantized_node_changes(recorded, cli, kind: str) -
         assert f"node {first.node}: int8/default -> fp32/name" in text.out
 
 
+@pytest.mark.parametrize("recorded", ["squeezenet"], indirect=True)
 def test_each_int8_tactic_differs_on_a_zoo_layer(recorded) -> None:
     """Every INT8 tactic of a fused layer of the re-weighted squeezenet gives other bits on
     real data than every other one: the first layer that requantizes (Conv -> Relu -> Q)
     and the first with a float output (the digits layers: tests/test_reference_int8.py)."""
     case, tmp = recorded
-    if case.name != "squeezenet":
-        pytest.skip("squeezenet only: its fused layers requantize (Conv -> Relu -> Q)")
     plan = load_lock(tmp / "a.lock").precision
     prepared = engine.prepare(apply_quant_plan(onnx.load(str(case.model)), plan))
     values = dict(prepared.constants)
