@@ -48,18 +48,6 @@ MODELS = ("bvlc_alexnet", "squeezenet", "resnet50", "inception_v2", "densenet121
 GOAL = 2.0
 
 
-def runner_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The onnx test runner's input: ``arange(n) / n`` in the input's shape."""
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name not in inits:
-            shape = tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
-            n = int(np.prod(shape))
-            feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
-    return feeds
-
-
 def _session(path: Path, threads: int) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -127,7 +115,7 @@ def bench(name: str, zoo_dir: Path, runs: int, record: Path | None, compare: Pat
     backend = ReferenceBackend()
     recorded = (compare / f"{name}.cache").read_bytes() if compare else b""
     engine, cache_bytes = _build(backend, path, recorded)
-    feeds = runner_inputs(onnx.load(str(path), load_external_data=False))
+    feeds = zoo.runner_inputs(onnx.load(str(path), load_external_data=False))
     first = backend.run(engine, feeds)  # load + fold once, as a deserialized engine would
     rebuilt, _ = _build(backend, path, cache_bytes)
     steady = _same_bits(first, backend.run(rebuilt, feeds))

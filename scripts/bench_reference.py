@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 import onnxruntime as ort
 
@@ -31,17 +30,6 @@ from reprobuild.types import BuildSettings
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the corpus with power lives in tests/models
 from tests.models import zoo  # noqa: E402
-
-
-def runner_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name not in inits:
-            shape = tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
-            n = int(np.prod(shape))
-            feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
-    return feeds
 
 
 def best_of(fn, runs: int) -> float:
@@ -101,7 +89,7 @@ def main() -> None:
     assert warm.extra["timed_layers"] == 0, "the cached build should time nothing"
     assert warm.extra["tactic_map"] == cold.extra["tactic_map"]
 
-    feeds = runner_inputs(onnx.load(path))
+    feeds = zoo.runner_inputs(onnx.load(path))
     backend.run(cold.engine, feeds)  # load + fold once, as a deserialized engine would
     ref_s = best_of(lambda: backend.run(cold.engine, feeds), args.runs)
     options = ort.SessionOptions()

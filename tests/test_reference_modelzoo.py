@@ -20,24 +20,11 @@ from onnx import numpy_helper
 
 from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import ReferenceBackend
+from tests.models import zoo
 
 LIGHT = Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data" / "light"
 # (rtol, atol) used by onnx's own backend tests for these models
 TOLERANCE = {"resnet50": (1e-3, 1e-7), "squeezenet": (1e-3, 1e-7), "shufflenet": (1e-3, 1e-7)}
-
-
-def runner_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        shape = tuple(
-            d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim
-        )
-        n = int(np.prod(shape))
-        feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
-    return feeds
 
 
 def expected_output(name: str) -> np.ndarray:
@@ -65,7 +52,7 @@ def check_model(name: str, tmp_path: Path) -> None:
     backend = ReferenceBackend()
     src = LIGHT / f"light_{name}.onnx"
     model = onnx.load(src)
-    feeds = runner_inputs(model)
+    feeds = zoo.runner_inputs(model)
     rtol, atol = TOLERANCE[name]
 
     # the model as shipped: expected outputs and ONNX Runtime

@@ -80,6 +80,19 @@ def light_model(name: str) -> onnx.ModelProto:
     return onnx.load(str(light_path(name)))
 
 
+def runner_inputs(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The inputs onnx's own backend test runner feeds these models: ``arange(n) / n`` in
+    each graph input's shape (dynamic dims 1), as float32."""
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name not in inits:
+            shape = tuple(d.dim_value or 1 for d in vi.type.tensor_type.shape.dim)
+            n = int(np.prod(shape))
+            feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
+    return feeds
+
+
 def data_input(model: onnx.ModelProto) -> tuple[str, tuple[int, ...]]:
     """The one graph input that is not an initializer, and its static shape."""
     inits = {t.name for t in model.graph.initializer}
