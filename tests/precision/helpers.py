@@ -218,3 +218,15 @@ def matrix_model() -> onnx.ModelProto:
         _init("mb", rng.uniform(-0.1, 0.1, (4,)).astype(f32)),
     ]
     return _model(nodes, [_vi("x", [2, 3, 6, 6])], [_vi("y", [2, 4])], inits)
+
+
+def build_digits(cli, tmp: Path, kind: str, *extra: str, lock: str = "t", out: str = "a"):
+    """``reprobuild build`` of a digits model on the reference backend, quietly, with its
+    lock, engine and cache directory in ``tmp`` (the INT8 tests' one build command)."""
+    from tests.models import digits
+
+    return cli(
+        "build", str(digits.model_path(kind)), "--backend", "reference", "--lock",
+        str(tmp / f"{lock}.lock"), "--out", str(tmp / f"{out}.engine"), "--cache-dir",
+        str(tmp / "caches"), "-q", *extra,
+    )  # fmt: skip

@@ -23,6 +23,7 @@ from reprobuild.lock import load_lock
 from reprobuild.precision.calibdata import load_calib_data, samples_hash
 from reprobuild.precision.calibsource import is_dataset_spec
 from tests.models import digits
+from tests.precision.helpers import build_digits
 
 N = 48  # samples: three calibration batches of 16
 
@@ -181,26 +182,10 @@ def test_dataset_spec_or_path(tmp_path: Path, monkeypatch, spec: str, is_spec: b
 
 
 def _build(cli, tmp: Path, calib: str, *extra: str, lock: str = "t", out: str = "a"):
-    return cli(
-        "build",
-        str(digits.model_path("cnn")),
-        "--backend",
-        "reference",
-        "--lock",
-        str(tmp / f"{lock}.lock"),
-        "--out",
-        str(tmp / f"{out}.engine"),
-        "--cache-dir",
-        str(tmp / "caches"),
-        "-q",
-        "--precision",
-        "int8",
-        "--calibration",
-        calib,
-        "--calib-batch-size",
-        "16",
-        *extra,
-    )
+    return build_digits(
+        cli, tmp, "cnn", "--precision", "int8", "--calibration", calib,
+        "--calib-batch-size", "16", *extra, lock=lock, out=out,
+    )  # fmt: skip
 
 
 def test_every_source_locks_the_same_scales(cli, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from reprobuild.precision.calibdata import CalibData, samples_hash
 from reprobuild.precision.qdq import apply_quant_plan, quantize_weight
 from reprobuild.precision.quantize import calibrate
 from tests.models import digits
+from tests.precision.helpers import build_digits as _build
 
 CALIB = 256
 
@@ -31,23 +32,6 @@ def _calib_npz(path: Path, order: np.ndarray | None = None, n: int = CALIB) -> P
     x = digits.held_out_split()[0][:n]
     np.savez(path, input=x if order is None else x[order])
     return path
-
-
-def _build(cli, tmp: Path, kind: str, *extra: str, lock: str = "t", out: str = "a"):
-    return cli(
-        "build",
-        str(digits.model_path(kind)),
-        "--backend",
-        "reference",
-        "--lock",
-        str(tmp / f"{lock}.lock"),
-        "--out",
-        str(tmp / f"{out}.engine"),
-        "--cache-dir",
-        str(tmp / "caches"),
-        "-q",
-        *extra,
-    )
 
 
 def _int8(calib: Path, batch: int = 32) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from reprobuild.precision.int8float import apply_int8_plan, combine
 from reprobuild.precision.opset import convert_for_int8
 from reprobuild.precision.quantize import calibrate
 from tests.models import digits, zoo
+from tests.precision.helpers import build_digits as _build
 
 CALIB = 256
 
@@ -34,14 +35,6 @@ CALIB = 256
 def _calib(tmp: Path) -> Path:
     np.savez(tmp / "c.npz", input=digits.held_out_split()[0][:CALIB])
     return tmp / "c.npz"
-
-
-def _build(cli, tmp: Path, kind: str, *extra: str, lock: str = "t", out: str = "a"):
-    return cli(
-        "build", str(digits.model_path(kind)), "--backend", "reference", "--lock",
-        str(tmp / f"{lock}.lock"), "--out", str(tmp / f"{out}.engine"), "--cache-dir",
-        str(tmp / "caches"), "-q", *extra,
-    )  # fmt: skip
 
 
 def _int8(tmp: Path, *extra: str) -> tuple[str, ...]:
