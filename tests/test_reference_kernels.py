@@ -162,6 +162,27 @@ def test_gemm_tactics_honour_transposes_alpha_beta(trans) -> None:
 
 
 @pytest.mark.parametrize(
+    ("m", "k", "n"),
+    [(1, 9216, 64), (2, 1152, 512), (1, 1000, 37), (3, 513, 129), (17, 33, 5), (64, 257, 100)],
+)
+def test_transposed_weights_run_in_place_with_the_same_bits(m, k, n, monkeypatch) -> None:
+    """A transB=1 weight is multiplied with the operands swapped (no repacking per call):
+    every kernel, whole or split along K, keeps the bits of the plain ``a @ b`` order."""
+    g = rng(7)
+    a = g.standard_normal((m, k), dtype=np.float32)
+    w = g.standard_normal((n, k), dtype=np.float32)
+    attrs = {"transB": 1}
+    geo = kernels.geometry("Gemm", [a, w], attrs)
+    assert kernels._rows_of_transposed(w.T) and not kernels._rows_of_transposed(w)
+    swapped = {s.name: kernels.execute(s, [a, w], attrs) for s in kernels.candidates(geo)}
+    monkeypatch.setattr(kernels, "_rows_of_transposed", lambda b: False)
+    for spec in kernels.candidates(geo):
+        plain = kernels.execute(spec, [a, w], attrs)
+        assert swapped[spec.name].flags.c_contiguous
+        assert swapped[spec.name].tobytes() == plain.tobytes(), spec.name
+
+
+@pytest.mark.parametrize(
     ("precision", "dtype", "tol"), [("f16", np.float16, 0.05), ("bf16", BF16, 0.5)]
 )
 def test_low_precision_layers_accumulate_in_two_precisions(precision, dtype, tol) -> None:

@@ -186,10 +186,22 @@ def accumulate(op: str, x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) 
     """The exact int32 accumulation of INT8 values (as float64 integers: every partial sum
     of +-127 x +-127 products is exact in float64, so BLAS's order cannot change it)."""
     if op == "Conv":
-        return kernels.conv_integer_gemm(x, w, attrs)
+        return _conv_integer_gemm(x, w, attrs)
     if op == "Gemm":
         return np.matmul(x, w.T if int(attrs.get("transB", 0)) else w)
     return np.matmul(x, w)
+
+
+def _conv_integer_gemm(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """A Conv without bias in ``x``'s dtype by one GEMM over the im2col matrix: for INT8
+    values in float64 every sum is exact, so this is the int32 accumulation."""
+    params = kernels._conv_params(x, w, attrs)
+    if params is None:
+        raise ValueError("unsupported Conv configuration")
+    group, m_out = params["group"], w.shape[0]
+    cols = kernels._columns(kernels._padded(x, params), params)
+    result = np.matmul(w.reshape(group, m_out // group, -1), cols)
+    return result.reshape(x.shape[0], m_out, *params["out"])
 
 
 def _round(v: np.ndarray, rounding: str) -> np.ndarray:

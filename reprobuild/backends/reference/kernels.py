@@ -121,10 +121,23 @@ def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         a = np.concatenate([a, np.zeros_like(a)], axis=-2)
     if n == 1:
         b = np.concatenate([b, np.zeros_like(b)], axis=-1)
-    out = np.matmul(a, b)
-    if m == 1 or n == 1:
+    if a.ndim == 2 and b.ndim == 2 and _rows_of_transposed(b):
+        # ``b`` is the transpose of a row-major matrix (a Gemm transB=1 weight): BLAS repacks
+        # such an operand on every call (alexnet's FC layers: 45% of the engine). The same
+        # GEMM with the operands' roles swapped reads it in place and sums each output in
+        # the same order, so the bits do not change (tests/test_reference_kernels.py).
+        out = np.matmul(b.T, a.T).T
+    else:
+        out = np.matmul(a, b)
+    if m == 1 or n == 1 or not out.flags.c_contiguous:
         out = np.ascontiguousarray(out[..., :m, :n])
     return out
+
+
+def _rows_of_transposed(b: np.ndarray) -> bool:
+    """True when ``b.T`` is row-major (unit column stride, rows at least a row apart)."""
+    item = b.itemsize
+    return b.strides[0] == item and b.strides[1] >= b.shape[0] * item and not b.flags.c_contiguous
 
 
 def _chunks(k: int, parts: int) -> list[tuple[int, int]]:
@@ -479,15 +492,3 @@ def column_shape(xp: np.ndarray, params: Mapping[str, Any]) -> tuple[int, int, i
     group, channels = params["group"], xp.shape[1]
     rows = (channels // group) * math.prod(params["kernel"])
     return xp.shape[0], group, rows, math.prod(params["out"])
-
-
-def conv_integer_gemm(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
-    """A Conv without bias in ``x``'s dtype by one GEMM over the im2col matrix: for INT8
-    values in float64 every sum is exact, so this is the int32 accumulation."""
-    params = _conv_params(x, w, attrs)
-    if params is None:
-        raise ValueError("unsupported Conv configuration")
-    group, m_out = params["group"], w.shape[0]
-    cols = _columns(_padded(x, params), params)
-    result = np.matmul(w.reshape(group, m_out // group, -1), cols)
-    return result.reshape(x.shape[0], m_out, *params["out"])
