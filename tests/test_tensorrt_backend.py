@@ -456,6 +456,42 @@ def test_refuses_without_a_gpu(install: Callable[..., ModuleType]) -> None:
     assert "no NVIDIA GPU visible" in (tensorrt_backend.unusable_reason() or "")
 
 
+def test_auto_picks_tensorrt_only_where_it_can_run(
+    install: Callable[..., ModuleType], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reprobuild.backends import _tensorrt_findable, get_backend
+    from reprobuild.backends.tensorrt.backend import TensorRTBackend
+
+    install("10.8.0.43")
+    assert isinstance(get_backend("auto"), TensorRTBackend)
+    install(cuda=NO_GPU)
+    assert get_backend("auto").name == "reference"
+    monkeypatch.setitem(sys.modules, "tensorrt", None)  # blocked: as if not installed
+    assert not _tensorrt_findable()
+    assert get_backend("auto").name == "reference"
+    monkeypatch.delitem(sys.modules, "tensorrt")
+    import importlib.util
+
+    found = importlib.util.find_spec("tensorrt") is not None  # really installed here?
+    assert _tensorrt_findable() is found
+
+
+def test_auto_without_tensorrt_does_not_import_its_backend(tmp_path: Path) -> None:
+    """``auto`` on a machine without TensorRT: no import of the backend nor the CUDA probe
+    (a tenth of a small locked rebuild's imports)."""
+    import subprocess
+
+    code = (
+        "import sys; sys.modules['tensorrt'] = None\n"
+        "from reprobuild.backends import get_backend\n"
+        "print(get_backend('auto').name, 'reprobuild.backends.tensorrt.backend' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.split() == ["reference", "False"]
+
+
 # ---------------------------------------------------------------------------- versions
 
 

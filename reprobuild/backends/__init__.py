@@ -6,6 +6,8 @@ builds something.
 
 from __future__ import annotations
 
+import sys
+
 from reprobuild.backends.base import (
     Backend,
     BuildOutput,
@@ -38,7 +40,7 @@ def get_backend(name: str, *, ref_timing: str = "", threads: int | None = None) 
     picks the reference backend under ``auto`` and is refused with ``tensorrt``. ``threads``
     is the reference backend's BLAS thread count (TensorRT ignores it).
     """
-    if name == "auto" and not ref_timing:
+    if name == "auto" and not ref_timing and _tensorrt_findable():
         from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
         if tensorrt_backend.is_usable():
@@ -57,6 +59,20 @@ def get_backend(name: str, *, ref_timing: str = "", threads: int | None = None) 
             raise BackendUnavailable(f"backend 'tensorrt' cannot run here: {reason}")
         return tensorrt_backend.TensorRTBackend()
     raise UsageError(f"unknown backend {name!r}: choose one of auto, {', '.join(BACKEND_NAMES)}")
+
+
+def _tensorrt_findable() -> bool:
+    """Whether ``import tensorrt`` could succeed, without importing it or the backend (whose
+    import, CUDA probe included, is a tenth of a small locked rebuild): ``auto`` on a machine
+    without TensorRT goes straight to the reference backend."""
+    if "tensorrt" in sys.modules:
+        return sys.modules["tensorrt"] is not None
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("tensorrt") is not None
+    except (ImportError, ValueError):  # a broken install: let the backend say what is wrong
+        return True
 
 
 def engine_layer_info(data: bytes) -> str | None:

@@ -9,10 +9,12 @@ it, so it stays free of onnx/numpy); deciding and applying a plan lives in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reprobuild.lock.qplan import QuantPlan, quant_from_data
 from reprobuild.lock.schema import Doc, Path_
+
+if TYPE_CHECKING:  # read only for INT8 plans: most locks never load it
+    from reprobuild.lock.qplan import QuantPlan
 
 MODES = ("fp16", "bf16", "int8", "observed")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "other")
@@ -146,12 +148,15 @@ def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
                 else doc.choice(acc, p + ("accumulate",), ("fp32", "fp16")),
             )
         )
+    quantization = None
+    if m.get("quantization") is not None:
+        from reprobuild.lock.qplan import quant_from_data
+
+        quantization = quant_from_data(doc, m["quantization"], path + ("quantization",))
     return PrecisionPlan(
         mode=mode,
         settings=settings,
         calibration=doc.string(m.get("calibration"), path + ("calibration",), optional=True),
         nodes=nodes,
-        quantization=None
-        if m.get("quantization") is None
-        else quant_from_data(doc, m["quantization"], path + ("quantization",)),
+        quantization=quantization,
     )

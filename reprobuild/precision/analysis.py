@@ -20,6 +20,7 @@ import onnx
 from onnx import helper
 
 from reprobuild.errors import UsageError
+from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
 from reprobuild.precision.ops import (
     BFLOAT16,
     FLOAT,
@@ -436,3 +437,16 @@ def reduction_depth(
     except (IndexError, ZeroDivisionError):
         return None
     return None
+
+
+def observe_plan(model: onnx.ModelProto) -> PrecisionPlan | None:
+    """The per-node types of a model that is already mixed precision; None if it is not."""
+    an = analyze(model)
+    low_tensors = any(t in (FLOAT16, BFLOAT16) for t in an.types.values())
+    nodes = [
+        NodePrecision(info.key, info.node.op_type, observed_precision(info, an.types), "observed")
+        for info in an.infos
+    ]
+    if not low_tensors and not any(n.precision in ("fp16", "bf16") for n in nodes):
+        return None
+    return PrecisionPlan(mode="observed", settings=PrecisionSettings(), nodes=nodes)

@@ -327,19 +327,6 @@ def _decide_constant(
     return (mode, "constant")
 
 
-def observe_plan(model: onnx.ModelProto) -> PrecisionPlan | None:
-    """The per-node types of a model that is already mixed precision; None if it is not."""
-    an = analyze(model)
-    low_tensors = any(t in (FLOAT16, BFLOAT16) for t in an.types.values())
-    nodes = [
-        NodePrecision(info.key, info.node.op_type, observed_precision(info, an.types), "observed")
-        for info in an.infos
-    ]
-    if not low_tensors and not any(n.precision in ("fp16", "bf16") for n in nodes):
-        return None
-    return PrecisionPlan(mode="observed", settings=PrecisionSettings(), nodes=nodes)
-
-
 def match_plan(an: Analysis, plan: PrecisionPlan) -> list[NodePrecision]:
     """The plan's entry for every node in graph order; a plan for another model is exit 2."""
     by_node = plan.by_node()

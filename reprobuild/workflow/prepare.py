@@ -42,7 +42,7 @@ def prepare_model(
     plan, and notes for the user."""
     import onnx
 
-    from reprobuild.precision.rules import derive_plan, observe_plan
+    from reprobuild.precision.analysis import observe_plan
 
     notes: list[str] = []
     proto = onnx.load(str(model_path))
@@ -76,6 +76,7 @@ def prepare_model(
             notes += more
         else:
             from reprobuild.precision.calibration import load_calibration
+            from reprobuild.precision.rules import derive_plan
 
             feeds, desc = load_calibration(request.calibration, proto)
             plan = derive_plan(proto, request.mode, request.settings, feeds, desc)

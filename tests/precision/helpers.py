@@ -14,9 +14,9 @@ from reprobuild.backends.base import BuildSettings, Environment
 from reprobuild.lock.model import Lock, ModelInfo
 from reprobuild.lock.plan import PrecisionPlan, PrecisionSettings
 from reprobuild.lock.yamlio import dumps_lock, loads_lock
+from reprobuild.precision.analysis import observe_plan
 from reprobuild.precision.apply import apply_plan
 from reprobuild.precision.options import validate_options
-from reprobuild.precision.rules import observe_plan
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 FLOAT, FP16, BF16 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16

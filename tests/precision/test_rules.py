@@ -9,12 +9,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from reprobuild.errors import UsageError
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan
-from reprobuild.precision.analysis import node_keys, reduction_depth
+from reprobuild.precision.analysis import node_keys, observe_plan, reduction_depth
 from reprobuild.precision.apply import apply_plan
 from reprobuild.precision.calibration import load_calibration
 from reprobuild.precision.measure import plan_error
 from reprobuild.precision.report import format_plan_table
-from reprobuild.precision.rules import derive_plan, observe_plan, range_problem
+from reprobuild.precision.rules import derive_plan, range_problem
 
 from ..conftest import EXAMPLES
 from .helpers import (
