@@ -26,11 +26,15 @@ from reprobuild.lock.model import LayerEntry, LockCandidate
 RAW = '^\\x00-\\x1f"\\\\\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff\\ufeff\\ufffe\\uffff'
 
 
+QUOTED = '"(?:[' + RAW + r']|\\["\\bfnrt]|\\u[0-9a-f]{4})*"'
+"""A double-quoted scalar with only the escapes the writer makes (quotes included)."""
+PLAIN = r"[A-Za-z_][A-Za-z0-9_./\-]*"
+"""The writer's plain words (a string, or a word YAML reads otherwise: see ``scalar_text``)."""
+
+
 def _scalar(group: str) -> str:
     """A quoted (quotes included) or a plain scalar; ``group`` opens it: "(" or "(?:"."""
-    quoted = '"(?:[' + RAW + r']|\\["\\bfnrt]|\\u[0-9a-f]{4})*"'
-    plain = r"[A-Za-z_][A-Za-z0-9_./\-]*"  # the writer's plain words
-    return f"{group}{quoted}|{plain})"
+    return f"{group}{QUOTED}|{PLAIN})"
 
 
 # One entry's six head lines, and one candidate line; each match runs from the newline
@@ -54,7 +58,7 @@ _ESCAPE_RE = re.compile(r"\\(u[0-9a-f]{4}|.)")
 LAYERS_LINE = re.compile(r"^layers:( \[\])?\n", re.M)
 
 
-class _Decline(Exception):
+class Decline(Exception):
     """Not exactly canonical: the strict path decides."""
 
 
@@ -74,7 +78,7 @@ def read_layers(text: str, start: int) -> list[LayerEntry] | None:
     unless every line of it is canonical (the text must end right after the last one)."""
     try:
         return _read(text, start)
-    except _Decline:
+    except Decline:
         return None
 
 
@@ -86,15 +90,15 @@ def _read(text: str, pos: int) -> list[LayerEntry]:
     the first one's candidates. Anything else declines."""
     end = len(text)
     if pos >= end or text[pos - 1] != "\n" or text[-1] != "\n":
-        raise _Decline  # "layers:" then nothing is YAML's null, not an empty list
+        raise Decline  # "layers:" then nothing is YAML's null, not an empty list
     heads = list(_HEAD.finditer(text, pos - 1))
     cands = _CANDIDATE.findall(text, pos - 1)
     if not heads or heads[0].start() != pos - 1:
-        raise _Decline
+        raise Decline
     if _HEAD_LINES * len(heads) + len(cands) != text.count("\n", pos):
-        raise _Decline
+        raise Decline
     strings: dict[str, str | None] = {}
-    kernels = {token: _text(token, strings) for token in {k for _, k in cands}}
+    kernels = {token: scalar_text(token, strings) for token in {k for _, k in cands}}
     candidates = [LockCandidate(int(t, 16), kernels[k]) for t, k in cands]  # in one go
     entries: list[LayerEntry] = []
     seen: set[str] = set()
@@ -106,18 +110,18 @@ def _read(text: str, pos: int) -> list[LayerEntry]:
         layer, key, tactic, kernel, pinned, none = m.groups()
         n = count("\n", m.end(), nxt)
         if key in seen or (n == 0) != (none is not None):
-            raise _Decline  # a repeated key; "candidates:" with nothing under it
+            raise Decline  # a repeated key; "candidates:" with nothing under it
         seen.add(key)
-        name = _text(layer, strings)
+        name = scalar_text(layer, strings)
         if name is None:
-            raise _Decline
+            raise Decline
         last = first + n
         entries.append(
             LayerEntry(
                 key,
                 name,
                 int(tactic, 16),
-                _text(kernel, strings),
+                scalar_text(kernel, strings),
                 pinned == "true",
                 candidates[first:last],
             )
@@ -126,8 +130,10 @@ def _read(text: str, pos: int) -> list[LayerEntry]:
     return entries
 
 
-def _text(token: str, memo: dict[str, str | None]) -> str | None:
+def scalar_text(token: str, memo: dict[str, str | None] | None = None) -> str | None:
     """A scalar's value: None for ``null``; a plain word YAML might read otherwise declines."""
+    if memo is None:
+        memo = {}
     got = memo.get(token, memo)
     if got is not memo:
         return got
@@ -139,7 +145,7 @@ def _text(token: str, memo: dict[str, str | None]) -> str | None:
     elif token.lower() not in _WORDS:
         value = token
     else:
-        raise _Decline
+        raise Decline
     memo[token] = value
     return value
 
