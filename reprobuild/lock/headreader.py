@@ -23,9 +23,10 @@ from typing import Any
 from reprobuild.lock.linereader import PLAIN, QUOTED, Decline, scalar_text
 
 _INT = r"-?(?:0|[1-9][0-9]*)"  # YAML 1.1 reads these as the decimal integer, and only them
-_SCALAR = re.compile(rf"{QUOTED}|{PLAIN}|{_INT}")
+_ITEM = rf"(?:{QUOTED}|{PLAIN}|{_INT})"
+_SCALAR = re.compile(_ITEM)
 _LINE = re.compile(rf"((?:  )*)({QUOTED}|[A-Za-z_][A-Za-z0-9_]*):(?: (.*))?")
-_FLOW_ITEMS = re.compile(rf"\[((?:{QUOTED}|{PLAIN}|{_INT})(?:, (?:{QUOTED}|{PLAIN}|{_INT}))*)\]")
+_FLOW_ITEMS = re.compile(rf"\[({_ITEM}(?:, {_ITEM})*)\]")
 # A whole-line comment: YAML's printable characters, none of its line breaks but "\n".
 _COMMENT = re.compile(
     "#[^\\x00-\\x08\\x0a-\\x1f\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff\\ufeff\\ufffe\\uffff]*"
