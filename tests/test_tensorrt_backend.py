@@ -472,8 +472,15 @@ def test_auto_picks_tensorrt_only_where_it_can_run(
     monkeypatch.delitem(sys.modules, "tensorrt")
     import importlib.util
 
-    found = importlib.util.find_spec("tensorrt") is not None  # really installed here?
-    assert _tensorrt_findable() is found
+    for spec, findable in [(None, False), (object(), True)]:
+        monkeypatch.setattr(importlib.util, "find_spec", lambda _name, s=spec: s)
+        assert _tensorrt_findable() is findable
+
+    def broken(_name: str) -> None:
+        raise ValueError("tensorrt.__spec__ is None")
+
+    monkeypatch.setattr(importlib.util, "find_spec", broken)
+    assert _tensorrt_findable(), "a broken install goes to the backend, which names the fault"
 
 
 def test_auto_without_tensorrt_does_not_import_its_backend(tmp_path: Path) -> None:
