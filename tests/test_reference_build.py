@@ -368,27 +368,40 @@ def test_forced_timings_change_engines_deterministically(backend, tmp_path, monk
         assert block["selected"][0] == block["rows"][0][4]
 
 
+@pytest.mark.measured_timing
 def test_timing_knob_semantics() -> None:
     names = ["k_blas", "k_split2", "k_tree"]
     measured = [1.0, 2.0, 5.0]
     assert parse_timing_knob("").apply("0xk", names, measured) == measured
-    assert parse_timing_knob("reverse").apply("0xk", names, measured) == [5.0, 4.0, 1.0]
-    preferred = parse_timing_knob("prefer:tree").apply("0xk", names, measured)
-    assert preferred[2] == pytest.approx(5e-6) and preferred[:2] == measured[:2]
+    # an active knob ignores the measurement: the same costs for any measured ones
+    for text in ("reverse", "prefer:tree", "seed:4"):
+        knob = parse_timing_knob(text)
+        injected = knob.apply("0xk", names, measured)
+        for noisy in ([9.0, 1.0, 1.0], [1.0, 1.0, 30.0], [1e9, 1e-9, 5.0]):
+            assert knob.apply("0xk", names, noisy) == injected, text
     seeded = parse_timing_knob("seed:4").apply("0xk", names, measured)
-    factors = sorted(round(p / m) for p, m in zip(seeded, measured, strict=True))
-    assert factors == [1, 1000, 1000**2]
-    # a seed's choice holds for any realistic measurement noise, and seeds disagree somewhere
-    choices = set()
-    for seed in range(8):
-        knob = parse_timing_knob(f"seed:{seed}")
-        picks = {
-            min(range(3), key=knob.apply("0xk", names, noisy).__getitem__)
-            for noisy in ([1.0, 2.0, 5.0], [9.0, 1.0, 1.0], [1.0, 1.0, 30.0])
-        }
-        assert len(picks) == 1
-        choices |= picks
-    assert len(choices) > 1
+    assert sorted(seeded) == [1.0, 1000.0, 1000.0**2]
+    seed0 = parse_timing_knob("seed:0").apply("0xk", names, measured)
+    reverse = parse_timing_knob("reverse").apply("0xk", names, measured)
+    assert [seed0.index(c) for c in sorted(seed0)] == [reverse.index(c) for c in sorted(reverse)][
+        ::-1
+    ]
+    preferred = parse_timing_knob("prefer:tree").apply("0xk", names, measured)
+    assert preferred[2] == 1.0  # the preferred kernel first, the others in seed 0's order
+    assert sorted(range(2), key=preferred.__getitem__) == sorted(range(2), key=seed0.__getitem__)
+    # candidates in another order keep their costs: the rule follows names, not positions
+    perm = [2, 0, 1]
+    shuffled = parse_timing_knob("seed:4").apply("0xk", [names[i] for i in perm], measured)
+    assert shuffled == [seeded[i] for i in perm]
+    # seeds disagree somewhere, and keys are ranked independently
+    picks = {
+        (seed, key): min(
+            range(3), key=parse_timing_knob(f"seed:{seed}").apply(key, names, measured).__getitem__
+        )
+        for seed in range(8)
+        for key in ("0xk", "0xj")
+    }
+    assert len(set(picks.values())) > 1
     for bad in ("seed:x", "prefer:", "fastest"):
         with pytest.raises(UsageError, match="timing knob"):
             parse_timing_knob(bad)

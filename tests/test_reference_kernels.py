@@ -167,7 +167,10 @@ def test_gemm_tactics_honour_transposes_alpha_beta(trans) -> None:
 )
 def test_transposed_weights_run_in_place_with_the_same_bits(m, k, n, monkeypatch) -> None:
     """A transB=1 weight is multiplied with the operands swapped (no repacking per call):
-    every kernel, whole or split along K, keeps the bits of the plain ``a @ b`` order."""
+    every kernel, whole or split along K, gives the same bits on every call and the plain
+    ``a @ b`` order's values. Whether it also gives the plain order's *bits* depends on the
+    BLAS kernel family (equal under SkylakeX, an edge tile differs under Haswell), so that
+    is not asserted: the engine and the timing run take the same path either way."""
     g = rng(7)
     a = g.standard_normal((m, k), dtype=np.float32)
     w = g.standard_normal((n, k), dtype=np.float32)
@@ -175,11 +178,15 @@ def test_transposed_weights_run_in_place_with_the_same_bits(m, k, n, monkeypatch
     geo = kernels.geometry("Gemm", [a, w], attrs)
     assert kernels._rows_of_transposed(w.T) and not kernels._rows_of_transposed(w)
     swapped = {s.name: kernels.execute(s, [a, w], attrs) for s in kernels.candidates(geo)}
+    for spec in kernels.candidates(geo):
+        again = kernels.execute(spec, [a, w], attrs)
+        assert again.tobytes() == swapped[spec.name].tobytes(), spec.name
     monkeypatch.setattr(kernels, "_rows_of_transposed", lambda b: False)
     for spec in kernels.candidates(geo):
         plain = kernels.execute(spec, [a, w], attrs)
         assert swapped[spec.name].flags.c_contiguous
-        assert swapped[spec.name].tobytes() == plain.tobytes(), spec.name
+        tol = 2e-2 if "f16" in spec.name else 1e-4
+        np.testing.assert_allclose(swapped[spec.name], plain, rtol=tol, atol=tol, err_msg=spec.name)
 
 
 @pytest.mark.parametrize(

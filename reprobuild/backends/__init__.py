@@ -50,7 +50,7 @@ def get_backend(name: str, *, ref_timing: str = "", threads: int | None = None) 
 
         return ReferenceBackend(timing=ref_timing, threads=threads)
     if ref_timing and name == "tensorrt":
-        raise UsageError("--ref-timing perturbs the reference backend only; drop it")
+        raise UsageError("--ref-timing injects the reference backend's timings only; drop it")
     if name == "tensorrt":
         from reprobuild.backends.tensorrt import backend as tensorrt_backend
 

@@ -356,12 +356,15 @@ def reweighted(
     side: int | None = None,
     opset: int | None = None,
     bias_std: float = 0.0,
+    logit_std: float = TARGET_LOGIT_STD,
 ) -> onnx.ModelProto:
     """The light ``name`` architecture with seeded, well-scaled weights (module docstring);
     with ``side``, at that input size (:func:`resize_input`); with ``opset``, converted
     (:func:`at_opset`); with ``bias_std``, Conv/Gemm biases drawn from N(0, bias_std)
     instead of zero (kernels that treat the bias differently, such as INT8 epilogues that
-    round it to the int32 grid, give the same bits on a zero bias)."""
+    round it to the int32 grid, give the same bits on a zero bias); with ``logit_std``, the
+    logits spread that much instead of :data:`TARGET_LOGIT_STD` (a large spread saturates
+    the softmax: one-hot outputs whatever the last bits of the logits, on any BLAS)."""
     model = light_model(name)
     if side is not None:
         resize_input(model, side)
@@ -378,7 +381,7 @@ def reweighted(
         (logits,) = run_onnxruntime(model, seeded_feeds(model), [logits_name(model)])
         spread = float(np.std(logits.reshape(logits.shape[0], -1), axis=1).mean())
         if spread > 0 and math.isfinite(spread):
-            gain = 2.0 ** round(math.log2(TARGET_LOGIT_STD / spread))
+            gain = 2.0 ** round(math.log2(logit_std / spread))
             _replace(model, {weight: new[weight] * np.float32(gain)})
     if opset is not None:
         model = at_opset(model, opset)
@@ -394,19 +397,29 @@ def reweighted_path(
     side: int | None = None,
     opset: int | None = None,
     bias_std: float = 0.0,
+    logit_std: float = TARGET_LOGIT_STD,
 ) -> Path:
-    """``directory/NAME.seedSEED[.sSIDE][.opsetN][.bSTD].onnx``, written on first use and
-    reused."""
+    """``directory/NAME.seedSEED[.sSIDE][.opsetN][.bSTD][.lSTD].onnx``, written on first use
+    and reused."""
+    logit_tag = None if logit_std == TARGET_LOGIT_STD else logit_std
     tags = "".join(
         f".{k}{v}"
-        for k, v in (("seed", seed), ("s", side), ("opset", opset), ("b", bias_std or None))
+        for k, v in (
+            ("seed", seed),
+            ("s", side),
+            ("opset", opset),
+            ("b", bias_std or None),
+            ("l", logit_tag),
+        )
         if v is not None
     )
     path = Path(directory) / f"{name}{tags}.onnx"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        model = reweighted(name, seed, side=side, opset=opset, bias_std=bias_std)
+        model = reweighted(
+            name, seed, side=side, opset=opset, bias_std=bias_std, logit_std=logit_std
+        )
         tmp.write_bytes(model.SerializeToString())
         os.replace(tmp, path)
     return path

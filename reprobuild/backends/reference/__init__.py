@@ -10,18 +10,19 @@ with a ``[REF]`` tag (:mod:`.builder`), and the engine file (:mod:`.engine`) hol
 every layer's tactic and the environment.
 
 Test and demo knob, ``ReferenceBackend(timing=...)`` (the CLI's hidden ``--ref-timing``;
-never part of keys or fingerprints, so caches from perturbed builds stay interchangeable):
+never part of keys or fingerprints, so caches from knobbed builds stay interchangeable). An
+active knob replaces the measured costs by injected ones that depend only on the layer's
+key and the kernel names, so the choice never depends on machine load (:mod:`.knob`):
 
 - unset or empty: real measurements decide;
-- ``reverse``: costs are reflected (``max + min - cost``), so the slowest candidate wins;
-- ``seed:<int>``: each cost is multiplied by ``1000 ** rank``, ``rank`` being the
-  candidate's place when the layer's candidates are sorted by
-  ``sha256(seed, key, kernel name)``; the choice is then a deterministic function of
-  (seed, layer key), and different seeds pick different tactics;
-- ``prefer:<substring>``: costs of kernels whose name contains the substring are divided by
-  1e6, so such a kernel wins wherever the layer has one (the fastest of them if several).
+- ``seed:<int>``: each candidate costs ``1000 ** rank``, ``rank`` being its place when the
+  layer's candidates are sorted by ``sha256(seed, key, kernel name)``; different seeds pick
+  different tactics;
+- ``reverse``: seed 0's order reversed;
+- ``prefer:<substring>``: seed 0's order with the kernels whose name contains the
+  substring moved to the front, so such a kernel wins wherever the layer has one.
 
-Perturbed costs are what the log table prints and what the cache records.
+Injected costs are what the log table prints and what the cache records.
 """
 
 from __future__ import annotations

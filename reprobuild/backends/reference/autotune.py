@@ -21,10 +21,10 @@ The policy (:class:`AutotunePolicy`, written to the build report under ``autotun
   candidate that uses them (the im2col time only to im2col kernels), so ``direct`` and the
   im2col kernels are still compared on what a run of each costs in the engine.
 
-The test knob (:mod:`.knob`) perturbs the costs before they are compared, for the drops as
-for the final choice, so a knob that forces a tactic also drops the others early (with
-"reverse", which reflects the costs, a dropped candidate may still win; its output is then
-computed once more).
+The test knob (:mod:`.knob`) replaces the measured costs by injected ones before they are
+compared, for the drops as for the final choice, so a knob that forces a tactic also drops
+the others early. Should a ``perceive`` ever rank a dropped candidate first, its output is
+computed once more.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Tuning:
     dropped: list[int]
     best: int
     output: Any
-    extra_runs: int = 0  # a dropped winner (knob "reverse") computed once more
+    extra_runs: int = 0  # a dropped winner computed once more
 
     @property
     def kernel_runs(self) -> int:
@@ -106,7 +106,7 @@ def tune(
             fastest = min(costs)
             slow = [i for i in racing if costs[i] > policy.drop_factor * fastest]
             for i in slow:
-                outputs[i] = None  # never needed again unless it wins (knob "reverse")
+                outputs[i] = None  # never needed again unless it wins
             dropped += slow
             racing = [i for i in racing if i not in slow]
     costs = perceive(best_raw)

@@ -59,11 +59,12 @@ class ReferenceBackend:
     name = "reference"
 
     def __init__(self, *, timing: str = "", threads: int | None = None) -> None:
-        """``timing`` perturbs the measured costs (tests and demos; see the package docs).
+        """``timing`` injects costs in place of measured ones (tests and demos; see the package
+        docs).
 
         ``threads`` caps the BLAS threads of timing and engine runs (:mod:`.threads`):
         None takes the default, 1; 0 leaves the BLAS default (every
-        core). Neither is part of keys or fingerprints, so caches from perturbed or
+        core). Neither is part of keys or fingerprints, so caches from knobbed or
         differently threaded builds stay interchangeable with the others.
         """
         from reprobuild.backends.reference.knob import parse_timing_knob

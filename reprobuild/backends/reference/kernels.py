@@ -124,8 +124,10 @@ def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.ndim == 2 and b.ndim == 2 and _rows_of_transposed(b):
         # ``b`` is the transpose of a row-major matrix (a Gemm transB=1 weight): BLAS repacks
         # such an operand on every call (alexnet's FC layers: 45% of the engine). The same
-        # GEMM with the operands' roles swapped reads it in place and sums each output in
-        # the same order, so the bits do not change (tests/test_reference_kernels.py).
+        # GEMM with the operands' roles swapped reads it in place. Its bits are this BLAS
+        # kernel family's, like any GEMM's: on some (SkylakeX) they equal the plain order's,
+        # on others (Haswell) an edge tile rounds differently; timing and engine both come
+        # here, so a tactic's bits never depend on which of the two ran it.
         out = np.matmul(b.T, a.T).T
     else:
         out = np.matmul(a, b)

@@ -1,8 +1,14 @@
-"""The reference backend's timing knob: perturbed costs that force other tactics.
+"""The reference backend's timing knob: injected costs that force other tactics.
 
 Tests and demos need builds that choose differently on purpose (to show that a lock holds
-against them, or that bisect finds the layer that matters). The knob is a constructor
-parameter of ``ReferenceBackend``, never read from the environment.
+against them, or that bisect finds the layer that matters), and tests need builds whose
+choices never depend on how busy the machine is. So an active knob does not perturb the
+measured costs: it *replaces* them with costs computed from the layer's key and the kernel
+names alone. Candidates still run (their outputs are real), but which one wins is a pure
+function of the knob, the key and the names, on any machine and under any load.
+
+The knob is a constructor parameter of ``ReferenceBackend``, never read from the
+environment.
 """
 
 from __future__ import annotations
@@ -13,18 +19,31 @@ from dataclasses import dataclass
 
 from reprobuild.errors import UsageError
 
-_SEED_STEP = 1000.0  # seed mode: each rank is this many times slower than the previous one
+_SEED_STEP = 1000.0  # each rank costs this many times the previous one: far outside any band
+
+
+def seeded_ranks(seed: int, key: str, names: Sequence[str], prefer: str = "") -> list[int]:
+    """Each candidate's rank (0 = fastest) in the order sha256(seed, key, name) gives, the
+    kernels whose name contains ``prefer`` (when given) ranked before all others."""
+    digests = [hashlib.sha256(f"{seed}\0{key}\0{name}".encode()).digest() for name in names]
+    late = [not (prefer and prefer in name) for name in names]
+    order = sorted(range(len(names)), key=lambda i: (late[i], digests[i], i))
+    ranks = [0] * len(names)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    return ranks
 
 
 @dataclass(frozen=True)
 class TimingKnob:
-    """How measured costs are perturbed before candidates are compared (tests only): for the
-    early drops of :mod:`.autotune` as for the final pick.
+    """Injected costs in place of measured ones (tests and demos), for the early drops of
+    :mod:`.autotune` as for the final pick.
 
-    ``mode`` "" leaves timings alone; "reverse" reflects them (the slowest wins);
-    "seed" multiplies each by ``1000 ** rank`` where ``rank`` orders the layer's candidates
-    by sha256(seed, key, kernel): a deterministic choice for each (seed, key);
-    "prefer" divides the cost of kernels whose name contains ``prefer`` by 1e6.
+    ``mode`` "" keeps the measured costs; "seed" costs each candidate ``1000 ** rank`` where
+    ``rank`` orders the layer's candidates by sha256(seed, key, kernel): a fixed choice for
+    each (seed, key); "reverse" is seed 0's order reversed (the candidate seed 0 ranks last
+    wins); "prefer" is seed 0's order with every kernel whose name contains ``prefer``
+    moved to the front (several preferred kernels keep seed 0's order among themselves).
     """
 
     mode: str = ""
@@ -43,18 +62,14 @@ class TimingKnob:
         }.get(self.mode, "")
 
     def apply(self, key: str, names: Sequence[str], costs: Sequence[float]) -> list[float]:
+        """The costs the candidates are compared by: ``costs`` (measured) when inactive,
+        else the injected ones, which ignore ``costs`` entirely."""
+        if not self.mode:
+            return list(costs)
+        ranks = seeded_ranks(self.seed if self.mode == "seed" else 0, key, names, self.prefer)
         if self.mode == "reverse":
-            hi, lo = max(costs), min(costs)
-            return [hi + lo - c for c in costs]
-        if self.mode == "seed":
-            digests = [
-                hashlib.sha256(f"{self.seed}\0{key}\0{name}".encode()).digest() for name in names
-            ]
-            ranks = {i: r for r, i in enumerate(sorted(range(len(names)), key=digests.__getitem__))}
-            return [c * _SEED_STEP ** ranks[i] for i, c in enumerate(costs)]
-        if self.mode == "prefer":
-            return [c * 1e-6 if self.prefer in n else c for n, c in zip(names, costs, strict=True)]
-        return list(costs)
+            ranks = [len(names) - 1 - r for r in ranks]
+        return [_SEED_STEP**r for r in ranks]
 
 
 def parse_timing_knob(value: str) -> TimingKnob:
