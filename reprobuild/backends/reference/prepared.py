@@ -84,7 +84,7 @@ class PreparedModel:
     fast_layers: set[int] = field(default_factory=set)  # layers a numpy fast path ran
     _evaluators: dict[int, Any] = field(default_factory=dict)
     last_use: dict[str, int] = field(default_factory=dict)
-    # compiled programs (:func:`.program.run_model`) and their shared Conv buffers
+    # compiled programs (:func:`.program.run_compiled`) and their shared Conv buffers
     # (:class:`.convstep.Scratch`), kept on the model they were compiled for
     _programs: dict[tuple[tuple[int, str], ...], Any] = field(default_factory=dict)
     _scratch: Any = None

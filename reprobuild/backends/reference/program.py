@@ -56,7 +56,7 @@ wait for the cyclic garbage collector with all its weights alive (verify's peak)
 
 
 @dataclass(frozen=True)
-class Step:
+class LayerStep:
     """One layer: where its inputs come from, how it runs, which values die after it."""
 
     inputs: tuple[str, ...]  # "" for an omitted optional input
@@ -67,7 +67,7 @@ class Step:
 
 @dataclass(frozen=True)
 class Program:
-    steps: tuple[Step, ...]
+    steps: tuple[LayerStep, ...]
     scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`), shared per model
 
     def execute(self, prepared: PreparedModel, feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,7 +84,7 @@ class Program:
         return {name: values[name] for name in prepared.output_names}
 
 
-def run_model(
+def run_compiled(
     prepared: PreparedModel, feeds: Mapping[str, Any], plan: Mapping[int, kernels.KernelSpec]
 ) -> dict[str, Any]:
     """Run every layer with the kernel ``plan`` names (by graph index); free dead values.
@@ -124,7 +124,7 @@ def compile_program(
             )
         )
         steps.append(
-            Step(
+            LayerStep(
                 inputs=inputs,
                 outputs=tuple(o for o in layer.node.output if o),
                 run=_runner(prepared, layer, spec, donate, scratch),
