@@ -21,7 +21,7 @@ _LAZY = {
     "bisect": "reprobuild.workflow.bisect",
     "export_pinned_cache": "reprobuild.workflow.export",
     "BuildResult": "reprobuild.workflow.build",
-    "PrecisionRequest": "reprobuild.workflow.prepare",
+    "PrecisionRequest": "reprobuild.workflow.request",
     "VerifyResult": "reprobuild.workflow.verify",
     "BisectResult": "reprobuild.workflow.bisect",
     "BuildSettings": "reprobuild.types",

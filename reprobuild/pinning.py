@@ -5,7 +5,7 @@ contract and on engine-inspector JSON only. The order that makes pins stick (Ten
 editable timing cache only updates keys that exist):
 
 1. a recording build, or a cached recording cache, creates every key;
-2. :func:`apply_pins` calls ``update(key, tactic, time)`` for each entry; a ``False`` is a
+2. :func:`update_tactics` calls ``update(key, tactic, time)`` for each entry; a ``False`` is a
    ``BuildError`` naming the layer and key;
 3. snapshot ``tactic_map()``, run the pinned build, snapshot again, and
    :func:`tactic_map_drift` / :func:`check_no_drift` fail on any added, removed or
@@ -55,10 +55,12 @@ class PinResult:
     previous: int
 
 
-def apply_pins(
+def update_tactics(
     cache: TimingCache, entries: Iterable[_Entry], *, pinned_only: bool = False
 ) -> list[PinResult]:
-    """``update()`` every (pinned) entry; any False return raises ``BuildError``.
+    """``update()`` every (pinned) entry's tactic in the timing cache (the name mirrors
+    ``ITimingCache.update``; editing the lock's pins is ``lock.edit.apply_pins``); any False
+    return raises ``BuildError``.
 
     Exactly the given entries are updated, nothing else in the cache. The timing written
     is the entry's current time in the cache when that is finite (the lock does not store

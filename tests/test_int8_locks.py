@@ -34,7 +34,8 @@ import onnx
 import pytest
 
 from reprobuild.backends import get_backend
-from reprobuild.backends.reference import engine, int8
+from reprobuild.backends.reference import int8
+from reprobuild.backends.reference.prepared import execute_spec, prepare
 from reprobuild.lock import load_lock
 from reprobuild.precision.qdq import apply_quant_plan
 from tests.conftest import INJECTED_SEED, run_cli
@@ -291,7 +292,7 @@ def test_each_int8_tactic_differs_on_a_zoo_layer(recorded) -> None:
     and the first with a float output (the digits layers: tests/test_reference_int8.py)."""
     case, tmp = recorded
     plan = load_lock(tmp / "a.lock").precision
-    prepared = engine.prepare(apply_quant_plan(onnx.load(str(case.model)), plan))
+    prepared = prepare(apply_quant_plan(onnx.load(str(case.model)), plan))
     values = dict(prepared.constants)
     values.update(_feeds(case))
     checked = {"requantize": 0, "float": 0}
@@ -305,7 +306,7 @@ def test_each_int8_tactic_differs_on_a_zoo_layer(recorded) -> None:
         if checked[kind]:
             continue
         specs = int8.candidates(layer.op, layer.fusion, has_bias=len(layer.node.input) > 2)
-        outs = {s.name: engine.execute_spec(layer, s, inputs) for s in specs}
+        outs = {s.name: execute_spec(layer, s, inputs) for s in specs}
         names = list(outs)
         assert len(names) >= 3
         for i, x in enumerate(names):

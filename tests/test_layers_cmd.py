@@ -180,7 +180,7 @@ def test_unnamed_nodes_of_a_converted_plan_map_like_onnx_tensorrt(tmp_path: Path
     from onnx import TensorProto, helper, numpy_helper
 
     from reprobuild.lock.plan import PrecisionSettings
-    from reprobuild.workflow.prepare import PrecisionRequest
+    from reprobuild.workflow.request import PrecisionRequest
 
     w = numpy_helper.from_array(np.full((4, 3), 0.25, dtype=np.float32), "w")
     graph = helper.make_graph(

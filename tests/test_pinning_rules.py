@@ -9,7 +9,7 @@ from pathlib import Path
 from reprobuild.backends.base import TimingValue
 from reprobuild.cachedir import cache_path
 from reprobuild.lock.model import LayerEntry
-from reprobuild.pinning import FALLBACK_TIME_MS, apply_pins, finite_time
+from reprobuild.pinning import FALLBACK_TIME_MS, finite_time, update_tactics
 from reprobuild.types import BuildSettings, Environment
 
 
@@ -31,7 +31,7 @@ class _RecordingCache:
         return True
 
 
-def test_apply_pins_updates_exactly_the_locked_keys_with_finite_times() -> None:
+def test_update_tactics_writes_exactly_the_locked_keys_with_finite_times() -> None:
     k = ["0x" + c * 32 for c in "abc"]
     cache = _RecordingCache(
         {
@@ -40,7 +40,7 @@ def test_apply_pins_updates_exactly_the_locked_keys_with_finite_times() -> None:
             k[2]: TimingValue(3, 0.25),  # not in the lock: never touched
         }
     )
-    apply_pins(cache, [LayerEntry(k[0], "a", 7), LayerEntry(k[1], "b", 8)])
+    update_tactics(cache, [LayerEntry(k[0], "a", 7), LayerEntry(k[1], "b", 8)])
     assert [(key, t) for key, t, _ in cache.updates] == [(k[0], 7), (k[1], 8)]
     assert all(math.isfinite(ms) and ms > 0 for _, _, ms in cache.updates)
     assert cache.entries[k[2]] == TimingValue(3, 0.25)

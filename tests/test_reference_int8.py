@@ -14,7 +14,8 @@ import pytest
 
 import reprobuild
 from reprobuild.backends import get_backend
-from reprobuild.backends.reference import engine, int8, kernels
+from reprobuild.backends.reference import int8, kernels
+from reprobuild.backends.reference.prepared import Layer, execute_spec, prepare
 from reprobuild.lock import load_lock
 from reprobuild.precision.qdq import apply_quant_plan
 from tests.models import digits
@@ -36,10 +37,10 @@ def _cli(tmp: Path, out: str, *extra: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def _layer_runs(tmp: Path) -> dict[str, tuple[engine.Layer, list, np.ndarray]]:
+def _layer_runs(tmp: Path) -> dict[str, tuple[Layer, list, np.ndarray]]:
     """Each fused layer's inputs on the 540 test images and its float (unfused) output."""
     plan = load_lock(tmp / "t.lock").precision
-    prepared = engine.prepare(apply_quant_plan(onnx.load(str(digits.model_path("cnn"))), plan))
+    prepared = prepare(apply_quant_plan(onnx.load(str(digits.model_path("cnn"))), plan))
     values = dict(prepared.constants)
     values.update(digits.held_out_feeds())
     runs = {}
@@ -74,7 +75,7 @@ def test_requantizing_tactics_differ_and_stay_within_one_step(int8_build: Path, 
     ]
     step = float(layer.fusion.y_scale)
     want = np.clip(np.rint(np.maximum(ref, 0) / np.float32(step)), 0, 127) * step
-    outs = {s.name: np.maximum(engine.execute_spec(layer, s, inputs), 0) for s in specs}
+    outs = {s.name: np.maximum(execute_spec(layer, s, inputs), 0) for s in specs}
     for got in outs.values():
         # the float graph rounds once too: an INT8 epilogue is at most one step away
         assert np.abs(got - want).max() <= step * 1.001
@@ -92,7 +93,7 @@ def test_float_output_tactics_differ_within_their_epilogue_precision(int8_build:
         "ref_gemm_int8_i32acc_deq_f16epi",
         "ref_gemm_int8_i32acc_ibias_f32epi",
     ]
-    outs = [engine.execute_spec(layer, s, inputs) for s in specs]
+    outs = [execute_spec(layer, s, inputs) for s in specs]
     scale = float(np.abs(ref).max())
     assert np.abs(outs[0] - ref).max() <= 1e-6 * scale * 10  # FP32: a few ulps
     assert np.abs(outs[1] - ref).max() <= 2.0**-10 * scale  # FP16: half an ulp of the max

@@ -21,6 +21,7 @@ from reprobuild.backends.reference import (
     ops,
     program,
 )
+from reprobuild.backends.reference.prepared import PreparedModel
 
 
 def _rng(seed: int) -> np.random.Generator:
@@ -127,7 +128,7 @@ def _residual_model(tmp_path: Path) -> Path:
     return path
 
 
-def _generic(prepared: engine.PreparedModel, feeds, plan) -> dict[str, np.ndarray]:
+def _generic(prepared: PreparedModel, feeds, plan) -> dict[str, np.ndarray]:
     """The engine's execution before the program: every layer by ``run_layer``, new arrays."""
     values = dict(prepared.constants)
     values.update(feeds)

@@ -243,14 +243,14 @@ def test_layer_info_uses_io_tensors_on_11x(install: Callable[..., ModuleType]) -
 
 
 def test_pins_survive_a_pinned_build_and_change_the_kernels(trt: ModuleType) -> None:
-    from reprobuild.pinning import apply_pins, check_no_drift, cross_check_kernels
+    from reprobuild.pinning import check_no_drift, cross_check_kernels, update_tactics
 
     be = backend()
     cache, lines, _ = record(be, MLP)
     recorded = cache.tactic_map()
     entries = entries_from(parse_log(lines), pick=2)  # the third-fastest: not the winner
     assert all(recorded[e.key] != e.tactic for e in entries)
-    results = apply_pins(cache, entries)
+    results = update_tactics(cache, entries)
     assert [(r.key, r.previous) for r in results] == [(e.key, recorded[e.key]) for e in entries]
     before = cache.tactic_map()
     assert before == {e.key: e.tactic for e in entries}
@@ -272,7 +272,7 @@ def test_pins_survive_a_pinned_build_and_change_the_kernels(trt: ModuleType) -> 
 
 
 def test_two_recordings_differ_but_the_lock_makes_builds_identical(trt: ModuleType) -> None:
-    from reprobuild.pinning import apply_pins
+    from reprobuild.pinning import update_tactics
 
     be = backend()
     selections = []
@@ -284,14 +284,14 @@ def test_two_recordings_differ_but_the_lock_makes_builds_identical(trt: ModuleTy
     pinned = []
     for _ in range(3):
         cache, _, _ = record(be, MLP)
-        apply_pins(cache, entries)
+        update_tactics(cache, entries)
         out = be.build(str(MLP), BuildSettings(), cache, lambda line: None)
         pinned.append(tactic_names(out.layer_info))
     assert pinned[0] == pinned[1] == pinned[2]
 
 
 def test_update_of_a_missing_key_is_a_build_error_naming_layer_and_key(trt: ModuleType) -> None:
-    from reprobuild.pinning import apply_pins
+    from reprobuild.pinning import update_tactics
 
     be = backend()
     cache, lines, _ = record(be, MLP)
@@ -299,7 +299,7 @@ def test_update_of_a_missing_key_is_a_build_error_naming_layer_and_key(trt: Modu
     missing = LayerEntry(key="0x" + "ab" * 16, layer="fc9", tactic=entry.tactic, pinned=True)
     assert cache.update(missing.key, missing.tactic, 0.01) is False
     with pytest.raises(BuildError) as err:
-        apply_pins(cache, [entry, missing])
+        update_tactics(cache, [entry, missing])
     msg = str(err.value)
     assert "'fc9'" in msg and missing.key in msg and "not in the recording" in msg
     assert err.value.exit_code == EXIT_USAGE
@@ -307,7 +307,7 @@ def test_update_of_a_missing_key_is_a_build_error_naming_layer_and_key(trt: Modu
 
 
 def test_update_with_an_invalid_value_is_a_build_error(trt: ModuleType) -> None:
-    from reprobuild.pinning import apply_pins
+    from reprobuild.pinning import update_tactics
 
     be = backend()
     cache, lines, _ = record(be, MLP)
@@ -318,7 +318,7 @@ def test_update_with_an_invalid_value_is_a_build_error(trt: ModuleType) -> None:
     assert cache.query(entry.key) == before
     bad = LayerEntry(key=entry.key, layer=entry.layer, tactic=2**64 - 1, pinned=True)
     with pytest.raises(BuildError, match=r"layer 'fc[12]' \(key 0x[0-9a-f]{32}\).*rejected"):
-        apply_pins(cache, [bad])
+        update_tactics(cache, [bad])
 
 
 def test_update_nan_deletes_and_query_of_missing_key_is_none(trt: ModuleType) -> None:
@@ -969,7 +969,7 @@ def test_real_tensorrt_records_and_pins(tmp_path: Path) -> None:
     records = parse_log(lines)
     assert records and set(records) <= set(cache.query_keys())
     entries = entries_from(records, pick=1)
-    pinning.apply_pins(cache, entries)
+    pinning.update_tactics(cache, entries)
     before = cache.tactic_map()
     pinned = be.build(str(MLP), BuildSettings(), cache, lambda line: None)
     pinning.check_no_drift(before, cache.tactic_map())

@@ -356,7 +356,7 @@ def test_run_through_tensorrts_api_gives_tactic_dependent_bits(
     from reprobuild.backends.tensorrt.backend import TensorRTBackend
     from reprobuild.errors import UsageError
     from reprobuild.lock.model import LayerEntry
-    from reprobuild.pinning import apply_pins
+    from reprobuild.pinning import update_tactics
 
     trt = install_standin(monkeypatch)
     be = TensorRTBackend()
@@ -371,7 +371,7 @@ def test_run_through_tensorrts_api_gives_tactic_dependent_bits(
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     key, tactic = next(iter(cache.tactic_map().items()))
     other = next(c.tactic_hash for c in trt_candidates(trt, "Conv") if c.tactic_hash != tactic)
-    apply_pins(cache, [LayerEntry(key, "x", other)])
+    update_tactics(cache, [LayerEntry(key, "x", other)])
     switched = be.run(be.build(model, settings, cache, lambda line: None).engine, x)
     assert any(not np.array_equal(a[k], switched[k]) for k in a)
     with pytest.raises(UsageError, match="the engine needs inputs"):
@@ -390,7 +390,7 @@ def test_a_miss_under_error_on_timing_cache_miss_is_retried_so_the_map_names_it(
     from reprobuild.backends.tensorrt.backend import TensorRTBackend
     from reprobuild.errors import BuildError
     from reprobuild.lock.model import LayerEntry
-    from reprobuild.pinning import apply_pins
+    from reprobuild.pinning import update_tactics
 
     trt = install_standin(monkeypatch)
     be = TensorRTBackend()
@@ -406,6 +406,6 @@ def test_a_miss_under_error_on_timing_cache_miss_is_retried_so_the_map_names_it(
     assert len(set(cache.tactic_map()) - set(before)) == 1
     trt._standin.rekey_ops.clear()
     key = next(iter(before))
-    apply_pins(cache, [LayerEntry(key, "x", 0x1234)])  # no layer can use this tactic
+    update_tactics(cache, [LayerEntry(key, "x", 0x1234)])  # no layer can use this tactic
     with pytest.raises(BuildError, match="TensorRT failed to build the engine"):
         be.build(model, settings, cache, lambda line: None, pinned=True)

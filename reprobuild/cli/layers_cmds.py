@@ -86,9 +86,9 @@ def show(
       reprobuild layers layers.json --json
     """
     from reprobuild.logs.layertable import layer_json, summarize
-    from reprobuild.workflow.layers import read_layers
+    from reprobuild.workflow.layers import read_layer_info
 
-    info = read_layers(file)
+    info = read_layer_info(file)
     rows = [layer_json(la) for la in info.layers]
     summary = summarize(info)
     check = _plan_check(info, lock) if lock is not None else None
@@ -152,9 +152,9 @@ def diff(
       reprobuild layers diff monday.engine tuesday.engine
     """
     from reprobuild.logs.layertable import diff_layers
-    from reprobuild.workflow.layers import read_layers
+    from reprobuild.workflow.layers import read_layer_info
 
-    result = diff_layers(read_layers(a), read_layers(b))
+    result = diff_layers(read_layer_info(a), read_layer_info(b))
     if as_json:
         print_json({"a": str(a), "b": str(b), **result.to_json()})
     else:

@@ -1,14 +1,15 @@
 """Calibration sources beyond one file: a folder of ``.npy``/``.npz`` arrays, and a Python
 dataset following torch2trt's ``int8_calib_dataset`` protocol.
 
-Both end as ``calibdata``'s arrays (one per model input, samples along the first axis), so
-the same samples hash the same whatever form they came in. In a folder, files are read in
-name order; an array whose rank is the model input's rank minus one is one sample, an array
-of the input's rank a batch of samples. A dataset is any object with ``__len__`` and
-``__getitem__(i)`` returning one sample: a list/tuple of tensors in model-input order (a
-bare tensor for a single-input model), each a numpy array or an object with ``.numpy()``
-(``.detach().cpu()`` first when it has them, as a torch tensor needs), with or without a
-leading batch dimension of 1. torch is never imported here: the user's code brings it.
+Both end as ``calibdata``'s arrays (one per model input, samples along the first axis),
+held to ``calibcheck``'s rules, so the same samples hash the same whatever form they came
+in. In a folder, files are read in name order; an array whose rank is the model input's
+rank minus one is one sample, an array of the input's rank a batch of samples. A dataset is
+any object with ``__len__`` and ``__getitem__(i)`` returning one sample: a list/tuple of
+tensors in model-input order (a bare tensor for a single-input model), each a numpy array
+or an object with ``.numpy()`` (``.detach().cpu()`` first when it has them, as a torch
+tensor needs), with or without a leading batch dimension of 1. torch is never imported
+here: the user's code brings it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import onnx
 from reprobuild.errors import UsageError
 from reprobuild.limits import check_count, check_size, check_tensor_bytes
 from reprobuild.precision.analysis import real_inputs
-from reprobuild.precision.calibdata import (
+from reprobuild.precision.calibcheck import (
     FORMATS,
     check_same_shape,
     check_samples,

@@ -22,7 +22,27 @@ from reprobuild.lock.plan import NodePrecision, PrecisionPlan
 from reprobuild.lock.qplan import WeightScale
 from reprobuild.precision.analysis import node_keys
 from reprobuild.precision.opset import INT8_OPSET, model_opset
-from reprobuild.precision.quantize import activation_inputs, weight_input
+
+WEIGHT_INPUT = {"Conv": 1, "MatMul": 1, "Gemm": 1}
+"""The input of each quantized op that is its weight (quantized per channel)."""
+
+
+def activation_inputs(model: onnx.ModelProto, node: onnx.NodeProto) -> list[str]:
+    """The inputs of a quantized node that get Q/DQ from an activation scale.
+
+    Here, with the rewrite that inserts those Q/DQ, because calibration (:mod:`.quantize`)
+    must ask ONNX Runtime for the scales of exactly these inputs."""
+    inits = {i.name for i in model.graph.initializer}
+    limit = 2  # data and weight; a Conv/Gemm bias stays float (TensorRT adds it in FP32)
+    return [t for t in list(node.input)[:limit] if t and t not in inits]
+
+
+def weight_input(model: onnx.ModelProto, node: onnx.NodeProto) -> str | None:
+    """The weight initializer quantized per channel, if the node has one."""
+    inits = {i.name for i in model.graph.initializer}
+    i = WEIGHT_INPUT[node.op_type]
+    name = node.input[i] if len(node.input) > i else ""
+    return name if name in inits else None
 
 
 def weight_axis(node: onnx.NodeProto) -> int:

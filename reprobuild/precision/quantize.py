@@ -28,9 +28,9 @@ from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
 from reprobuild.lock.qplan import ActivationScale, OpsetConversion, QuantPlan
 from reprobuild.precision.analysis import node_keys
 from reprobuild.precision.calibdata import CalibData, samples_hash
+from reprobuild.precision.qdq import activation_inputs, weight_scale_entries
 
-QUANT_OPS = ("Conv", "MatMul", "Gemm")
-_WEIGHT_INPUT = {"Conv": 1, "MatMul": 1, "Gemm": 1}
+QUANT_OPS = ("Conv", "MatMul", "Gemm")  # the ops qdq.WEIGHT_INPUT knows
 
 
 def decide_nodes(model: onnx.ModelProto, settings: PrecisionSettings) -> list[NodePrecision]:
@@ -48,21 +48,6 @@ def decide_nodes(model: onnx.ModelProto, settings: PrecisionSettings) -> list[No
         else:
             out.append(NodePrecision(key, op, "int8", "default"))
     return out
-
-
-def activation_inputs(model: onnx.ModelProto, node: onnx.NodeProto) -> list[str]:
-    """The inputs of a quantized node that get Q/DQ from an activation scale."""
-    inits = {i.name for i in model.graph.initializer}
-    limit = 2  # data and weight; a Conv/Gemm bias stays float (TensorRT adds it in FP32)
-    return [t for t in list(node.input)[:limit] if t and t not in inits]
-
-
-def weight_input(model: onnx.ModelProto, node: onnx.NodeProto) -> str | None:
-    """The weight initializer quantized per channel, if the node has one."""
-    inits = {i.name for i in model.graph.initializer}
-    i = _WEIGHT_INPUT[node.op_type]
-    name = node.input[i] if len(node.input) > i else ""
-    return name if name in inits else None
 
 
 def _dynamic_batch(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -178,8 +163,6 @@ def calibrate(
             notes.append(f"node {n.node!r}: ONNX Runtime gave no scale for its input; kept FP32")
             continue
         scales.update({t: measured[t] for t in wanted})
-    from reprobuild.precision.qdq import weight_scale_entries
-
     if float_precision != "fp32":
         from reprobuild.precision.int8float import float_side
 

@@ -14,7 +14,7 @@ from typing import Any
 _LAZY = {
     "build": "reprobuild.workflow.build",
     "BuildResult": "reprobuild.workflow.build",
-    "PrecisionRequest": "reprobuild.workflow.prepare",
+    "PrecisionRequest": "reprobuild.workflow.request",
     "verify": "reprobuild.workflow.verify",
     "VerifyResult": "reprobuild.workflow.verify",
     "bisect": "reprobuild.workflow.bisect",

@@ -41,7 +41,8 @@ from reprobuild.workflow.pinned import (
     recording_cache,
     run_build,
 )
-from reprobuild.workflow.prepare import PrecisionRequest, prepare_model
+from reprobuild.workflow.prepare import prepare_model
+from reprobuild.workflow.request import PrecisionRequest
 
 __all__ = ["BuildResult", "PrecisionRequest", "build"]
 

@@ -18,7 +18,7 @@ from reprobuild.errors import BuildError, EnvironmentMismatch, UsageError
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import Lock
 from reprobuild.lock.yamlio import load_lock
-from reprobuild.pinning import apply_pins
+from reprobuild.pinning import update_tactics
 from reprobuild.transaction import Outputs, check_output_path
 
 
@@ -80,7 +80,7 @@ def export_pinned_cache(
         backend.build(str(model_path), lock.settings, cache, lambda line: None)
 
     cache, recorded_now = get_or_record(backend, rec_path, record, warnings)
-    pins = apply_pins(cache, lock.layers)
+    pins = update_tactics(cache, lock.layers)
     tactics = cache.tactic_map()
     wrong = [e for e in lock.layers if tactics.get(e.key) != e.tactic]
     if wrong:

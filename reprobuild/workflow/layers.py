@@ -15,7 +15,7 @@ from typing import Any
 from reprobuild.errors import UsageError
 from reprobuild.logs.layerinfo import LayerInfo, load_layer_info, parse_layer_info
 
-__all__ = ["layers_path", "read_layers", "summary_of"]
+__all__ = ["layers_path", "read_layer_info", "summary_of"]
 
 LAYERS_SUFFIX = ".layers.json"
 _REFERENCE_MAGIC = b"RBREFENG"  # reprobuild.backends.reference.engine.ENGINE_MAGIC
@@ -30,7 +30,7 @@ def _is_binary(head: bytes) -> bool:
     return b"\0" in head
 
 
-def read_layers(path: str | os.PathLike[str]) -> LayerInfo:
+def read_layer_info(path: str | os.PathLike[str]) -> LayerInfo:
     """Layer information from an inspector/trtexec JSON file, a log with layer lines, a
     reference engine, or an engine that has its ``.layers.json`` beside it."""
     p = Path(path)

@@ -22,7 +22,7 @@ from reprobuild.cachedir import get_or_record
 from reprobuild.errors import DriftError
 from reprobuild.events import LayersDone, Progress, Step
 from reprobuild.lock.model import LayerEntry, LockCandidate
-from reprobuild.pinning import apply_pins, cross_check_kernels, drift_message, tactic_map_drift
+from reprobuild.pinning import cross_check_kernels, drift_message, tactic_map_drift, update_tactics
 from reprobuild.types import BuildSettings
 
 _LACKS = "lacks keys of the lock"
@@ -202,7 +202,9 @@ def pinned_build(
             f"(first: {missing[0]} {names.get(missing[0], '')!s}); the lock does not match "
             "this model/settings: re-record it"
         )
-    apply_pins(cache, [LayerEntry(k, names.get(k, "?"), t) for k, t in sorted(expected.items())])
+    update_tactics(
+        cache, [LayerEntry(k, names.get(k, "?"), t) for k, t in sorted(expected.items())]
+    )
     before = {**recorded, **expected}
     progress(Step("pinned build"))
     output, log = run_build(

@@ -7,27 +7,12 @@ Cast nodes here, before any backend sees the model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from reprobuild.errors import DriftError, UsageError
 from reprobuild.lock.model import Lock
-from reprobuild.lock.plan import PrecisionPlan, PrecisionSettings
-
-
-@dataclass
-class PrecisionRequest:
-    """What the user asked for with ``--precision`` and its rule options."""
-
-    mode: str
-    settings: PrecisionSettings
-    calibration: str | None = None  # .npz / Polygraphy JSON path; None = seeded inputs
-    calib_method: str = "entropy"  # int8 only: ONNX Runtime's calibration method
-    calib_batch_size: int = 1  # int8 only: samples per calibration batch (torch2trt's default)
-    calib_samples: int | None = None  # int8 only: the first N samples; None = all
-    # int8 only (--float): what stays float runs in fp32, fp16 or bf16; None = not given
-    # (fp32 when recording, the lock's own when applying a lock)
-    float_precision: str | None = None
+from reprobuild.lock.plan import PrecisionPlan
+from reprobuild.workflow.request import PrecisionRequest
 
 
 def prepare_model(

@@ -9,16 +9,13 @@ so that ``--frozen`` can refuse a build whose calibration would have made anothe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import onnx
 
 from reprobuild.errors import DriftError, UsageError
 from reprobuild.lock.plan import PrecisionPlan
 from reprobuild.lock.qplan import OpsetConversion
-
-if TYPE_CHECKING:
-    from reprobuild.workflow.prepare import PrecisionRequest
+from reprobuild.workflow.request import PrecisionRequest
 
 
 def int8_opset(

@@ -22,7 +22,14 @@ from typing import Any
 from reprobuild.backends.base import Backend
 from reprobuild.errors import ReprobuildError
 from reprobuild.events import Progress, Step, quiet
-from reprobuild.workflow.probe_answers import answers, tar, timings, write_evidence, write_json
+from reprobuild.workflow.probe_answers import (
+    Answer,
+    answers,
+    tar,
+    timings,
+    write_evidence,
+    write_json,
+)
 from reprobuild.workflow.probe_capture import BuildCapture, CapturingBackend
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -63,15 +70,6 @@ class ProbeStep:
     ok: bool | None  # None: skipped
     detail: str = ""
     seconds: float = 0.0
-
-
-@dataclass
-class Answer:
-    question: str
-    text: str
-    result: str  # pass | fail | skipped
-    observed: list[str]  # stand-in behaviour names this TensorRT shows, or ["default"]
-    detail: str = ""
 
 
 @dataclass

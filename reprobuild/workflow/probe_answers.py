@@ -3,6 +3,7 @@
 Each answer says whether reprobuild worked with this behaviour (``pass``/``fail``/
 ``skipped``) and which of the stand-in's named behaviours this TensorRT shows
 (``observed``), so a stand-in variant can be confirmed or dropped from the first real run.
+:class:`Answer` is defined here, where answers are made; :mod:`.probe` reports them.
 """
 
 from __future__ import annotations
@@ -11,19 +12,28 @@ import json
 import os
 import re
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 _KEY_HEADER = re.compile(r"Autotuning op .*\(key: (0x[0-9a-fA-F]{32})\)")
 
 
+@dataclass
+class Answer:
+    question: str
+    text: str
+    result: str  # pass | fail | skipped
+    observed: list[str]  # stand-in behaviour names this TensorRT shows, or ["default"]
+    detail: str = ""
+
+
 def _result(ok: bool) -> str:
     return "pass" if ok else "fail"
 
 
-def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> list[Any]:
+def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> list[Answer]:
     """One answer per question, over every model the probe built."""
-    from reprobuild.workflow.probe import Answer
     from reprobuild.workflow.probe_capture import non_finite_times
 
     locked = [r for r in runs if r.locked is not None]

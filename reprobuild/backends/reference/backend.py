@@ -131,6 +131,7 @@ class ReferenceBackend:
 
     def run(self, engine: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
         from reprobuild.backends.reference.engine import check_inputs, load_engine
+        from reprobuild.backends.reference.program import run_compiled
         from reprobuild.backends.reference.threads import limited
         from reprobuild.errors import ReprobuildError
 
@@ -138,7 +139,7 @@ class ReferenceBackend:
         feeds = check_inputs(loaded.prepared, inputs)
         try:
             with limited(self.threads):
-                return loaded.prepared.execute(feeds, loaded.plan)
+                return run_compiled(loaded.prepared, feeds, loaded.plan)
         except ReprobuildError:
             raise
         except Exception as exc:

@@ -35,7 +35,6 @@ import numpy as np
 import onnx
 
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
-from reprobuild.backends.reference import engine as engine_mod
 from reprobuild.backends.reference import int8, kernels, modelcache
 from reprobuild.backends.reference.autotune import AutotunePolicy, AutotuneStats, tune
 from reprobuild.backends.reference.buildlog import (
@@ -44,7 +43,15 @@ from reprobuild.backends.reference.buildlog import (
     tensor_format,
     tensor_info,
 )
+from reprobuild.backends.reference.engine import write_engine
 from reprobuild.backends.reference.knob import TimingKnob
+from reprobuild.backends.reference.prepared import (
+    Layer,
+    PreparedModel,
+    execute_spec,
+    input_dtype,
+    prepare,
+)
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError, ReprobuildError, UsageError
 from reprobuild.limits import check_tensor_bytes
@@ -52,9 +59,7 @@ from reprobuild.limits import check_tensor_bytes
 _LAYER_TYPES = {"Conv": "RefConvolution", "MatMul": "RefMatrixMultiply", "Gemm": "RefGemm"}
 
 
-def layer_key(
-    layer: engine_mod.Layer, inputs: Sequence[Any], environment_fp: str, settings_fp: str
-) -> str:
+def layer_key(layer: Layer, inputs: Sequence[Any], environment_fp: str, settings_fp: str) -> str:
     """One key per layer (editable mode): identity + shapes + environment + settings."""
     identity = {
         "key_version": 1,
@@ -135,7 +140,7 @@ def load_model(model_path: str) -> tuple[onnx.ModelProto, bytes, str]:
     return model, raw, file_sha
 
 
-def _folded(model_path: str) -> tuple[bytes, str, engine_mod.PreparedModel]:
+def _folded(model_path: str) -> tuple[bytes, str, PreparedModel]:
     """(model bytes for the engine, file sha256, the folded model), folding only when the
     model is not the one folded last (:mod:`.modelcache`: verify rebuilds one model)."""
     try:
@@ -150,7 +155,7 @@ def _folded(model_path: str) -> tuple[bytes, str, engine_mod.PreparedModel]:
     model, model_bytes, file_sha = load_model(model_path)
     external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     try:
-        prepared = engine_mod.prepare(model)
+        prepared = prepare(model)
     except ReprobuildError:
         raise
     except Exception as exc:
@@ -162,7 +167,7 @@ def _folded(model_path: str) -> tuple[bytes, str, engine_mod.PreparedModel]:
     return model_bytes, file_sha, prepared
 
 
-def synthetic_inputs(prepared: engine_mod.PreparedModel, settings: BuildSettings) -> dict[str, Any]:
+def synthetic_inputs(prepared: PreparedModel, settings: BuildSettings) -> dict[str, Any]:
     """Deterministic build-time inputs with the ``opt`` shapes of the profile."""
     shapes = {name: tuple(opt) for name, _mn, opt, _mx in settings.input_shapes}
     names = {vi.name for vi in prepared.inputs}
@@ -190,7 +195,7 @@ def synthetic_inputs(prepared: engine_mod.PreparedModel, settings: BuildSettings
                     "build settings (input_shapes)"
                 )
             shape = tuple(int(d.dim_value) for d in dims)
-        planned.append((vi, shape, engine_mod.input_dtype(vi)))
+        planned.append((vi, shape, input_dtype(vi)))
     # Checked before anything is allocated: a typo in --shapes must not exhaust memory.
     nbytes = sum(math.prod(shape) * max(dtype.itemsize, 8) for _, shape, dtype in planned)
     check_tensor_bytes("the build's input tensors", nbytes)
@@ -226,9 +231,7 @@ class Builder:
         self.choices: list[LayerChoice] = []
         self.layer_info: list[dict[str, Any]] = []
 
-    def filter_candidates(
-        self, layer: engine_mod.Layer, geo: kernels.Geometry
-    ) -> list[kernels.KernelSpec]:
+    def filter_candidates(self, layer: Layer, geo: kernels.Geometry) -> list[kernels.KernelSpec]:
         if layer.fusion is not None:
             has_bias = len(layer.node.input) > 2 and bool(layer.node.input[2])
             specs = int8.candidates(layer.op, layer.fusion, has_bias)
@@ -254,13 +257,13 @@ class Builder:
         return specs
 
     def autotuned(
-        self, layer: engine_mod.Layer, inputs: list[Any], geo: kernels.Geometry
+        self, layer: Layer, inputs: list[Any], geo: kernels.Geometry
     ) -> tuple[LayerChoice, Any]:
         specs = self.filter_candidates(layer, geo)
         key = layer_key(layer, inputs, self.env_fp, self.settings_fp)
 
         def runner(spec: kernels.KernelSpec) -> Callable[[], Any]:
-            return lambda: engine_mod.execute_spec(layer, spec, inputs)
+            return lambda: execute_spec(layer, spec, inputs)
 
         def choice(spec: kernels.KernelSpec, time_ms: float, source: str) -> LayerChoice:
             return LayerChoice(layer.index, layer.name, layer.op, key, spec, time_ms, source, specs)
@@ -300,7 +303,7 @@ class Builder:
         return choice(specs[best], costs[best], "timed"), tuning.output
 
     def measurer(
-        self, layer: engine_mod.Layer, specs: Sequence[kernels.KernelSpec], inputs: list[Any]
+        self, layer: Layer, specs: Sequence[kernels.KernelSpec], inputs: list[Any]
     ) -> Callable[[int], tuple[float, Any]]:
         """One timed run of candidate ``i``: (ms, output). A float Conv's operands are made
         once for all candidates; their time is added to the cost of the kernels using them."""
@@ -308,7 +311,7 @@ class Builder:
 
             def run_one(i: int) -> tuple[float, Any]:
                 start = time.perf_counter()
-                out = engine_mod.execute_spec(layer, specs[i], inputs)
+                out = execute_spec(layer, specs[i], inputs)
                 return (time.perf_counter() - start) * 1e3, out
 
             return run_one
@@ -330,7 +333,7 @@ class Builder:
 
     def info_entry(
         self,
-        layer: engine_mod.Layer,
+        layer: Layer,
         inputs: list[Any],
         outputs: list[Any],
         tactic: tuple[str, int, str],
@@ -354,7 +357,7 @@ class Builder:
             "Metadata": f"[ONNX Layer: {onnx_name}]",
         }
 
-    def run(self, prepared: engine_mod.PreparedModel, feeds: dict[str, Any]) -> None:
+    def run(self, prepared: PreparedModel, feeds: dict[str, Any]) -> None:
         values: dict[str, Any] = dict(prepared.constants)
         values.update(feeds)
         for position, layer in enumerate(prepared.layers):
@@ -462,7 +465,7 @@ def build_engine(
     # The engine carries its own layer information, so ``reprobuild layers MODEL.engine``
     # reads it like TensorRT's inspector would; it is deterministic, as the engine must be.
     meta["layer_info"] = inspector
-    engine_bytes = engine_mod.write_engine(meta, model_bytes)
+    engine_bytes = write_engine(meta, model_bytes)
     layer_info = json.dumps(inspector, indent=1)
     seconds = time.perf_counter() - started
     log.info(f"Engine built in {seconds:.3f} seconds")

@@ -208,7 +208,7 @@ class Geometry:
         return self.im2col_bytes + extra
 
 
-def precision_of(arrays: Sequence[np.ndarray]) -> str | None:
+def inputs_precision(arrays: Sequence[np.ndarray]) -> str | None:
     """The layer's precision when all float inputs share one supported type (strong typing)."""
     dtypes = {np.asarray(a).dtype for a in arrays}
     if len(dtypes) != 1:
@@ -279,7 +279,7 @@ def geometry(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Geomet
     if op == "MatMul":
         if len(arrays) != 2 or arrays[0].ndim == 0 or arrays[1].ndim == 0:
             return None
-        prec = precision_of(arrays)
+        prec = inputs_precision(arrays)
         a, b = arrays
         k = a.shape[-1]
         if prec is None or (b.shape[-2] if b.ndim > 1 else b.shape[0]) != k:
@@ -295,7 +295,7 @@ def geometry(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Geomet
     if op == "Gemm":
         if len(arrays) < 2 or arrays[0].ndim != 2 or arrays[1].ndim != 2:
             return None
-        prec = precision_of(arrays)
+        prec = inputs_precision(arrays)
         a, b = arrays[0], arrays[1]
         ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
         m, k = (a.shape[1], a.shape[0]) if ta else a.shape
@@ -307,7 +307,7 @@ def geometry(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Geomet
     if len(arrays) < 2:
         return None
     x, w = arrays[0], arrays[1]
-    prec = precision_of(arrays)
+    prec = inputs_precision(arrays)
     params = _conv_params(x, w, attrs) if prec is not None else None
     if params is None:
         return None

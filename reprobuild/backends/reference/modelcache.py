@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from reprobuild.backends.reference.engine import PreparedModel
+    from reprobuild.backends.reference.prepared import PreparedModel
 
 _slot: tuple[str, PreparedModel] | None = None
 

@@ -6,7 +6,7 @@ have a numpy path) and ran elementwise layers through ``onnx.reference``, each a
 a new tensor. A :class:`Program` is compiled once per (folded model, kernel plan) and:
 
 - runs the autotuned layers with their locked kernels, exactly as before
-  (:func:`.engine.execute_spec`, untouched);
+  (:func:`.prepared.execute_spec`, untouched);
 - runs the elementwise layers (Relu, Add/Sub/Mul/Div, Sum, BatchNormalization) and Concat
   with numpy directly, writing into an input's buffer when that input dies at the layer and
   nothing else can see it: a chain such as Conv -> BatchNormalization -> Relu (-> Mul ->
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -36,14 +36,15 @@ from reprobuild.backends.reference import int8, kernels
 from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
 from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
 from reprobuild.backends.reference.graphorder import consumed_names
-
-if TYPE_CHECKING:
-    from reprobuild.backends.reference.engine import Layer, PreparedModel
+from reprobuild.backends.reference.prepared import Layer, PreparedModel, execute_spec
 
 FRESH_OPS = frozenset(
     {"Relu", "Sum", "BatchNormalization", "Concat", "MaxPool", "AveragePool", "LRN", *BINARY}
 )
 """Ops whose outputs (fast path or ``onnx.reference``) never share memory with an input."""
+
+PROGRAMS_MAX = 4
+"""Compiled programs kept per folded model (one per kernel plan)."""
 
 KEEP_SCRATCH_BYTES = 32 << 20
 """Conv buffers up to this size stay allocated between runs (:meth:`.Scratch.trim`)."""
@@ -55,7 +56,7 @@ wait for the cyclic garbage collector with all its weights alive (verify's peak)
 
 
 @dataclass(frozen=True)
-class Step:
+class LayerStep:
     """One layer: where its inputs come from, how it runs, which values die after it."""
 
     inputs: tuple[str, ...]  # "" for an omitted optional input
@@ -66,7 +67,7 @@ class Step:
 
 @dataclass(frozen=True)
 class Program:
-    steps: tuple[Step, ...]
+    steps: tuple[LayerStep, ...]
     scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`), shared per model
 
     def execute(self, prepared: PreparedModel, feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,6 +82,25 @@ class Program:
                 values.pop(name, None)
         self.scratch.trim(KEEP_SCRATCH_BYTES)
         return {name: values[name] for name in prepared.output_names}
+
+
+def run_compiled(
+    prepared: PreparedModel, feeds: Mapping[str, Any], plan: Mapping[int, kernels.KernelSpec]
+) -> dict[str, Any]:
+    """Run every layer with the kernel ``plan`` names (by graph index); free dead values.
+
+    The layers run as a :class:`Program`, compiled on the first run with this plan and kept
+    on the model (a few plans at most: an engine's, and a build's probes). A function here,
+    not a method of the model: the model sits below the program, which compiles it."""
+    key = tuple(sorted((index, spec.name) for index, spec in plan.items()))
+    compiled = prepared._programs.get(key)
+    if compiled is None:
+        while len(prepared._programs) >= PROGRAMS_MAX:
+            prepared._programs.pop(next(iter(prepared._programs)))
+        if prepared._scratch is None:
+            prepared._scratch = Scratch()  # one set of buffers, whichever plan runs
+        compiled = prepared._programs[key] = compile_program(prepared, plan, prepared._scratch)
+    return compiled.execute(prepared, feeds)
 
 
 def compile_program(
@@ -104,7 +124,7 @@ def compile_program(
             )
         )
         steps.append(
-            Step(
+            LayerStep(
                 inputs=inputs,
                 outputs=tuple(o for o in layer.node.output if o),
                 run=_runner(prepared, layer, spec, donate, scratch),
@@ -136,8 +156,6 @@ def _runner(
     donate: tuple[bool, ...],
     scratch: Scratch,
 ) -> Runner:
-    from reprobuild.backends.reference.engine import execute_spec
-
     if spec is not None and supported(spec) and layer.fusion is None:
         conv = ConvStep(spec, layer.attrs, scratch)
         return lambda inputs, _values, _model: [conv(inputs)]
