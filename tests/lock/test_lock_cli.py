@@ -189,6 +189,58 @@ def test_concurrent_pins_lose_no_update(tmp_path: Path) -> None:
     ]
 
 
+_IMPORTED = (
+    "import json, sys\n"
+    "from reprobuild.cli.main import main\n"
+    "try:\n"
+    "    main(sys.argv[1:])\n"
+    "finally:\n"
+    "    print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+)
+
+
+def imported_by(*args: str, cwd: Path, code: int = 0) -> set[str]:
+    """Every module a command imports (its whole ``sys.modules`` at exit), run in a fresh
+    interpreter; modules imported through ``importlib`` count too."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+    assert proc.returncode == code, proc.stderr[-2000:]
+    return set(json.loads(proc.stderr.splitlines()[-1]))
+
+
+def _top(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def _commands(modules: set[str]) -> set[str]:
+    return {m.rpartition(".")[2] for m in modules if m.endswith("_cmds")}
+
+
+HEAVY = {"numpy", "onnx", "onnxruntime", "tensorrt"}
+
+
+def test_help_imports_no_heavy_module(tmp_path: Path) -> None:
+    """``--help`` lists every command (each module's own help line), none of which pulls in
+    numpy or onnx; a command's ``--help`` imports only its own module; ``--version`` and a
+    mistyped command import no command module."""
+    for args, commands in (
+        (["--help"], {"build", "verify", "lock", "log", "layers", "trt"}),
+        (["build", "--help"], {"build"}),
+        (["show", "--help"], {"lock"}),
+        (["log", "--help"], {"log"}),
+        (["--version"], set()),
+        (["biuld"], set()),
+    ):
+        modules = imported_by(*args, cwd=tmp_path, code=2 if args == ["biuld"] else 0)
+        assert not _top(modules) & HEAVY, (args, _top(modules) & HEAVY)
+        assert _commands(modules) == {f"{c}_cmds" for c in commands}, args
+
+
 def test_light_commands_do_not_import_heavy_modules(lock_path: Path) -> None:
     heavy = ("numpy", "onnx", "onnxruntime", "tensorrt")
     for args in (
