@@ -6,7 +6,9 @@ Figures measured interleaved round after round (medians, every round printed):
 every module a locked rebuild of the small example model imports (recorded once from a real
 rebuild, then imported alone in a fresh interpreter); and the whole locked rebuild (the
 second build with the same lock). ``--baseline REV`` adds the last two for the package as
-git revision REV has it (``git archive``, first on ``PYTHONPATH``), in the same rounds.
+git revision REV has it (``git archive``, first on ``PYTHONPATH``), in the same rounds. The
+CPU seconds (user + system) of each command are printed too: on a shared machine they vary
+less than wall time.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import compileall
 import io
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -123,21 +126,26 @@ def main() -> None:
             base_env = _baseline_tree(args.baseline, tmp / "baseline-tree")
             commands.update(_rebuild(f", {args.baseline}", tmp / "baseline", base_env))
         times: dict[str, list[float]] = {k: [] for k in commands}
+        cpu: dict[str, list[float]] = {k: [] for k in commands}
         for _ in range(args.repeat):
             for key, (cmd, cwd, cmd_env) in commands.items():
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.perf_counter()
                 subprocess.run(cmd, capture_output=True, check=True, cwd=cwd, env=cmd_env)
                 times[key].append(time.perf_counter() - t0)
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[key].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
     base = statistics.median(times["python -c pass"])
     print(
         f"median of {args.repeat} rounds; 'net' is minus `python -c pass`; goal: imports <= 0.2 s"
     )
     width = max(len(k) for k in times) + 2
-    print(f"{'command':<{width}} {'seconds':>8} {'net':>7}  rounds")
+    print(f"{'command':<{width}} {'seconds':>8} {'net':>7} {'cpu s':>6}  rounds")
     for key, ts in times.items():
         med = statistics.median(ts)
         rounds = " ".join(f"{t:.3f}" for t in ts)
-        print(f"{key:<{width}} {med:8.3f} {med - base:7.3f}  {rounds}")
+        used = statistics.median(cpu[key])
+        print(f"{key:<{width}} {med:8.3f} {med - base:7.3f} {used:6.3f}  {rounds}")
 
 
 if __name__ == "__main__":
