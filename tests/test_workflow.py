@@ -318,6 +318,43 @@ def test_bad_inputs_give_clear_errors(work: Path, cli) -> None:
         verify(lock="t.lock", rebuilds=0, backend="reference")
 
 
+def test_build_options_reach_the_workflow(work: Path, cli, monkeypatch) -> None:
+    """What ``build`` hands the workflow for its options: defaults, paths, numbers, repeated
+    options and flags, as the user wrote them."""
+    import reprobuild.workflow.build as workflow_build
+
+    calls: list[tuple[str, dict]] = []
+
+    def record(model, **kwargs):
+        calls.append((model, kwargs))
+        raise UsageError("stopped before the build")
+
+    monkeypatch.setattr(workflow_build, "build", record)
+    r = cli(
+        *("build", "mlp.onnx", "--backend", "reference", "--threads", "3", "--no-tf32"),
+        *("--shapes", "x:1x4", "--shapes=y:2,z:1", "--opt-level", "0", "--workspace", "2G"),
+        *("--precision", "fp16", "--keep-fp32", "a.*", "--keep-fp32", "b", "--max-output", "2.5"),
+    )
+    assert (r.code, r.err) == (2, "error: stopped before the build\n")
+    [(model, kw)] = calls
+    assert model == Path("mlp.onnx") and kw["lock"] == Path("tactics.lock")
+    assert kw["cache_dir"] == Path("caches") and kw["out"] is None and kw["frozen"] is False
+    assert kw["backend"].threads == 3 and kw["held_out"] is None
+    settings = kw["settings"]
+    assert (settings.optimization_level, settings.workspace, settings.tf32) == (0, 2 << 30, False)
+    assert settings.input_shapes == (
+        ("x", (1, 4), (1, 4), (1, 4)),
+        ("y", (2,), (2,), (2,)),
+        ("z", (1,), (1,), (1,)),
+    )
+    request = kw["precision"]
+    assert request.mode == "fp16" and request.settings.keep_fp32 == ("a.*", "b")
+    assert request.settings.max_output == 2.5
+    r = cli("build", "--help")
+    assert r.code == 0 and "Build an engine" in r.out and "--min-shapes" in r.out
+    assert "--ref-timing" not in r.out  # hidden
+
+
 def test_auto_backend_says_which(work: Path, cli) -> None:
     r = cli("build", "cnn.onnx", "--lock", "t.lock", "--json")
     assert r.code == 0, r

@@ -1,15 +1,81 @@
-"""The typer application: every command group registers itself here (``register(app)``).
+"""The typer application. ``COMMANDS`` names each command's module; the module is imported,
+and its parameters turned into click's, only when that command runs.
 
-Command modules import only typer and light project modules at import time, so
-``reprobuild --help`` and ``reprobuild pin`` never import numpy, onnx or tensorrt. The
-lock commands usually do not come here at all (``fastargs``).
+A command does not pay for the others: ``reprobuild show`` imports neither ``build_cmds``
+nor ``verify_cmds``, nor converts build's thirty-odd options. ``--version`` and a mistyped
+command import no command module (the names for "did you mean" are ``COMMANDS``' keys).
+``reprobuild --help`` imports them all: its listing shows each command's own first help
+line, which lives with the command. Command modules import only typer and light project
+modules at import time, so none of this imports numpy, onnx or tensorrt.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
+from typer.main import get_group
+
+COMMANDS: dict[str, str] = {
+    "build": "build_cmds",
+    "verify": "verify_cmds",
+    "bisect": "verify_cmds",
+    "pin": "lock_cmds",
+    "unpin": "lock_cmds",
+    "show": "lock_cmds",
+    "diff": "lock_cmds",
+    "export-cache": "trt_cmds",
+    "doctor": "trt_cmds",
+    "log": "log_cmds",
+    "layers": "layers_cmds",
+}
+"""Command name -> its module under ``reprobuild.cli`` (which has ``register(app)``), in the
+order ``--help`` lists them."""
+
+_SETTINGS: dict[str, Any] = {
+    "add_completion": False,
+    "pretty_exceptions_enable": False,
+    "rich_markup_mode": None,
+}
+"""typer settings shared by the application and the per-module apps its commands come from,
+so a command is converted exactly as it would be registered on the application itself."""
+
+
+class _LazyCommands(Mapping[str, Any]):
+    """The command table as click's group reads it: every name at once, each command built
+    on first look-up (its module imported and ``register``-ed on an app of its own)."""
+
+    def __init__(self) -> None:
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            module = importlib.import_module(f"reprobuild.cli.{COMMANDS[name]}")
+            module_app = typer.Typer(**_SETTINGS)
+            module.register(module_app)
+            self._built.update(get_group(module_app).commands)
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
+
+
+class LazyGroup(TyperGroup):
+    """The root group, with ``_LazyCommands`` for its commands."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = _LazyCommands()  # type: ignore[assignment]
+
 
 app = typer.Typer(
+    cls=LazyGroup,
     name="reprobuild",
     help=(
         "Reproducible TensorRT engine builds: record every tactic in a lockfile, "
@@ -19,10 +85,8 @@ app = typer.Typer(
         "traceback is saved to a file)."
     ),
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
+    **_SETTINGS,
 )
 
 
@@ -41,13 +105,3 @@ def _root(
     ),
 ) -> None:
     """Reproducible TensorRT engine builds."""
-
-
-def _register_all() -> None:
-    from reprobuild.cli import build_cmds, layers_cmds, lock_cmds, log_cmds, trt_cmds, verify_cmds
-
-    for module in (build_cmds, verify_cmds, lock_cmds, log_cmds, layers_cmds, trt_cmds):
-        module.register(app)
-
-
-_register_all()

@@ -1,21 +1,42 @@
 """pin / unpin / show / diff: commands that read and edit lockfiles.
 
-Only light modules are imported here: these commands must start fast (no numpy/onnx).
-What they do is in ``lock_run`` (typer-free, shared with ``fastargs``); this module
-declares their arguments and help for typer.
+Only light modules are imported here: these commands must start fast (no numpy/onnx), so
+the lock modules they use are imported inside the commands, each only where it is needed.
 """
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from reprobuild.cli import lock_run
+from reprobuild.cli.render import echo, echo_lines, format_table, print_json, table_lines
 from reprobuild.lock.model import DEFAULT_LOCK
+
+if TYPE_CHECKING:
+    from reprobuild.lock.diff import LockDiff
+    from reprobuild.lock.model import Lock
 
 LockOpt = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to read/edit.")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+@contextmanager
+def _without_cyclic_gc() -> Iterator[None]:
+    """Everything a lock command makes (a lock is ~150,000 objects for 10,000 layers, then
+    table rows) is acyclic and freed by reference counting, so the cyclic collector's
+    passes over it would only cost time (~20 ms for ``diff``)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def pin(
@@ -36,7 +57,16 @@ def pin(
     Example:
       reprobuild pin layer=conv1 tactic=0x665ded9abbf88 layer=fc tactic=ref_gemm_blas
     """
-    lock_run.pin(selections, lock, force, as_json)
+    with _without_cyclic_gc():
+        from reprobuild.lock.edit import edit_lock
+
+        changes = edit_lock(lock, selections, force=force)
+        if as_json:
+            print_json({"lock": str(lock), "pinned": [c.to_json() for c in changes]})
+            return
+        for c in changes:
+            was = "" if c.old_tactic == c.new_tactic else f" (was 0x{c.old_tactic:x})"
+            echo(f"pinned {c.layer} [{c.key}] -> 0x{c.new_tactic:x} {c.kernel or ''}{was}")
 
 
 def unpin(
@@ -52,7 +82,15 @@ def unpin(
     Example:
       reprobuild unpin layer=conv1 key=0x1814870c44ff0f8574df6e3dda04cbd7
     """
-    lock_run.unpin(selections, lock, as_json)
+    with _without_cyclic_gc():
+        from reprobuild.lock.edit import edit_lock
+
+        changes = edit_lock(lock, selections, unpin=True)
+        if as_json:
+            print_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
+            return
+        for c in changes:
+            echo(f"unpinned {c.layer} [{c.key}] (tactic 0x{c.new_tactic:x} kept)")
 
 
 def show(
@@ -66,7 +104,39 @@ def show(
     Example:
       reprobuild show --lock tactics.lock --json
     """
-    lock_run.show(lock, as_json, precision)
+    with _without_cyclic_gc():
+        from reprobuild.lock.yamlio import load_lock
+
+        data = load_lock(lock)
+        if precision:
+            _show_precision(lock, data, as_json)
+            return
+        if as_json:
+            from reprobuild.lock.edit import show_rows
+
+            print_json(
+                {
+                    "lock": str(lock),
+                    "model": {"path": data.model.path, "sha256": data.model.sha256},
+                    "environment": data.environment.to_dict(),
+                    "settings": data.settings.to_dict(),
+                    "layers": show_rows(data),
+                }
+            )
+            return
+        env = data.environment
+        target = ", ".join(
+            f"{k}={v}" for k, v in env.to_dict().items() if v is not None and k != "backend"
+        )
+        echo(f"model: {data.model.path} (sha256 {data.model.sha256[:12]})")
+        echo(f"environment: {env.backend}" + (f" ({target})" if target else ""))
+        table = [
+            [e.layer, e.key, f"0x{e.tactic:x}", e.kernel or "-", "yes" if e.pinned else "no"]
+            for e in data.layers
+        ]
+        echo_lines(table_lines(["layer", "key", "tactic", "kernel", "pinned"], table))
+        pinned = sum(1 for e in data.layers if e.pinned)
+        echo(f"{len(data.layers)} layers, {pinned} pinned")
 
 
 def diff(
@@ -80,9 +150,90 @@ def diff(
     Example:
       reprobuild diff main.lock tactics.lock --json
     """
-    code = lock_run.diff(a, b, as_json)
-    if code:
-        raise typer.Exit(code)
+    with _without_cyclic_gc():
+        from reprobuild.lock.diff import diff_locks
+        from reprobuild.lock.yamlio import load_lock
+
+        d = diff_locks(load_lock(a), load_lock(b))
+        if as_json:
+            print_json(d.to_json())
+        else:
+            _print_diff(a, b, d)
+    if d.differs:
+        raise typer.Exit(1)
+
+
+def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
+    if d.model_changed:
+        echo("model: different sha256")
+    for what, keys in (
+        ("settings", d.settings_changed),
+        ("environment", d.environment_changed),
+    ):
+        if keys:
+            echo(f"{what} changed: {', '.join(keys)}")
+    rows = [["+", e.layer, e.key, "", f"0x{e.tactic:x}"] for e in d.added]
+    rows += [["-", e.layer, e.key, f"0x{e.tactic:x}", ""] for e in d.removed]
+    rows += [
+        [
+            "~",
+            eb.layer,
+            eb.key,
+            f"0x{ea.tactic:x} {ea.kernel or ''}".rstrip(),
+            f"0x{eb.tactic:x} {eb.kernel or ''}".rstrip(),
+        ]
+        for ea, eb in d.changed
+    ]
+    if rows:
+        echo_lines(table_lines(["", "layer", "key", str(a), str(b)], rows))
+    if d.precision_changed:
+        echo(f"precision plan changed ({len(d.precision_changed)}):")
+        echo_lines([f"  {c.line()}" for c in d.precision_changed])
+    summary = f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
+    if d.precision_changed:
+        summary += f", {len(d.precision_changed)} precision plan changes"
+    echo(summary if d.differs else "locks are equivalent")
+
+
+def _show_precision(lock: Path, data: Lock, as_json: bool) -> None:
+    plan = data.precision
+    if as_json:
+        print_json({"lock": str(lock), "precision": plan.to_dict() if plan else None})
+    elif plan is None:
+        echo(f"{lock}: no precision plan (the model was built as it is)")
+    else:
+        s = plan.settings
+        echo(
+            f"mode: {plan.mode}  calibration: {plan.calibration}  "
+            f"max_output: {s.max_output}  fp32_accumulate: {s.fp32_accumulate}"
+        )
+        rows = [
+            [
+                n.node,
+                n.op,
+                n.precision + (f" (acc {n.accumulate})" if n.accumulate else ""),
+                n.rule,
+            ]
+            for n in plan.nodes
+        ]
+        echo(format_table(["node", "op", "precision", "rule"], rows))
+        counts: dict[str, int] = {}
+        for n in plan.nodes:
+            counts[n.precision] = counts.get(n.precision, 0) + 1
+        echo(f"{len(plan.nodes)} nodes: " + ", ".join(f"{counts[p]} {p}" for p in sorted(counts)))
+        q = plan.quantization
+        if q is not None:
+            extra = f"; float {q.float_precision}" if q.float_precision != "fp32" else ""
+            if q.opset is not None:
+                o = q.opset.to_dict()
+                extra += f"; opset {o['from']} -> {o['to']} (onnx {o['onnx']})"
+            echo(
+                f"int8: {q.method} calibration, batch size {q.batch_size}, {q.samples} "
+                f"samples, onnxruntime {q.onnxruntime}; {len(q.weights)} weights per channel"
+                + extra
+            )
+            acts = [[a.tensor, a.scale.hex(), f"{a.scale:.6g}"] for a in q.activations]
+            echo(format_table(["tensor", "scale", "(decimal)"], acts))
 
 
 def register(app: typer.Typer) -> None:

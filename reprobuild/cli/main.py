@@ -1,7 +1,7 @@
 """Entry point: the one place exceptions are caught for the user (see ``crash``).
 
-The typer application is in ``app`` and is imported only when needed: the lock commands
-read their own arguments when they can (``fastargs``) and never import typer.
+typer reads every command's arguments; the application is in ``app``, which imports only
+the module of the command being run (all of them for ``--help``'s listing).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def fail(err: ReprobuildError, as_json: bool = False) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run one command. The only place exceptions are caught for the user: see ``crash``."""
-    from reprobuild.cli import crash, fastargs, render
+    from reprobuild.cli import crash, render
 
     render.json_printed = False
     for stream in (sys.stdout, sys.stderr):  # a lone surrogate in a lock must still print
@@ -39,9 +39,8 @@ def main(argv: list[str] | None = None) -> None:
             reconfigure(errors="backslashreplace")
     args = sys.argv[1:] if argv is None else list(argv)
     as_json = crash.wants_json(args)
-    command = fastargs.parse(args)
     try:
-        rv = command() if command is not None else _typer(args)
+        rv = _typer(args)
     except ReprobuildError as err:
         code, message = err.exit_code, str(err)
     except KeyboardInterrupt:

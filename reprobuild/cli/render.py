@@ -10,55 +10,14 @@ steps print, one plain timestamped line each. ``--json`` and ``--quiet`` print n
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import Any
+
+from typer import echo  # the one writer of text: newline, ANSI codes cut off a terminal, flush
 
 from reprobuild.events import Event, LayersDone, Step
-
-_ANSI = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")  # the codes click's echo strips
-
-
-def echo(message: str = "", err: bool = False) -> None:
-    """``typer.echo`` for text, without importing typer (the lock commands start without
-    it): a newline, ANSI codes stripped when the stream is not a terminal, a flush. A
-    stream click would rewrap (no encoding, or ASCII) goes through typer.echo itself."""
-    stream = sys.stderr if err else sys.stdout
-    if stream is None:
-        return
-    if not _plain_text_stream(stream):
-        import typer
-
-        typer.echo(message, err=err)
-        return
-    out = message + "\n"
-    if "\033" in out and _strips_ansi(stream):
-        out = _ANSI.sub("", out)
-    stream.write(out)
-    stream.flush()
-
-
-def _plain_text_stream(stream: IO[Any]) -> bool:
-    """A text stream click writes to as it is (see ``typer._click._compat``)."""
-    import codecs
-
-    encoding = getattr(stream, "encoding", None)
-    if not encoding or not hasattr(stream, "buffer"):
-        return False
-    try:
-        return codecs.lookup(encoding).name != "ascii"
-    except LookupError:
-        return False
-
-
-def _strips_ansi(stream: IO[Any]) -> bool:
-    try:
-        tty = stream.isatty()
-    except Exception:
-        tty = False
-    return not tty and not type(stream).__module__.startswith("ipykernel.")
 
 
 def format_table(headers: list[str], rows: list[list[str]]) -> str:

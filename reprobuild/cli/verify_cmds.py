@@ -12,8 +12,14 @@ from typing import Any
 
 import typer
 
-from reprobuild.cli.build_cmds import BACKEND_HELP, HELD_OUT_HELP, RefTimingOpt, ThreadsOpt
-from reprobuild.cli.build_run import backend_arg, print_sample_accuracy
+from reprobuild.cli.build_cmds import (
+    BACKEND_HELP,
+    HELD_OUT_HELP,
+    RefTimingOpt,
+    ThreadsOpt,
+    backend_arg,
+    print_sample_accuracy,
+)
 from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK

@@ -189,28 +189,74 @@ def test_concurrent_pins_lose_no_update(tmp_path: Path) -> None:
     ]
 
 
+_IMPORTED = (
+    "import json, sys\n"
+    "from reprobuild.cli.main import main\n"
+    "try:\n"
+    "    main(sys.argv[1:])\n"
+    "finally:\n"
+    "    print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+)
+
+
+def imported_by(*args: str, cwd: Path, code: int = 0) -> set[str]:
+    """Every module a command imports (its whole ``sys.modules`` at exit), run in a fresh
+    interpreter; modules imported through ``importlib`` count too."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORTED, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+    )
+    assert proc.returncode == code, proc.stderr[-2000:]
+    return set(json.loads(proc.stderr.splitlines()[-1]))
+
+
+def _top(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def _commands(modules: set[str]) -> set[str]:
+    return {m.rpartition(".")[2] for m in modules if m.endswith("_cmds")}
+
+
+HEAVY = {"numpy", "onnx", "onnxruntime", "tensorrt"}
+
+
 def test_light_commands_do_not_import_heavy_modules(lock_path: Path) -> None:
-    heavy = ("numpy", "onnx", "onnxruntime", "tensorrt")
-    for args in (
-        ["--help"],
-        ["show", "--lock", str(lock_path)],
-        ["pin", "layer=layer0", "tactic=0x1001", "--lock", str(lock_path)],
-        ["diff", str(lock_path), str(lock_path)],
-        ["unpin", "layer=layer0", "--lock", str(lock_path)],
+    """The lock commands import no numpy, onnx or tensorrt, and only their own command
+    module; reading a canonical lock (show, diff) imports no PyYAML either."""
+    other = lock_path.parent / "other.lock"
+    save_lock(sample_lock(5), other)
+    for args, code, avoided in (
+        (["show"], 0, {"yaml"}),
+        (["show", "--json"], 0, {"yaml"}),
+        (["diff", "tactics.lock", "other.lock"], 1, {"yaml"}),
+        (["pin", "layer=layer0", "tactic=0x1001"], 0, set()),
+        (["unpin", "layer=layer0"], 0, set()),
+        (["show", "-l", "missing.lock"], 2, {"yaml"}),
     ):
-        proc = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "reprobuild", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        imported = {
-            line.split("|")[-1].strip().split(".")[0]
-            for line in proc.stderr.splitlines()
-            if line.startswith("import time:")
-        }
-        assert not imported & set(heavy), (args, imported & set(heavy))
+        modules = imported_by(*args, cwd=lock_path.parent, code=code)
+        assert not _top(modules) & (HEAVY | avoided), (args, _top(modules) & (HEAVY | avoided))
+        assert _commands(modules) == {"lock_cmds"}, args
+
+
+def test_help_imports_no_heavy_module(tmp_path: Path) -> None:
+    """``--help`` lists every command (each module's own help line), none of which pulls in
+    numpy or onnx; a command's ``--help`` imports only its own module; ``--version`` and a
+    mistyped command import no command module."""
+    for args, commands in (
+        (["--help"], {"build", "verify", "lock", "log", "layers", "trt"}),
+        (["build", "--help"], {"build"}),
+        (["show", "--help"], {"lock"}),
+        (["log", "--help"], {"log"}),
+        (["--version"], set()),
+        (["biuld"], set()),
+    ):
+        modules = imported_by(*args, cwd=tmp_path, code=2 if args == ["biuld"] else 0)
+        assert not _top(modules) & HEAVY, (args, _top(modules) & HEAVY)
+        assert _commands(modules) == {f"{c}_cmds" for c in commands}, args
 
 
 def test_console_script_exit_codes(lock_path: Path) -> None:
@@ -218,3 +264,44 @@ def test_console_script_exit_codes(lock_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
     assert run_cli("frobnicate").returncode == 2
+
+
+def test_help_and_usage_errors(cli, tmp_path: Path, monkeypatch) -> None:
+    """A command's help, and typer's usage errors as one line with exit 2 (a misspelt
+    option or command is answered with what was probably meant)."""
+    monkeypatch.chdir(tmp_path)
+    r = cli("show", "--help")
+    assert r.code == 0 and "Show the locked layers" in r.out and "--precision" in r.out
+    assert cli("show", "-h").out == r.out
+    r = cli("show", "--lok", "a")
+    assert r.code == 2 and r.out == ""
+    assert (
+        r.err
+        == "error: No such option: --lok (Possible options: --lock) (see 'reprobuild show -h')\n"
+    )
+    r = cli("diff", "a.lock")
+    assert r.code == 2 and "Missing argument 'b'" in r.err and r.err.count("\n") == 1
+    r = cli("shwo")
+    assert r.code == 2
+    assert r.err == "error: No such command 'shwo'. Did you mean 'show'? (see 'reprobuild -h')\n"
+
+
+def test_a_closed_pipe_ends_quietly_with_exit_1(tmp_path: Path) -> None:
+    """`reprobuild show | head`: the reader leaves early; the answer is exit 1 and no
+    message (not an internal error)."""
+    from reprobuild.lock.model import LayerEntry
+
+    lock = sample_lock(1)
+    lock.layers = [LayerEntry(f"0x{i:032x}", f"layer{i}", 1, "k", False, []) for i in range(20_000)]
+    save_lock(lock, tmp_path / "big.lock")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprobuild", "show", "-l", "big.lock"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert (proc.wait(timeout=120), err) == (1, "")
