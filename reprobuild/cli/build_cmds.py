@@ -139,7 +139,7 @@ def build(
       reprobuild build model.onnx --lock tactics.lock --frozen          # in CI
     """
     from reprobuild.workflow.build import build as build_engine
-    from reprobuild.workflow.prepare import PrecisionRequest
+    from reprobuild.workflow.request import PrecisionRequest
 
     settings = _settings(
         opt_level,
