@@ -6,8 +6,9 @@ file name by all four lets later builds skip the recording step safely: a change
 TensorRT version, setting or model simply maps to a different (missing) file.
 
 Layout: ``<cache-dir>/<backend>-<env fingerprint>-<settings fingerprint>-<sha256[:16]>.cache``,
-where the environment part is :meth:`Environment.cache_fingerprint` (TensorRT version, GPU
-model and compute capability, CUDA runtime; not the driver, not which card of a model).
+where the environment part is :meth:`Environment.fingerprint`: the target's identity
+(TensorRT version, GPU model, CUDA major; the reference backend's BLAS kernels and threads),
+never an advisory field (the driver, which card of a model, the CPU's name).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def cache_path(
         )
     if not _BACKEND_RE.fullmatch(env.backend):
         raise UsageError(f"backend name {env.backend!r} cannot be used in a cache file name")
-    name = f"{env.backend}-{env.cache_fingerprint()}-{settings.fingerprint()}-{sha[:16]}.cache"
+    name = f"{env.backend}-{env.fingerprint()}-{settings.fingerprint()}-{sha[:16]}.cache"
     return Path(cache_dir) / name
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -68,44 +69,139 @@ class BuildSettings:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
 
 
+Fields = tuple[tuple[str, str], ...]
+
+LABEL_FIELDS: dict[str, tuple[str, ...]] = {
+    "reference": ("blas_kernels", "blas_threads"),
+    "tensorrt": ("tensorrt_version", "compute_capability"),
+}
+"""The identity fields a target's name shows, per backend (the rest is in its hash)."""
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9.]+")
+
+
 @dataclass(frozen=True)
 class Environment:
-    """What a lock and a timing cache are tied to: the same tactics exist only here."""
+    """What a lock target, a timing cache and an engine are tied to.
+
+    ``identity`` holds what decides which tactics exist and what bits they give (for the
+    reference backend the BLAS library, its kernel family and thread count, numpy's SIMD
+    dispatch; for TensorRT its version, the GPU model and the CUDA major version): a
+    difference there is another target. ``advisory`` holds what is recorded and shown but
+    never refused on (the CPU's marketing name, the driver, which card): a difference is a
+    warning. Each backend documents why each field is where it is (``docs/fleets.md``).
+    """
 
     backend: str
-    tensorrt_version: str | None = None
-    gpu: str | None = None
-    compute_capability: str | None = None
-    cuda_version: str | None = None
-    driver_version: str | None = None
+    identity: Fields = ()
+    advisory: Fields = ()
+
+    @classmethod
+    def make(
+        cls, backend: str, identity: Mapping[str, Any], advisory: Mapping[str, Any] | None = None
+    ) -> Environment:
+        """From mappings; values become text, None values are left out (unknown)."""
+        return cls(backend, _fields(identity), _fields(advisory or {}))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Environment:
+        """Inverse of :meth:`to_dict`; a flat schema-1 mapping goes through
+        :func:`legacy_environment`. Types are the caller's to check (``TypeError``)."""
+        if "identity" not in data and "advisory" not in data:
+            unknown = set(data) - {"backend", *LEGACY_ENV_FIELDS}
+            if unknown or not isinstance(data.get("backend"), str):
+                raise TypeError(f"unknown environment fields {sorted(unknown)}")
+            return legacy_environment(data)
+        if set(data) - {"backend", "identity", "advisory"} or not isinstance(data["backend"], str):
+            raise TypeError("an environment holds backend, identity and advisory")
+        return cls.make(data["backend"], dict(data.get("identity") or {}), dict(data.get("advisory") or {}))
+
+    def identity_dict(self) -> dict[str, str]:
+        return dict(self.identity)
+
+    def advisory_dict(self) -> dict[str, str]:
+        return dict(self.advisory)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "backend": self.backend,
+            "identity": self.identity_dict(),
+            "advisory": self.advisory_dict(),
+        }
 
     def fingerprint(self) -> str:
-        """Short stable id of every field (what a lock and an engine are tied to)."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        """Short stable id of the backend and identity: names timing caches and ties
+        engines and caches to a target; advisory fields never change it."""
+        data = {"backend": self.backend, "identity": self.identity_dict()}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
-    CACHE_FIELDS = ("backend", "tensorrt_version", "gpu", "compute_capability", "cuda_version")
-    """What makes timing caches differ: keys and tactics depend on the TensorRT version
-    (build included), the GPU model (name and compute capability, not which card of that
-    model: NVIDIA replays caches across same-SKU GPUs) and the CUDA runtime that ships the
-    kernel libraries. The driver is left out: its update changes neither keys nor tactics."""
+    @property
+    def name(self) -> str:
+        """The target's name: a readable label and the fingerprint's first six digits."""
+        values = [self.identity_dict().get(f) for f in LABEL_FIELDS.get(self.backend, ())]
+        label = "-".join(_NAME_UNSAFE.sub("_", v) for v in values if v)
+        head = f"{self.backend}-{label}" if label else self.backend
+        return f"{head}-{self.fingerprint()[:6]}"
 
-    def cache_fingerprint(self) -> str:
-        """Short stable id used to name timing caches under ``caches/``; it changes only
-        when a field of :attr:`CACHE_FIELDS` does."""
-        fields = {name: getattr(self, name) for name in self.CACHE_FIELDS}
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    def matches(self, here: Environment) -> bool:
+        """Same backend and no identity difference (see :meth:`differences`)."""
+        return self.backend == here.backend and not self.differences(here)
 
     def differences(self, here: Environment | None) -> list[str]:
-        """``field: lock X, here Y`` for every field that differs from ``here`` (the one
-        environment comparison: locks, caches and export-cache all ask it)."""
+        """``field: lock X, here Y`` for every identity field that differs from ``here``
+        (the one environment comparison: locks, caches and export-cache all ask it). A
+        field this side does not record (a lock from before the field existed) is not a
+        difference: :meth:`unrecorded` names those."""
         if here is None:
             return [f"backend {self.backend!r} is not available on this machine"]
-        mine, theirs = self.to_dict(), here.to_dict()
+        if here.backend != self.backend:
+            return [f"backend: lock {self.backend!r}, here {here.backend!r}"]
+        theirs = here.identity_dict()
         return [
-            f"{name}: lock {mine[name]!r}, here {theirs.get(name)!r}"
-            for name in mine
-            if mine[name] != theirs.get(name)
+            f"{name}: lock {value!r}, here {theirs.get(name)!r}"
+            for name, value in self.identity
+            if theirs.get(name) != value
         ]
+
+    def unrecorded(self, here: Environment) -> list[str]:
+        """Identity fields ``here`` has and this side does not record."""
+        mine = self.identity_dict()
+        return [name for name, _ in here.identity if name not in mine]
+
+    def advisory_differences(self, here: Environment) -> list[str]:
+        """``field: lock X, here Y`` for every advisory field both sides record."""
+        theirs = here.advisory_dict()
+        return [
+            f"{name}: lock {value!r}, here {theirs[name]!r}"
+            for name, value in self.advisory
+            if name in theirs and theirs[name] != value
+        ]
+
+
+def _fields(values: Mapping[str, Any]) -> Fields:
+    return tuple((k, str(v)) for k, v in values.items() if v is not None)
+
+
+LEGACY_ENV_FIELDS = (
+    "tensorrt_version", "gpu", "compute_capability", "cuda_version", "driver_version"
+)  # fmt: skip
+"""The flat environment of schema-1 locks, engines and caches."""
+
+
+def legacy_environment(data: Mapping[str, Any]) -> Environment:
+    """A schema-1 environment (one flat mapping) in today's terms. TensorRT's version, GPU
+    name and compute capability were identity then as now; the CUDA runtime version (the
+    first libcudart found), the driver and, for the reference backend, the CPU name and the
+    numerics versions are advisory. Identity fields it lacks are unrecorded, so such a
+    target matches any machine on the fields it has (:meth:`Environment.differences`)."""
+    backend = str(data.get("backend"))
+    if backend == "tensorrt":
+        identity = {k: data.get(k) for k in ("tensorrt_version", "gpu", "compute_capability")}
+        advisory = {
+            "cuda_runtime": data.get("cuda_version"),
+            "driver_version": data.get("driver_version"),
+        }
+    else:
+        identity = {}
+        advisory = {"cpu": data.get("gpu"), "numerics": data.get("driver_version")}
+    return Environment.make(backend, identity, advisory)

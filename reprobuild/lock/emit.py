@@ -32,11 +32,11 @@ from yaml import (
     SequenceStartEvent,
 )
 
-from reprobuild.lock.model import Lock
+from reprobuild.lock.model import SCHEMA_VERSION, LayerEntry, Lock
 
 HEADER = (
     "# reprobuild lockfile: written by `reprobuild build`, edited with `reprobuild pin`.\n"
-    "# Review changes like code; timings live in the build report, not here.\n"
+    "# Review changes like code; one section per target (a kind of machine).\n"
 )
 WIDTH = 1 << 30  # lines never wrap (libyaml's own "unlimited" is not honoured by pure PyYAML)
 
@@ -55,7 +55,7 @@ _TRUE = ScalarEvent(None, None, (True, False), "true")
 _FALSE = ScalarEvent(None, None, (True, False), "false")
 _K = {
     k: ScalarEvent(None, None, (True, False), k)
-    for k in ("layer", "key", "tactic", "kernel", "pinned", "candidates", "layers")
+    for k in ("layer", "key", "tactic", "time", "kernel", "pinned", "candidates", "layers")
 }
 
 
@@ -128,16 +128,24 @@ def _inline(v: Any) -> Iterator[Any]:
         yield scalar_event(v)
 
 
-def _layer_events(lock: Lock, out: list[Any]) -> None:
+def time_text(time_ms: float) -> str:
+    """A recorded time, exactly: ``float.hex`` (``inf`` for a key whose tactics failed)."""
+    return "inf" if time_ms == float("inf") else float.hex(float(time_ms))
+
+
+def _layer_events(layers: list[LayerEntry], out: list[Any]) -> None:
     """The bulk of a big lock: written flat, with kernel-name events reused."""
     texts: dict[str | None, ScalarEvent] = {None: _NULL}
     add = out.append
     k = _K
-    for e in lock.layers:
+    for e in layers:
         kernel = texts.get(e.kernel) or texts.setdefault(e.kernel, text_event(e.kernel))
         out += (_BLOCK_MAP, k["layer"], text_event(e.layer))
         out += (k["key"], ScalarEvent(None, None, (False, True), e.key, style='"'))
-        out += (k["tactic"], _hex(e.tactic), k["kernel"], kernel)
+        out += (k["tactic"], _hex(e.tactic))
+        if e.time_ms is not None:
+            out += (k["time"], text_event(time_text(e.time_ms)))
+        out += (k["kernel"], kernel)
         out += (k["pinned"], _TRUE if e.pinned else _FALSE, k["candidates"], _BLOCK_SEQ)
         for c in e.candidates:
             ck = texts.get(c.kernel) or texts.setdefault(c.kernel, text_event(c.kernel))
@@ -154,17 +162,28 @@ def lock_events(lock: Lock) -> list[Any]:
         "external_data": [{"path": f.path, "sha256": f.sha256} for f in lock.model.external_data],
     }
     top: dict[str, Any] = {
-        "schema": lock.schema,
+        "schema": SCHEMA_VERSION,
         "model": model,
-        "environment": lock.environment.to_dict(),
         "settings": lock.settings.to_dict(),
     }
     if lock.precision is not None:
         top["precision"] = lock.precision.to_dict()
     out: list[Any] = [yaml.StreamStartEvent(), yaml.DocumentStartEvent(explicit=False)]
-    out += list(_section(top))[:-1]  # keep the top mapping open for the layers
-    out += (_K["layers"], _BLOCK_SEQ)
-    _layer_events(lock, out)
+    out += list(_section(top))[:-1]  # keep the top mapping open for the targets
+    out += (scalar_event("targets"), _BLOCK_SEQ)
+    for target in lock.targets():
+        env = target.environment
+        head: dict[str, Any] = {
+            "target": env.name,
+            "backend": env.backend,
+            "identity": env.identity_dict(),
+            "advisory": env.advisory_dict(),
+            "outputs": [{"inputs": o.inputs, "sha256": o.sha256} for o in target.outputs],
+        }
+        out += list(_section(head))[:-1]  # keep the target's mapping open for its layers
+        out += (_K["layers"], _BLOCK_SEQ)
+        _layer_events(target.layers, out)
+        out += (_SEQ_END, _MAP_END)
     out += (_SEQ_END, _MAP_END, yaml.DocumentEndEvent(explicit=False), yaml.StreamEndEvent())
     return out
 

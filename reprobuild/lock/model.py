@@ -1,11 +1,19 @@
-"""What a lock holds: the model, the environment and settings it is valid for, and the
-chosen tactic of every layer.
+"""What a lock holds: the model and settings, and per *target* (one kind of machine: see
+:class:`~reprobuild.types.Environment`) the chosen tactic and recorded time of every layer
+and the digests of the outputs the engine gave.
 
 Design choices, after uv/Cargo lockfiles:
 - Entries are identified by timing-cache key; layer names may repeat in real logs.
-- Timings change on every build, so they stay out of the lock (see the build report).
+- Each entry keeps the time its key was recorded with, exactly: a builder chooses between
+  the several keys of one layer by their cached times, so a rebuild writes them back.
+- One lock serves a fleet: each target's section is independent, and a build on a machine
+  of another target adds a section without touching the others.
 - ``canonicalize`` fixes the order, so equal content always serializes to equal bytes and
   one changed pin is a one-entry diff.
+
+A ``Lock`` is the view of one target (the *active* one: ``environment``, ``layers``,
+``outputs``) with the other targets carried along untouched in ``others``, so code that
+works on one target's layers needs to know nothing of fleets.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from dataclasses import dataclass, field
 from reprobuild.lock.plan import PrecisionPlan
 from reprobuild.types import BuildSettings, Environment
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_LOCK = "tactics.lock"
 
 
@@ -46,6 +54,7 @@ class LayerEntry:
     kernel: str | None = None
     pinned: bool = False
     candidates: list[LockCandidate] = field(default_factory=list)
+    time_ms: float | None = None  # the key's recorded time (None: a schema-1 lock's entry)
 
     def candidate(self, tactic: int) -> LockCandidate | None:
         return next((c for c in self.candidates if c.tactic == tactic), None)
@@ -66,6 +75,29 @@ class ModelInfo:
     external_data: list[ExternalFile] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class OutputDigest:
+    """The bits one engine of a target gave: ``sha256`` over every output (name, dtype,
+    shape, bytes; :func:`reprobuild.workflow.outputs.digest_outputs`) for ``inputs``
+    (``seeded:N``, or ``sha256:<hex>`` of an inputs file)."""
+
+    inputs: str
+    sha256: str
+
+
+@dataclass
+class Target:
+    """One target's section: its identity and advisory fields, layers and expected bits."""
+
+    environment: Environment
+    layers: list[LayerEntry] = field(default_factory=list)
+    outputs: list[OutputDigest] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.environment.name
+
+
 @dataclass
 class Lock:
     model: ModelInfo
@@ -73,14 +105,43 @@ class Lock:
     settings: BuildSettings
     layers: list[LayerEntry] = field(default_factory=list)
     precision: PrecisionPlan | None = None
-    schema: int = SCHEMA_VERSION
+    schema: int = SCHEMA_VERSION  # as read; a lock is always written in SCHEMA_VERSION
+    outputs: list[OutputDigest] = field(default_factory=list)
+    others: list[Target] = field(default_factory=list)
+
+    @property
+    def target_name(self) -> str:
+        return self.environment.name
+
+    def active(self) -> Target:
+        """The active target's section (sharing its lists with this view)."""
+        return Target(self.environment, self.layers, self.outputs)
+
+    def targets(self) -> list[Target]:
+        """Every target, in name order (the order they are written in)."""
+        return sorted([self.active(), *self.others], key=lambda t: t.name)
+
+    def target_names(self) -> list[str]:
+        return [t.name for t in self.targets()]
+
+    def select(self, target: Target) -> Lock:
+        """The view of the same lock with ``target`` (one of :meth:`targets`) active."""
+        others = [t for t in self.targets() if t is not target and t.name != target.name]
+        return Lock(
+            self.model, target.environment, self.settings, target.layers, self.precision,
+            self.schema, target.outputs, others,
+        )  # fmt: skip
 
     def canonicalize(self) -> None:
         """Sort in place so that equal content always serializes to equal bytes."""
-        for e in self.layers:
-            if not _strictly_increasing(e.candidates):
-                e.candidates = sorted(set(e.candidates), key=lambda c: (c.tactic, c.kernel or ""))
-        self.layers.sort(key=lambda e: (e.layer, e.key))
+        for t in [self.active(), *self.others]:
+            for e in t.layers:
+                if not _strictly_increasing(e.candidates):
+                    e.candidates = sorted(
+                        set(e.candidates), key=lambda c: (c.tactic, c.kernel or "")
+                    )
+            t.layers.sort(key=lambda e: (e.layer, e.key))
+            t.outputs.sort(key=lambda o: o.inputs)
 
     def by_key(self) -> dict[str, LayerEntry]:
         return {e.key: e for e in self.layers}

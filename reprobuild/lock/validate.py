@@ -17,16 +17,19 @@ from reprobuild.lock.model import (
     Lock,
     LockCandidate,
     ModelInfo,
+    OutputDigest,
+    Target,
 )
 from reprobuild.lock.plan import plan_from_data
 from reprobuild.lock.schema import Doc, Path_
-from reprobuild.types import BuildSettings, Environment
+from reprobuild.types import LEGACY_ENV_FIELDS, BuildSettings, Environment, legacy_environment
 
 FIX = "fix the value, or delete the lock and re-record it with `reprobuild build`"
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _INT_SETTINGS = ("workspace", "max_num_tactics", "avg_timing_iterations", "max_aux_streams")
 _STR_SETTINGS = ("tiling_optimization_level", "hardware_compatibility_level")
-_ENV_FIELDS = ("tensorrt_version", "gpu", "compute_capability", "cuda_version", "driver_version")
+_FIELD_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_INPUTS_RE = re.compile(r"seeded:-?[0-9]{1,18}|sha256:[0-9a-f]{64}")
 
 
 def lock_from_data(doc: Doc, raw: Any) -> Lock:
@@ -45,20 +48,82 @@ def lock_from_data(doc: Doc, raw: Any) -> Lock:
             "upgrade reprobuild (pip install -U reprobuild)",
         )
     if schema < 1:
-        doc.fail(("schema",), f"invalid schema version {schema}", "use 'schema: 1'")
-    top = doc.mapping(
-        raw, (), ("schema", "model", "environment", "settings", "layers"), ("precision",)
-    )
-    return Lock(
+        doc.fail(("schema",), f"invalid schema version {schema}", f"use 'schema: {SCHEMA_VERSION}'")
+    if schema == 1:  # one environment, one list of layers: one target
+        top = doc.mapping(
+            raw, (), ("schema", "model", "environment", "settings", "layers"), ("precision",)
+        )
+        targets = [
+            Target(
+                _legacy_environment(doc, top["environment"], ("environment",)),
+                _layers(doc, top["layers"], ("layers",), timed=False),
+            )
+        ]
+    else:
+        top = doc.mapping(raw, (), ("schema", "model", "settings", "targets"), ("precision",))
+        targets = _targets(doc, top["targets"], ("targets",))
+    lock = Lock(
         model=_model(doc, top["model"], ("model",)),
-        environment=_environment(doc, top["environment"], ("environment",)),
+        environment=targets[0].environment,
         settings=_settings(doc, top["settings"], ("settings",)),
-        layers=_layers(doc, top["layers"], ("layers",)),
+        layers=targets[0].layers,
         precision=None
         if top.get("precision") is None
         else plan_from_data(doc, top["precision"], ("precision",)),
         schema=schema,
+        outputs=targets[0].outputs,
+        others=targets[1:],
     )
+    return lock
+
+
+def _targets(doc: Doc, value: Any, path: Path_) -> list[Target]:
+    targets: list[Target] = []
+    seen: dict[str, int] = {}
+    items = doc.seq(value, path)
+    if not items:
+        doc.fail(path, "a lock needs at least one target", "re-record the lock")
+    for i, item in enumerate(items):
+        p = path + (i,)
+        m = doc.mapping(
+            item, p, ("target", "backend", "identity", "layers"), ("advisory", "outputs")
+        )
+        doc.string(m["target"], p + ("target",))
+        env = Environment.make(
+            doc.string(m["backend"], p + ("backend",)),
+            _fields(doc, m["identity"], p + ("identity",)),
+            _fields(doc, m.get("advisory") or {}, p + ("advisory",)),
+        )
+        if env.name in seen:
+            doc.fail(
+                p + ("identity",),
+                f"the same identity as targets[{seen[env.name]}] ({env.name})",
+                "merge the two sections into one, or delete one",
+            )
+        seen[env.name] = i
+        outputs = []
+        for j, o in enumerate(doc.seq(m.get("outputs") or [], p + ("outputs",))):
+            op = p + ("outputs", j)
+            om = doc.mapping(o, op, ("inputs", "sha256"))
+            inputs = doc.string(om["inputs"], op + ("inputs",))
+            if not _INPUTS_RE.fullmatch(inputs):
+                doc.fail(op + ("inputs",), f"expected 'seeded:N' or 'sha256:<64 hex>', got {inputs[:70]!r}")
+            outputs.append(OutputDigest(inputs, _sha(doc, om["sha256"], op + ("sha256",))))
+        targets.append(Target(env, _layers(doc, m["layers"], p + ("layers",), timed=True), outputs))
+    return targets
+
+
+def _fields(doc: Doc, value: Any, path: Path_) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        doc.fail(path, "expected a mapping of field name -> text")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not _FIELD_NAME_RE.fullmatch(k):
+            doc.fail(path + (str(k),), f"invalid field name {k!r}: lowercase words joined by '_'")
+        out[k] = doc.string(v, path + (k,))
+    return out
 
 
 def _sha(doc: Doc, value: Any, path: Path_) -> str:
@@ -86,12 +151,12 @@ def _model(doc: Doc, value: Any, path: Path_) -> ModelInfo:
     )
 
 
-def _environment(doc: Doc, value: Any, path: Path_) -> Environment:
-    m = doc.mapping(value, path, ("backend",), _ENV_FIELDS)
-    return Environment(
-        backend=doc.string(m["backend"], path + ("backend",)),
-        **{f: doc.string(m.get(f), path + (f,), optional=True) for f in _ENV_FIELDS},
-    )
+def _legacy_environment(doc: Doc, value: Any, path: Path_) -> Environment:
+    m = doc.mapping(value, path, ("backend",), LEGACY_ENV_FIELDS)
+    data: dict[str, Any] = {"backend": doc.string(m["backend"], path + ("backend",))}
+    for f in LEGACY_ENV_FIELDS:
+        data[f] = doc.string(m.get(f), path + (f,), optional=True)
+    return legacy_environment(data)
 
 
 def _settings(doc: Doc, value: Any, path: Path_) -> BuildSettings:
@@ -132,12 +197,13 @@ def _input_shapes(
     return tuple(sorted(shapes))
 
 
-def _layers(doc: Doc, value: Any, path: Path_) -> list[LayerEntry]:
+def _layers(doc: Doc, value: Any, path: Path_, *, timed: bool) -> list[LayerEntry]:
     entries: list[LayerEntry] = []
     seen: dict[str, int] = {}
     for i, item in enumerate(doc.seq(value, path)):
         p = path + (i,)
-        m = doc.mapping(item, p, ("layer", "key", "tactic"), ("kernel", "pinned", "candidates"))
+        optional = ("kernel", "pinned", "candidates", *(("time",) if timed else ()))
+        m = doc.mapping(item, p, ("layer", "key", "tactic"), optional)
         key = doc.key(m["key"], p + ("key",))
         if key in seen:
             doc.fail(
@@ -164,6 +230,21 @@ def _layers(doc: Doc, value: Any, path: Path_) -> list[LayerEntry]:
                 kernel=doc.string(m.get("kernel"), p + ("kernel",), optional=True),
                 pinned=doc.boolean(m.get("pinned", False), p + ("pinned",)),
                 candidates=cands,
+                time_ms=_time(doc, m.get("time"), p + ("time",)),
             )
         )
     return entries
+
+
+def _time(doc: Doc, value: Any, path: Path_) -> float | None:
+    """A recorded time: exact hex float text (``float.hex``), ``inf`` for a failed key."""
+    if value is None:
+        return None
+    text = doc.string(value, path)
+    try:
+        t = float.fromhex(text) if text not in ("inf", "nan") else float(text)
+    except ValueError:
+        doc.fail(path, f"malformed time {text[:40]!r}: expected a hex float like '0x1.8p-3'")
+    if not t >= 0:
+        doc.fail(path, f"a time must be >= 0 ms, got {text[:40]!r}")
+    return t

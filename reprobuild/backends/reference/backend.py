@@ -26,31 +26,57 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown cpu"
 
 
-def _numerics_versions() -> str:
-    """numpy, its BLAS and onnx versions: each changes some kernel's or op's last bits."""
+def _blas() -> tuple[str | None, str | None]:
+    """numpy's BLAS library with its version, and the kernel family it dispatched to
+    (threadpoolctl's ``architecture``; ``OPENBLAS_CORETYPE`` changes it): the family
+    decides every GEMM's summation order, so it is identity."""
+    from threadpoolctl import threadpool_info
+
+    for info in threadpool_info():
+        if info.get("user_api") == "blas":
+            name = f"{info.get('internal_api', 'blas')} {info.get('version', '')}".strip()
+            return name, info.get("architecture")
+    return None, None
+
+
+def _numpy_simd() -> str | None:
+    """The SIMD targets numpy dispatches its loops to here (``NPY_DISABLE_CPU_FEATURES``
+    changes them, and with them the last bits of elementwise ops)."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # numpy < 2 keeps them in numpy.core
+        try:
+            from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+        except ImportError:
+            return None
+    enabled = [name for name in __cpu_dispatch__ if __cpu_features__.get(name)]
+    return " ".join(sorted(enabled)) or "baseline"
+
+
+@functools.lru_cache(maxsize=8)
+def machine_environment(threads: int = 1) -> Environment:
+    """This machine's reference-backend target with ``threads`` BLAS threads (0: the BLAS
+    default). Identity is what was seen to change the kernels' bits on one machine: the
+    BLAS kernel family (``OPENBLAS_CORETYPE``), the thread count (2 threads split
+    SqueezeNet's GEMMs differently) and numpy's SIMD dispatch
+    (``NPY_DISABLE_CPU_FEATURES=X86_V3``), plus the BLAS library and the machine's
+    architecture. The CPU's name and the numpy and onnx versions are advisory: recorded
+    digests catch any bit they change (``scripts/identity_bits.py`` measures all of it)."""
     import numpy as np
     import onnx
 
-    blas = "unknown blas"
-    try:
-        config = np.show_config(mode="dicts")
-        info = config["Build Dependencies"]["blas"]
-        blas = f"{info.get('name', 'blas')} {info.get('version', '')}".strip()
-    except Exception:  # numpy builds without the config dict: keep the placeholder
-        pass
-    return f"numpy {np.__version__}; {blas}; onnx {onnx.__version__}; {platform.machine()}"
+    from reprobuild.backends.reference.threads import effective
 
-
-@functools.lru_cache(maxsize=1)
-def machine_environment() -> Environment:
-    return Environment(
-        backend="reference",
-        tensorrt_version=None,
-        gpu=_cpu_model(),
-        compute_capability=None,
-        cuda_version=None,
-        driver_version=_numerics_versions(),
-    )
+    blas, kernels = _blas()
+    identity = {
+        "machine": platform.machine() or None,
+        "blas": blas,
+        "blas_kernels": kernels,
+        "blas_threads": effective(threads),
+        "numpy_simd": _numpy_simd(),
+    }
+    advisory = {"cpu": _cpu_model(), "numpy": np.__version__, "onnx": onnx.__version__}
+    return Environment.make("reference", identity, advisory)
 
 
 class ReferenceBackend:
@@ -64,8 +90,9 @@ class ReferenceBackend:
 
         ``threads`` caps the BLAS threads of timing and engine runs (:mod:`.threads`):
         None takes the default, 1; 0 leaves the BLAS default (every
-        core). Neither is part of keys or fingerprints, so caches from knobbed or
-        differently threaded builds stay interchangeable with the others.
+        core). The knob is not part of keys or fingerprints, so caches from knobbed builds
+        stay interchangeable with the others; the thread count is part of the target's
+        identity (it changes bits, :mod:`.threads`).
         """
         from reprobuild.backends.reference.knob import parse_timing_knob
         from reprobuild.backends.reference.threads import resolve
@@ -74,7 +101,7 @@ class ReferenceBackend:
         self.threads = resolve(threads)
 
     def environment(self) -> Environment:
-        return machine_environment()
+        return machine_environment(self.threads)
 
     def create_timing_cache(
         self, data: bytes = b"", *, ignore_mismatch: bool = False

@@ -99,7 +99,7 @@ def split_engine(data: bytes) -> tuple[dict[str, Any], memoryview, bytes]:
 
 def engine_environment(meta: Mapping[str, Any]) -> Environment:
     try:
-        return Environment(**meta["environment"])
+        return Environment.from_dict(meta["environment"])
     except (KeyError, TypeError) as exc:
         raise EngineError("engine metadata lacks its environment: rebuild the engine") from exc
 
@@ -188,9 +188,9 @@ def _load_engine(data: bytes, environment: Environment) -> LoadedEngine:
     recorded = engine_environment(meta)
     if recorded.fingerprint() != environment.fingerprint():
         raise EngineError(
-            f"engine was built in another environment (cpu {recorded.gpu!r}, "
-            f"{recorded.driver_version}; this machine: cpu {environment.gpu!r}, "
-            f"{environment.driver_version}): rebuild it here"
+            f"engine was built for target {recorded.name} "
+            f"({'; '.join(recorded.differences(environment)) or 'other identity fields'}), "
+            f"this machine is {environment.name}: rebuild it here"
         )
     model_sha = hashlib.sha256(model_view).hexdigest()
     prepared = modelcache.get(model_sha)

@@ -7,8 +7,10 @@ thread, and the recording build of ResNet50 took 4.8x longer with a second build
 two cores (issue 15). One thread per build keeps timings steady under load, at a small cost
 on a quiet machine (figures: ``scripts/bench_contention.py``).
 
-The count is a setting of the run, not of the result: it is recorded in the build report
-(``BuildOutput.extra["blas_threads"]``) and never in keys or fingerprints.
+The count changes results: OpenBLAS splits a GEMM among its threads, and two threads gave
+a re-weighted SqueezeNet other output bits than one. So the count in effect is part of the
+reference backend's target identity (``backend.machine_environment``), and the build report
+records it too (``BuildOutput.extra["blas_threads"]``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ def resolve(threads: int | None) -> int:
             f"--threads must be a whole number >= 0 (0 = the BLAS default), got {threads!r}"
         )
     return threads
+
+
+def effective(threads: int) -> int:
+    """The BLAS threads a run with ``threads`` (0: the BLAS default) really uses."""
+    return threads if threads > 0 else _blas_threads()
 
 
 def _blas_threads() -> int:

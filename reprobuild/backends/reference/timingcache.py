@@ -178,7 +178,7 @@ def read_header(data: bytes) -> dict[str, Any]:
     try:
         header = json.loads(data[_PREFIX.size : _PREFIX.size + header_len].decode())
         count = int(header["entries"])
-        environment = Environment(**header["environment"])
+        environment = Environment.from_dict(header["environment"])
     except (ValueError, KeyError, TypeError) as exc:
         raise CacheError(
             f"timing cache header is unreadable ({exc}): delete the cache file and rebuild"
@@ -218,4 +218,4 @@ def deserialize_cache(
 
 
 def _describe(env: Environment) -> str:
-    return f"backend {env.backend}, cpu {env.gpu!r}, {env.driver_version}"
+    return f"target {env.name}"

@@ -191,14 +191,39 @@ def machine_environment(cuda: cuda_probe.CudaInfo | None = None) -> Environment:
     except BackendUnavailable:
         version = None
     gpu = info.gpus[0] if info.gpus else None
-    return Environment(
-        backend="tensorrt",
-        tensorrt_version=version,
-        gpu=gpu.name if gpu else None,
-        compute_capability=gpu.compute_capability if gpu else None,
-        cuda_version=info.runtime_version,
-        driver_version=info.driver_version,
-    )
+    # Identity: what decides which kernels exist and which TensorRT may pick (its full
+    # version, the GPU model: name, compute capability and SM count, and the CUDA major
+    # version TensorRT was built for). Advisory: the driver (an update changes neither keys
+    # nor tactics), the first libcudart the loader finds (not necessarily TensorRT's) and
+    # which card of the model this is.
+    identity = {
+        "tensorrt_version": version,
+        "gpu": gpu.name if gpu else None,
+        "compute_capability": gpu.compute_capability if gpu else None,
+        "sm_count": gpu.sm_count if gpu else None,
+        "cuda_major": tensorrt_cuda_major(),
+    }
+    advisory = {
+        "driver_version": info.driver_version,
+        "cuda_runtime": info.runtime_version,
+        "card": f"{gpu.index} {gpu.uuid or ''}".strip() if gpu else None,
+    }
+    return Environment.make("tensorrt", identity, advisory)
+
+
+def tensorrt_cuda_major() -> str | None:
+    """The CUDA major version of the installed TensorRT flavour, from its distribution's
+    name (``tensorrt-cu12``, ``tensorrt_cu13_bindings``, ...): what its kernels were built
+    against, whichever ``libcudart`` the loader would find first."""
+    import re
+    from importlib import metadata
+
+    try:
+        dists = metadata.packages_distributions().get("tensorrt", [])
+    except Exception:  # a broken site-packages: unknown, not fatal
+        return None
+    majors = sorted({m.group(1) for d in dists if (m := re.search(r"cu(\d+)", d.lower()))})
+    return majors[0] if len(majors) == 1 else None
 
 
 def _check_settings(settings: BuildSettings) -> None:

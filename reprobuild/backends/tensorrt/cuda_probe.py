@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class GpuInfo:
     index: int
     name: str
     compute_capability: str
+    sm_count: int | None = None  # one name can cover parts with other SM counts
+    uuid: str | None = None  # which card: advisory, never part of a target
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,13 @@ class CudaInfo:
     def to_dict(self) -> dict[str, object]:
         return {
             "gpus": [
-                {"index": g.index, "name": g.name, "compute_capability": g.compute_capability}
+                {
+                    "index": g.index,
+                    "name": g.name,
+                    "compute_capability": g.compute_capability,
+                    "sm_count": g.sm_count,
+                    "uuid": g.uuid,
+                }
                 for g in self.gpus
             ],
             "driver_version": self.driver_version,
@@ -144,17 +153,41 @@ def _probe_driver(problems: list[str]) -> tuple[list[GpuInfo], str | None]:
             lib.cuDeviceGetAttribute(
                 ctypes.byref(minor), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device
             )
+            sms = ctypes.c_int(0)
+            got_sms = lib.cuDeviceGetAttribute(
+                ctypes.byref(sms), _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device
+            )
             gpus.append(
                 GpuInfo(
                     index=ordinal,
                     name=buf.value.decode("utf-8", "replace"),
                     compute_capability=f"{major.value}.{minor.value}",
+                    sm_count=sms.value if got_sms == 0 and sms.value > 0 else None,
+                    uuid=_device_uuid(lib, device),
                 )
             )
         return gpus, api_version
     except (AttributeError, OSError) as err:
         problems.append(f"the CUDA driver library is unusable ({err})")
         return [], None
+
+
+def _device_uuid(lib: ctypes.CDLL, device: ctypes.c_int) -> str | None:
+    """``GPU-xxxxxxxx-xxxx-...`` as nvidia-smi prints it, or None where the driver has no
+    ``cuDeviceGetUuid`` (it is advisory: which card, not which kind of card)."""
+    raw = ctypes.create_string_buffer(16)
+    for name in ("cuDeviceGetUuid_v2", "cuDeviceGetUuid"):
+        fn = getattr(lib, name, None)
+        if fn is None:
+            continue
+        try:
+            if fn(raw, device) != 0:
+                return None
+        except OSError:
+            return None
+        h = raw.raw.hex()
+        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return None
 
 
 def _probe_nvml() -> str | None:
