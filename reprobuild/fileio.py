@@ -75,3 +75,26 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, opened once and checked
+    with ``fstat`` before any read: a device, a FIFO or a link to either would pass a size
+    check (``st_size`` is 0) and then never end."""
+    import stat
+
+    from reprobuild.errors import UsageError
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such {what}; check the path") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read the {what} ({err.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UsageError(f"{path}: not a regular file; give the {what} file itself")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise UsageError(f"{path}: larger than {limit >> 20} MiB; is this the {what}?")
+    return data

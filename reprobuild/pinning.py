@@ -37,7 +37,8 @@ class _Candidate(Protocol):
 
 
 class _Entry(Protocol):
-    """The lockfile's ``LayerEntry`` fields these helpers read."""
+    """The lockfile's ``LayerEntry`` fields these helpers read (and ``time_ms`` where the
+    entry has one)."""
 
     key: str
     layer: str
@@ -62,17 +63,24 @@ def update_tactics(
     ``ITimingCache.update``; editing the lock's pins is ``lock.edit.apply_pins``); any False
     return raises ``BuildError``.
 
-    Exactly the given entries are updated, nothing else in the cache. The timing written
-    is the entry's current time in the cache when that is finite (the lock does not store
-    timings): a NaN would delete the entry and TensorRT refuses an infinite one, which a
-    failed tactic leaves behind (``Fastest Tactic: 0xd15ea5edd15ea5ed Time: inf``).
+    Exactly the given entries are updated, nothing else in the cache. The time written is
+    the entry's recorded time (``time_ms``, exact, from the lock): a builder chooses between
+    the several keys of one layer by their cached times, so writing the recorded ones back
+    makes a rebuild on any machine of the target choose as the recording did. An entry
+    without a usable recorded time (a schema-1 lock; ``inf`` for a key whose tactics all
+    failed, which TensorRT's ``update()`` refuses, as it refuses NaN, which would delete the
+    entry) keeps the cache's current time when that is finite.
     """
     results: list[PinResult] = []
     for entry in entries:
         if pinned_only and not entry.pinned:
             continue
         current = cache.query(entry.key)
-        time_ms = finite_time(current.time_ms if current is not None else None)
+        recorded = getattr(entry, "time_ms", None)
+        if recorded is not None and math.isfinite(recorded) and recorded >= 0:
+            time_ms = float(recorded)
+        else:
+            time_ms = finite_time(current.time_ms if current is not None else None)
         if not cache.update(entry.key, entry.tactic, time_ms):
             if current is None:
                 why = (

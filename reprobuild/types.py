@@ -114,7 +114,9 @@ class Environment:
             return legacy_environment(data)
         if set(data) - {"backend", "identity", "advisory"} or not isinstance(data["backend"], str):
             raise TypeError("an environment holds backend, identity and advisory")
-        return cls.make(data["backend"], dict(data.get("identity") or {}), dict(data.get("advisory") or {}))
+        return cls.make(
+            data["backend"], dict(data.get("identity") or {}), dict(data.get("advisory") or {})
+        )
 
     def identity_dict(self) -> dict[str, str]:
         return dict(self.identity)

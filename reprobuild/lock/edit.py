@@ -7,16 +7,18 @@ CLI only renders what these return.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from reprobuild.errors import UsageError
 from reprobuild.fileio import exclusive
-from reprobuild.lock.model import LayerEntry, Lock
+from reprobuild.lock.model import LayerEntry, Lock, OutputDigest
 from reprobuild.lock.schema import HEX_RE, KEY_RE
 from reprobuild.lock.yamlio import load_lock, save_lock
 from reprobuild.transaction import check_output_path
+from reprobuild.types import Environment
 
 
 @dataclass(frozen=True)
@@ -204,13 +206,22 @@ def apply_unpins(lock: Lock, sels: list[Selection], lock_path: str) -> list[Chan
 
 
 def edit_lock(
-    path: str | Path, tokens: list[str], *, unpin: bool = False, force: bool = False
+    path: str | Path,
+    tokens: list[str],
+    *,
+    unpin: bool = False,
+    force: bool = False,
+    target: str | None = None,
+    here: Callable[[Lock], Environment | None] | None = None,
 ) -> list[Change]:
-    """Read-modify-write under an inter-process lock; any error leaves the file as it was."""
+    """Read-modify-write under an inter-process lock; any error leaves the file as it was.
+    Edits one target (:func:`reprobuild.lock.targets.choose`); the others keep their bytes."""
+    from reprobuild.lock.targets import choose
+
     sels = parse_selections(tokens, need_tactic=not unpin)
     check_output_path(path, "lock")
     with exclusive(path):
-        lock = load_lock(path)
+        lock = choose(load_lock(path), str(path), target, here)
         changes = (
             apply_unpins(lock, sels, str(path))
             if unpin
@@ -218,6 +229,20 @@ def edit_lock(
         )
         save_lock(lock, path)
     return changes
+
+
+def record_digest(path: str | Path, target: str, digest: OutputDigest) -> None:
+    """Add the digest of a target's outputs for new inputs (``verify --record-digests``),
+    under the file lock; a digest already recorded for those inputs is never replaced."""
+    from reprobuild.lock.targets import by_name
+
+    with exclusive(path):
+        lock = load_lock(path)
+        lock = lock.select(by_name(lock, target, str(path)))
+        if any(o.inputs == digest.inputs for o in lock.outputs):
+            return
+        lock.outputs.append(digest)
+        save_lock(lock, path)
 
 
 def show_rows(lock: Lock) -> list[dict[str, Any]]:

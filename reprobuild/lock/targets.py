@@ -10,6 +10,7 @@ kernel family, another GPU) gives other bits under the same tactics.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,8 +46,8 @@ def by_name(lock: Lock, name: str, lock_path: str | Path) -> Target:
     names = [t.name for t in targets]
     if found:
         raise UsageError(
-            f"{lock_path}: --target {name!r} names several targets ({', '.join(t.name for t in found)}); "
-            "give more of the name"
+            f"{lock_path}: --target {name!r} names several targets "
+            f"({describe_names([t.name for t in found])}); give more of the name"
         )
     near = difflib.get_close_matches(name, names, n=1)
     hint = f"did you mean {near[0]!r}? " if near else ""
@@ -54,6 +55,30 @@ def by_name(lock: Lock, name: str, lock_path: str | Path) -> Target:
         f"{lock_path}: no target {name!r}; {hint}the lock has {describe_names(names)} "
         "(`reprobuild show --targets` lists them)"
     )
+
+
+def choose(
+    lock: Lock,
+    lock_path: str,
+    name: str | None,
+    here: Callable[[Lock], Environment | None] | None = None,
+) -> Lock:
+    """The target a lock command (show, pin, unpin, diff) works on: ``--target NAME``; the
+    only one; else this machine's (``here`` computes it, only then: it imports the
+    backend); else exit 2 asking for ``--target``."""
+    if name is not None:
+        return lock.select(by_name(lock, name, lock_path))
+    if not lock.others:
+        return lock
+    env = here(lock) if here is not None else None
+    target = None if env is None else matching(lock, env)
+    if target is None:
+        raise UsageError(
+            f"{lock_path}: the lock has {len(lock.others) + 1} targets "
+            f"({describe_names(lock.target_names())}) and none is this machine's; "
+            "choose one with --target NAME"
+        )
+    return lock.select(target)
 
 
 def describe_names(names: list[str]) -> str:
@@ -79,10 +104,7 @@ def select(
 
 
 def no_target_message(lock: Lock, here: Environment, lock_path: str | Path) -> str:
-    diffs = [
-        f"{t.name}: {'; '.join(t.environment.differences(here))}"
-        for t in lock.targets()
-    ]
+    diffs = [f"{t.name}: {'; '.join(t.environment.differences(here))}" for t in lock.targets()]
     return (
         f"{lock_path}: no target for this machine ({here.name}); the lock has "
         f"{len(diffs)} target{'s' if len(diffs) != 1 else ''} ({' | '.join(diffs)}): record "
@@ -110,7 +132,7 @@ def merge(locks: list[tuple[str, Lock]]) -> Lock:
     """One lock holding every target of ``locks`` (``(path, lock)`` pairs, same model,
     settings and precision plan, else exit 2). The same target twice is kept once when its
     sections are equal and refused (exit 2) when they differ."""
-    (first_path, first), rest = locks[0], locks[1:]
+    first_path, first = locks[0]
     by_target: dict[str, tuple[str, Target]] = {}
     for path, lock in locks:
         if path != first_path:
@@ -125,7 +147,6 @@ def merge(locks: list[tuple[str, Lock]]) -> Lock:
                     "(other tactics, pins, times or digests); re-record one of them, or keep "
                     "one lock's section by leaving the other lock out"
                 )
-    del rest
     targets = [t for _, t in by_target.values()]
     head, others = targets[0], targets[1:]
     merged = Lock(

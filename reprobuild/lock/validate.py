@@ -107,7 +107,10 @@ def _targets(doc: Doc, value: Any, path: Path_) -> list[Target]:
             om = doc.mapping(o, op, ("inputs", "sha256"))
             inputs = doc.string(om["inputs"], op + ("inputs",))
             if not _INPUTS_RE.fullmatch(inputs):
-                doc.fail(op + ("inputs",), f"expected 'seeded:N' or 'sha256:<64 hex>', got {inputs[:70]!r}")
+                doc.fail(
+                    op + ("inputs",),
+                    f"expected 'seeded:N' or 'sha256:<64 hex>', got {inputs[:70]!r}",
+                )
             outputs.append(OutputDigest(inputs, _sha(doc, om["sha256"], op + ("sha256",))))
         targets.append(Target(env, _layers(doc, m["layers"], p + ("layers",), timed=True), outputs))
     return targets

@@ -19,27 +19,28 @@ from typing import Any
 
 from reprobuild.accuracy import json_safe
 from reprobuild.backends.base import Backend, BuildOutput
-from reprobuild.errors import DriftError, EnvironmentMismatch, ReprobuildError, UsageError
+from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
-from reprobuild.lock.model import DEFAULT_LOCK, Lock, ModelInfo
+from reprobuild.lock.model import DEFAULT_LOCK, LayerEntry, Lock
 from reprobuild.lock.yamlio import dumps_lock, load_lock
 from reprobuild.transaction import Outputs, check_output_path
 from reprobuild.types import BuildSettings
 from reprobuild.workflow.context import (
     announce_backend,
-    check_backend,
-    check_lock_matches,
     check_model_file,
     check_profiles,
     model_info,
     resolve_backend,
 )
+from reprobuild.workflow.existing import carry_pins, check_existing, expected_bits, start_over
 from reprobuild.workflow.pinned import (
+    Recording,
     entries_from_records,
     pinned_build,
     recording_cache,
     run_build,
+    with_recorded_times,
 )
 from reprobuild.workflow.prepare import prepare_model
 from reprobuild.workflow.request import PrecisionRequest
@@ -111,7 +112,8 @@ def build(
     settings: BuildSettings | None = None,
     frozen: bool = False,
     cache_dir: str | os.PathLike[str] = "caches",
-    allow_env_change: bool = False,
+    allow_env_change: bool = False,  # accepted, no longer needed: see check_existing
+    re_record: bool = False,
     report: str | os.PathLike[str] | None = None,
     precision: PrecisionRequest | None = None,
     held_out: str | os.PathLike[str] | None = None,
@@ -151,10 +153,17 @@ def build(
             "(run once without --frozen)"
         )
     rerecord = False
-    if existing is not None:
+    pins: list[LayerEntry] = []
+    if existing is not None and re_record:
+        if frozen:
+            raise UsageError("--re-record rewrites the lock and --frozen never does; drop one")
+        existing, pins = start_over(existing, info, settings, be, lock_path, warnings)
         settings = settings or existing.settings
-        rerecord = _check_existing(
-            existing, lock_path, info, settings, be, allow_env_change, frozen, warnings
+        rerecord = True
+    elif existing is not None:
+        settings = settings or existing.settings
+        existing, rerecord = check_existing(
+            existing, lock_path, info, settings, be, frozen, warnings
         )
     settings = settings or BuildSettings()
     check_profiles(settings)
@@ -162,7 +171,7 @@ def build(
 
     with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp:
         built_model, plan, notes = prepare_model(
-            model_path, existing, precision, frozen, Path(tmp), lock_path
+            model_path, None if re_record else existing, precision, frozen, Path(tmp), lock_path
         )
         warnings += notes
         precision_error = None
@@ -172,12 +181,14 @@ def build(
         built_sha = info.sha256 if built_model == model_path else sha256_file(built_model)
         cfile = cache_path(cache_dir, env, settings, built_sha)
         if existing is None or rerecord:
-            fresh = Lock(info, env, settings, [], plan)
+            others = [] if existing is None else existing.targets()
+            others = [t for t in others if t.name != env.name and t.layers]
+            fresh = Lock(info, env, settings, [], plan, others=others)
             done = _record(be, built_model, fresh, cfile, progress, warnings)
-            if rerecord and existing is not None:
-                lost = [e.layer for e in existing.layers if e.pinned]
-                if lost:
-                    warnings.append(f"pins not carried to the new environment: {', '.join(lost)}")
+            if others:
+                done.changes.append(f"added target {env.name} beside {len(others)}")
+            if pins:
+                done = _repin(done, pins, be, built_model, settings, cfile, progress, warnings)
         else:
             done = _locked(
                 existing, be, built_model, settings, cfile, progress, warnings, frozen, lock_path
@@ -191,6 +202,9 @@ def build(
                 done.lock.precision = plan
                 done.changes.append("recorded the model's observed precision")
         plan_check = _plan_check(done, built_model, warnings)
+        if done.recorded:
+            progress(Step("running the engine on seeded inputs (the target's expected bits)"))
+            done.lock.outputs = [expected_bits(be, done.output.engine, model_path)]
         accuracy = _sample_accuracy(be, done, model_path, precision, held_out, settings, progress)
         progress(Step("checks passed; writing outputs"))
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
@@ -285,31 +299,6 @@ def _plan_check(done: _Built, built_model: Path, warnings: list[str]) -> Any:
     return check
 
 
-def _check_existing(
-    existing: Lock,
-    lock_path: Path,
-    info: ModelInfo,
-    settings: BuildSettings,
-    be: Backend,
-    allow_env_change: bool,
-    frozen: bool,
-    warnings: list[str],
-) -> bool:
-    """Refuse a lock for another model, settings or environment; True = re-record it."""
-    check_backend(existing, lock_path, be)
-    env_diff = check_lock_matches(existing, lock_path, info, settings, be)
-    if not env_diff:
-        return False
-    if not allow_env_change or frozen:
-        raise EnvironmentMismatch(
-            f"{lock_path}: recorded on another environment ({'; '.join(env_diff)}); its "
-            "tactics do not exist here: build on the recorded target, or pass "
-            "--allow-env-change to re-record for this one"
-        )
-    warnings.append("environment changed: re-recording every layer (" + "; ".join(env_diff) + ")")
-    return True
-
-
 def _record(
     be: Backend,
     built_model: Path,
@@ -325,7 +314,7 @@ def _record(
     output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
     entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
     warnings += w
-    new_lock.layers = entries
+    new_lock.layers = with_recorded_times(entries, cache)
     timed = sum(1 for r in log.records if r.key is not None and not r.from_cache)
     return _Built(
         new_lock,
@@ -338,6 +327,34 @@ def _record(
         [f"recorded {len(entries)} layers"],
         bytes(cache.serialize()),
     )
+
+
+def _repin(
+    done: _Built,
+    pins: list[LayerEntry],
+    be: Backend,
+    built_model: Path,
+    settings: BuildSettings,
+    cfile: Path,
+    progress: Progress,
+    warnings: list[str],
+) -> _Built:
+    """``--re-record``: the old pins that still apply, built from the new recording's cache
+    (so the engine runs the pinned tactics); the others are listed as dropped."""
+    kept, dropped = carry_pins(pins, done.lock.layers)
+    if dropped:
+        warnings.append(f"pins dropped by the re-recording: {', '.join(dropped)}")
+    if not kept:
+        return done
+    assert done.cache_bytes is not None  # a recording build keeps its cache
+    recording = Recording(be.create_timing_cache(done.cache_bytes))
+    pb = pinned_build(
+        be, built_model, settings, done.lock.tactic_map(), cfile, progress, warnings,
+        entries=done.lock.layers, recording=recording,
+    )  # fmt: skip
+    done.output, done.records, done.log_warnings = pb.output, pb.records, pb.log_warnings
+    done.changes.append(f"kept {len(kept)} pins: {', '.join(kept)}")
+    return done
 
 
 def _locked(
@@ -380,6 +397,7 @@ def _locked(
         fresh, w = entries_from_records(
             rec.log.records, {k: recorded[k] for k in extra}, rec.log.layer_info
         )
+        fresh = with_recorded_times(fresh, rec.cache)
         warnings += w
         new_lock.layers = [e for e in new_lock.layers if e.key not in gone] + fresh
         changes.append(f"added {len(fresh)} layers, removed {len(gone)}")

@@ -172,10 +172,10 @@ def check_lock_matches(
     lock_path: Path,
     info: ModelInfo,
     settings: BuildSettings,
-    backend: Backend,
     model_path: Path | None = None,
-) -> list[str]:
-    """Model and settings mismatches are errors (exit 2); environment ones are returned.
+) -> None:
+    """Model and settings mismatches are errors (exit 2); which target a machine uses is
+    :func:`reprobuild.lock.targets.select`'s question.
 
     A model mismatch names the file that was actually hashed, with its hash, beside what the
     lock recorded: after a hand edit of ``model.path`` those are different files.
@@ -200,7 +200,6 @@ def check_lock_matches(
             f"{lock_path}: builder settings differ from the lock ({diff}); drop the options "
             "to use the lock's, or delete the lock to re-record"
         )
-    return lock.environment.differences(backend.environment())
 
 
 def check_backend(lock: Lock, lock_path: Path, be: Backend) -> None:
@@ -213,22 +212,37 @@ def check_backend(lock: Lock, lock_path: Path, be: Backend) -> None:
 
 
 def open_lock(
-    lock: str | os.PathLike[str], model: str | os.PathLike[str] | None, be: Backend
+    lock: str | os.PathLike[str],
+    model: str | os.PathLike[str] | None,
+    be: Backend,
+    warnings: list[str] | None = None,
+    target: str | None = None,
 ) -> tuple[Lock, Path, Path]:
-    """The lock, its path and its model, checked against this backend and machine."""
+    """The lock's view for this machine's target, its path and its model, checked against
+    this backend and machine (no target for this machine, or ``target`` names another
+    machine's: exit 3, naming the lock's targets). Advisory differences are appended to
+    ``warnings``."""
+    from reprobuild.lock.targets import select
+
     lock_path = Path(lock)
     data = load_lock(lock_path)
     model_path = Path(model) if model is not None else lock_path.parent / data.model.path
     if not model_path.exists() and model is None:
         raise UsageError(f"{model_path}: model file not found (from {lock_path}); pass MODEL")
     check_model_file(model_path)
-    check_backend(data, lock_path, be)
-    env_diff = check_lock_matches(
-        data, lock_path, model_info(model_path, lock_path.parent), data.settings, be, model_path
+    if not any(t.environment.backend == be.name for t in data.targets()):
+        check_backend(data, lock_path, be)
+    check_lock_matches(
+        data, lock_path, model_info(model_path, lock_path.parent), data.settings, model_path
     )
-    if env_diff:
+    here = be.environment()
+    chosen = select(data, here, lock_path, name=target)
+    if target is not None and not chosen.lock.environment.matches(here):
         raise EnvironmentMismatch(
-            f"{lock_path}: recorded on another environment ({'; '.join(env_diff)}); verify on "
-            "the recorded target"
+            f"{lock_path}: target {chosen.lock.target_name} is not this machine's "
+            f"({'; '.join(chosen.lock.environment.differences(here))}); run on a machine of "
+            "that target"
         )
-    return data, lock_path, model_path
+    if warnings is not None:
+        warnings += chosen.warnings
+    return chosen.lock, lock_path, model_path

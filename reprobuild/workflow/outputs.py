@@ -8,6 +8,7 @@ Accuracy against ONNX Runtime on the FP32 model is reported beside it with the o
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,29 @@ def output_hashes(outputs: dict[str, Any]) -> dict[str, str]:
         h.update(arr.tobytes())
         out[name] = h.hexdigest()
     return out
+
+
+def outputs_digest(outputs: dict[str, Any]) -> str:
+    """One sha256 for all of an engine's outputs (each one's name, dtype, shape and bytes):
+    what a lock records as the bits a target's engine gives."""
+    text = json.dumps(output_hashes(outputs), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def tactic_map_digest(tactic_map: dict[str, int]) -> str:
+    """One sha256 for a ``{key: tactic}`` map: machines of one target must report the same."""
+    text = "\n".join(f"{k}=0x{t:x}" for k, t in sorted(tactic_map.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def inputs_label(path: str | os.PathLike[str] | None, seed: int) -> str:
+    """How a lock names the inputs a digest is for: ``seeded:N``, or the inputs file's
+    ``sha256:...`` (its name may differ from machine to machine, its bytes may not)."""
+    if path is None:
+        return f"seeded:{seed}"
+    from reprobuild.fileio import sha256_file
+
+    return "sha256:" + sha256_file(Path(path))
 
 
 def load_inputs(

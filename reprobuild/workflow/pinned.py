@@ -115,6 +115,16 @@ def entries_from_records(
     return entries, warnings
 
 
+def with_recorded_times(entries: list[LayerEntry], cache: TimingCache) -> list[LayerEntry]:
+    """Each entry with its key's time in ``cache`` (what the recording build measured),
+    kept exactly in the lock so that a rebuild anywhere chooses between keys the same way."""
+    for e in entries:
+        value = cache.query(e.key)
+        t = None if value is None else float(value.time_ms)
+        e.time_ms = None if t is None or t != t else t  # NaN: no usable time recorded
+    return entries
+
+
 @dataclass
 class Recording:
     """The recording cache a pinned build starts from, and the log of recording it (if now)."""
@@ -195,6 +205,7 @@ def pinned_build(
     progress(Step("applying pins"))
     recorded = cache.tactic_map()
     names = {e.key: e.layer for e in entries or []}
+    times = {e.key: e.time_ms for e in entries or []}
     missing = sorted(set(expected) - set(recorded))
     if missing:
         raise DriftError(
@@ -203,7 +214,11 @@ def pinned_build(
             "this model/settings: re-record it"
         )
     update_tactics(
-        cache, [LayerEntry(k, names.get(k, "?"), t) for k, t in sorted(expected.items())]
+        cache,
+        [
+            LayerEntry(k, names.get(k, "?"), t, time_ms=times.get(k))
+            for k, t in sorted(expected.items())
+        ],
     )
     before = {**recorded, **expected}
     progress(Step("pinned build"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from reprobuild.backends.base import Backend
 from reprobuild.errors import UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
-from reprobuild.lock.model import DEFAULT_LOCK
+from reprobuild.lock.model import DEFAULT_LOCK, OutputDigest
 from reprobuild.workflow.context import announce_backend, open_lock, resolve_backend
 from reprobuild.workflow.control import (
     Control,
@@ -31,7 +32,14 @@ from reprobuild.workflow.control import (
     positive_control,
     sensitivity,
 )
-from reprobuild.workflow.outputs import engine_accuracy, load_inputs, output_hashes
+from reprobuild.workflow.outputs import (
+    engine_accuracy,
+    inputs_label,
+    load_inputs,
+    output_hashes,
+    outputs_digest,
+    tactic_map_digest,
+)
 from reprobuild.workflow.pinned import pinned_build
 from reprobuild.workflow.plancheck import check_engine
 from reprobuild.workflow.prepare import prepare_model
@@ -66,6 +74,21 @@ class VerifyResult:
     plan_check: dict[str, Any] | None = None  # the engine against the lock's precision plan
     # the first engine vs the FP32 model on the calibration / held-apart samples, by set
     sample_accuracy: dict[str, Any] | None = None
+    target: str = ""  # the lock's target this machine verified
+    inputs_label: str = ""  # what the lock calls these inputs (seeded:N or sha256:...)
+    machine: dict[str, Any] = field(default_factory=dict)  # host and advisory fields
+    tactic_map_sha256: str = ""
+    outputs_sha256: str = ""  # the first rebuild's outputs, all in one digest
+    recorded_sha256: str | None = None  # what the lock records for these inputs (None: none)
+    digests_recorded: bool = False  # --record-digests wrote outputs_sha256 into the lock
+
+    @property
+    def matches_recorded(self) -> bool | None:
+        """Whether the bits equal the ones the lock records for this target and these
+        inputs (the proof across machines); None when the lock records none."""
+        if self.recorded_sha256 is None:
+            return None
+        return self.outputs_sha256 == self.recorded_sha256
 
     @property
     def follows_plan(self) -> bool:
@@ -83,6 +106,7 @@ class VerifyResult:
         d["accuracy"] = json_safe(self.accuracy)
         d["power"] = self.power
         d["follows_plan"] = self.follows_plan
+        d["matches_recorded"] = self.matches_recorded
         d["control"] = None if self.control is None else json_safe(self.control.to_json())
         d["sensitivity"] = (
             None if self.sensitivity is None else [json_safe(p.to_json()) for p in self.sensitivity]
@@ -105,6 +129,8 @@ def verify(
     with_sensitivity: bool = False,
     calibration: str | os.PathLike[str] | None = None,
     held_out: str | os.PathLike[str] | None = None,
+    target: str | None = None,
+    record_digests: bool = False,
     progress: Progress = quiet,
 ) -> VerifyResult:
     """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical.
@@ -112,7 +138,10 @@ def verify(
     ``control`` adds the positive control (at most ``control_limit`` probe builds) when the
     rebuilds agree; ``with_sensitivity`` switches every layer in turn. ``calibration`` (the
     INT8 lock's data: its first ``samples`` are used) and ``held_out`` sample sets add the
-    first engine's error against FP32 on them.
+    first engine's error against FP32 on them. The first rebuild's bits are compared with
+    the ones the lock records for this machine's target (or ``target``) and these inputs:
+    other bits are not reproducible. ``record_digests`` adds them where the lock has none
+    for these inputs (the only time verify writes the lock).
     """
     from reprobuild.cachedir import cache_path
 
@@ -126,8 +155,13 @@ def verify(
         check_output_path(report, "verify report")
     be = resolve_backend(backend)
     announce_backend(backend, be, progress)
-    data, lock_path, model_path = open_lock(lock, model, be)
+    notes: list[str] = []
+    data, lock_path, model_path = open_lock(lock, model, be, notes, target=target)
+    for note in notes:
+        progress(Step(f"warning: {note}"))
     feeds, inputs_desc = load_inputs(inputs, model_path, seed)
+    label = inputs_label(inputs, seed)
+    recorded = next((o.sha256 for o in data.outputs if o.inputs == label), None)
     quant = None if data.precision is None else data.precision.quantization
     sets = load_sets(
         model_path,
@@ -195,7 +229,9 @@ def verify(
         differing = sorted(
             {n for c in checks for n, h in c.output_sha256.items() if ref.get(n) != h}
         )
+        digest = outputs_digest(first_outputs or {})
         ok = not differing and not any(c.drift or c.problems for c in checks)
+        ok = ok and recorded in (None, digest)
         ctx = ProbeContext(be, built_model, data, cfile, feeds, first_outputs or {}, progress)
         ctl = positive_control(ctx, control_limit) if control and ok else None
         sens = sensitivity(ctx) if with_sensitivity else None
@@ -218,7 +254,18 @@ def verify(
         sensitivity=sens,
         plan_check=plan_check,
         sample_accuracy=sample_acc,
+        target=data.target_name,
+        inputs_label=label,
+        machine={"host": platform.node(), **be.environment().advisory_dict()},
+        tactic_map_sha256=tactic_map_digest(expected),
+        outputs_sha256=digest,
+        recorded_sha256=recorded,
     )
+    if record_digests and recorded is None and ok:
+        from reprobuild.lock.edit import record_digest
+
+        record_digest(lock_path, data.target_name, OutputDigest(label, digest))
+        result.digests_recorded = True
     if report is not None:
         from reprobuild.transaction import Outputs
 

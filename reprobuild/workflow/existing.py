@@ -1,0 +1,121 @@
+"""What a build does with the lock it finds: which target it builds, whether that target
+must be recorded first, and what a recording stores besides tactics.
+
+A lock serves a fleet (:mod:`reprobuild.lock.targets`): a build uses this machine's target
+when the lock has one, records it beside the others when not (``--frozen`` refuses, exit
+3), and ``--re-record`` starts over after a model change while keeping the pins that still
+apply.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reprobuild.backends.base import Backend
+from reprobuild.errors import EnvironmentMismatch
+from reprobuild.lock.model import LayerEntry, Lock, ModelInfo, OutputDigest
+from reprobuild.lock.targets import describe_names, matching, no_target_message, select
+from reprobuild.types import BuildSettings
+from reprobuild.workflow.context import check_backend, check_lock_matches
+
+
+def check_existing(
+    existing: Lock,
+    lock_path: Path,
+    info: ModelInfo,
+    settings: BuildSettings,
+    be: Backend,
+    frozen: bool,
+    warnings: list[str],
+) -> tuple[Lock, bool]:
+    """Refuse a lock for another model or settings (exit 2); the lock's view for this
+    machine's target, and whether that target is missing and must be recorded (beside the
+    others; ``--frozen`` refuses that with exit 3, naming the lock's targets)."""
+    check_lock_matches(existing, lock_path, info, settings)
+    here = be.environment()
+    if matching(existing, here) is None:
+        if frozen or not any(t.environment.backend == be.name for t in existing.targets()):
+            check_backend(existing, lock_path, be)
+            raise EnvironmentMismatch(
+                no_target_message(existing, here, lock_path) + "; --frozen never adds one"
+                if frozen
+                else no_target_message(existing, here, lock_path)
+            )
+        warnings.append(
+            f"no target for this machine ({here.name}) in {lock_path}: recording it beside "
+            f"{describe_names(existing.target_names())}"
+        )
+        return existing, True
+    chosen = select(existing, here, lock_path)
+    warnings += chosen.warnings
+    return chosen.lock, False
+
+
+def start_over(
+    existing: Lock,
+    info: ModelInfo,
+    settings: BuildSettings | None,
+    be: Backend,
+    lock_path: Path,
+    warnings: list[str],
+) -> tuple[Lock, list[LayerEntry]]:
+    """``--re-record``: the lock to record this machine's target into, and the old pins to
+    carry. Other targets stay only while the model and settings are the lock's (they were
+    recorded from them); else they are dropped, and said so."""
+    here = be.environment()
+    mine = matching(existing, here)
+    pins = [e for e in mine.layers if e.pinned] if mine is not None else []
+    same = (
+        info.sha256 == existing.model.sha256
+        and (settings or existing.settings) == existing.settings
+    )
+    others = [t for t in existing.targets() if t is not mine and t.name != here.name]
+    if others and not same:
+        warnings.append(
+            f"the model or settings changed: targets dropped from {lock_path}: "
+            f"{describe_names([t.name for t in others])} (re-record them on their machines)"
+        )
+        others = []
+    base = existing.select(others[0]) if others else existing
+    base.others = others[1:] if others else []
+    if not others:
+        base.layers, base.outputs = [], []
+        base.environment = here
+    return base, pins
+
+
+def expected_bits(be: Backend, engine: bytes, model_path: Path, seed: int = 0) -> OutputDigest:
+    """What a recording stores for its target: the digest of the engine's outputs on the
+    seeded inputs ``verify`` uses by default, so ``verify`` on any machine of the target
+    can prove its bits equal the recording machine's."""
+    from reprobuild.workflow.outputs import inputs_label, load_inputs, outputs_digest
+
+    feeds, _ = load_inputs(None, model_path, seed)
+    return OutputDigest(inputs_label(None, seed), outputs_digest(be.run(engine, feeds)))
+
+
+def carry_pins(old: list[LayerEntry], new: list[LayerEntry]) -> tuple[list[str], list[str]]:
+    """``--re-record``: pin again, by layer name, every old pin whose layer still exists
+    (one entry of that name, or the same key) and whose tactic is still one of its
+    candidates. Returns (kept, dropped) layer names; a dropped one says why."""
+    by_key = {e.key: e for e in new}
+    by_name: dict[str, list[LayerEntry]] = {}
+    for e in new:
+        by_name.setdefault(e.layer, []).append(e)
+    kept: list[str] = []
+    dropped: list[str] = []
+    for pin in (e for e in old if e.pinned):
+        same = by_key.get(pin.key)
+        named = by_name.get(pin.layer, [])
+        entry = same or (named[0] if len(named) == 1 else None)
+        if entry is None:
+            why = "no longer built" if not named else f"{len(named)} layers have that name now"
+            dropped.append(f"{pin.layer} ({why})")
+            continue
+        cand = entry.candidate(pin.tactic)
+        if cand is None:
+            dropped.append(f"{pin.layer} (tactic 0x{pin.tactic:x} is no longer a candidate)")
+            continue
+        entry.tactic, entry.kernel, entry.pinned = pin.tactic, cand.kernel, True
+        kept.append(pin.layer)
+    return kept, dropped

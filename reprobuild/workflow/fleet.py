@@ -1,0 +1,121 @@
+"""A fleet's two jobs: merging the locks its runners recorded, and checking that every
+machine of one target reports the same bits.
+
+No scheduler of our own: a CI matrix runs one job per runner (``build`` records or checks
+that runner's target, ``verify --json`` reports its digests); these functions join what
+the jobs left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprobuild.errors import UsageError
+from reprobuild.fileio import read_regular
+from reprobuild.lock.model import Lock
+from reprobuild.lock.targets import merge
+from reprobuild.lock.yamlio import dumps_lock, load_lock
+from reprobuild.transaction import Outputs, check_output_path
+
+MAX_REPORT_BYTES = 64 << 20  # a verify report with every sensitivity probe is far smaller
+
+
+def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Lock:
+    """``reprobuild merge A.lock B.lock ... --out L``: one lock with every target (same
+    model, settings and precision plan, else exit 2; one target with two different sections,
+    exit 2). ``out`` may be one of the inputs: it is read before anything is written."""
+    if len(paths) < 1:
+        raise UsageError("merge needs at least one lock: reprobuild merge A.lock B.lock --out L")
+    check_output_path(out, "merged lock")
+    locks = [(str(p), load_lock(p)) for p in paths]
+    merged = merge(locks)
+    with Outputs() as outputs:
+        outputs.stage_text(out, dumps_lock(merged), "merged lock")
+        outputs.commit()
+    return merged
+
+
+@dataclass
+class Machine:
+    """One ``verify --json`` report: which machine, which target, which bits."""
+
+    source: str
+    host: str
+    target: str
+    inputs: str
+    tactic_map_sha256: str
+    outputs_sha256: str
+
+
+@dataclass
+class TargetCheck:
+    """Every machine of one target and whether they agree (the majority's digests are
+    taken as the target's; a tie names every machine as odd)."""
+
+    target: str
+    machines: list[Machine]
+    odd: list[Machine] = field(default_factory=list)
+
+    @property
+    def agree(self) -> bool:
+        return not self.odd
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "machines": len(self.machines),
+            "agree": self.agree,
+            "odd": [m.__dict__ for m in self.odd],
+            "digests": sorted(
+                {(m.inputs, m.tactic_map_sha256, m.outputs_sha256) for m in self.machines}
+            ),
+        }
+
+
+def read_report(path: str | os.PathLike[str]) -> Machine:
+    """One ``verify --json`` output (or ``--report`` file); exit 2 naming the file when it
+    is not one."""
+    p = Path(path)
+    raw = read_regular(p, MAX_REPORT_BYTES, "verify report")
+    try:
+        doc = json.loads(raw)
+        return Machine(
+            str(p),
+            str(doc.get("machine", {}).get("host") or p.stem),
+            str(doc["target"]),
+            str(doc["inputs_label"]),
+            str(doc["tactic_map_sha256"]),
+            str(doc["outputs_sha256"]),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise UsageError(
+            f"{p}: not a `reprobuild verify --json` report with target digests; give each "
+            "machine's `verify --json` output"
+        ) from None
+
+
+def check_fleet(paths: list[str | os.PathLike[str]]) -> list[TargetCheck]:
+    """Group reports by target and inputs; within one group every machine must report the
+    same tactic map and output digests (the multi-GPU and multi-rank check)."""
+    if not paths:
+        raise UsageError("fleet needs at least one verify report: reprobuild fleet A.json B.json")
+    groups: dict[tuple[str, str], list[Machine]] = {}
+    for p in paths:
+        m = read_report(p)
+        groups.setdefault((m.target, m.inputs), []).append(m)
+    checks = []
+    for (target, _inputs), machines in sorted(groups.items()):
+        votes: dict[tuple[str, str], int] = {}
+        for m in machines:
+            key = (m.tactic_map_sha256, m.outputs_sha256)
+            votes[key] = votes.get(key, 0) + 1
+        ranked = sorted(votes.values(), reverse=True)
+        tie = len(ranked) > 1 and ranked[0] == ranked[1]
+        best = max(votes, key=votes.__getitem__)
+        odd = [m for m in machines if tie or (m.tactic_map_sha256, m.outputs_sha256) != best]
+        checks.append(TargetCheck(target, machines, odd))
+    return checks
