@@ -57,7 +57,16 @@ def build(
         Path("caches"), "--cache-dir", help="Recording timing caches, per environment."
     ),
     allow_env_change: bool = typer.Option(
-        False, "--allow-env-change", help="Re-record a lock made on another GPU/TensorRT."
+        False,
+        "--allow-env-change",
+        hidden=True,
+        help="No longer needed: a machine without a target in the lock records one.",
+    ),
+    re_record: bool = typer.Option(
+        False,
+        "--re-record",
+        help="Record this machine's target again (after a model change), keeping the pins "
+        "that still apply.",
     ),
     report: Path | None = typer.Option(
         None, "--report", help="Build report JSON [default: ENGINE.report.json]."
@@ -129,9 +138,11 @@ def build(
     """Build an engine; record the lock, or apply it and check that nothing drifted.
 
     Without a lock this is a recording build: every tactic is timed and the choices are
-    written to the lock. With a lock, every recorded tactic is applied through the timing
-    cache and the build fails (exit 1) if any layer drifted. A lock for another model or
-    settings is exit 2; for another GPU/TensorRT version exit 3.
+    written to the lock. With a lock, every recorded tactic and time of this machine's
+    target is applied through the timing cache and the build fails (exit 1) if any layer
+    drifted. A machine of no recorded target records its own beside the others (with
+    --frozen: exit 3, naming the lock's targets). A lock for another model or settings is
+    exit 2 (--re-record starts over, keeping the pins that still apply).
 
     \b
     Example:
@@ -200,6 +211,7 @@ def build(
         frozen=frozen,
         cache_dir=cache_dir,
         allow_env_change=allow_env_change,
+        re_record=re_record,
         report=report,
         precision=request,
         held_out=held_out,

@@ -20,9 +20,37 @@ from reprobuild.lock.model import DEFAULT_LOCK
 if TYPE_CHECKING:
     from reprobuild.lock.diff import LockDiff
     from reprobuild.lock.model import Lock
+    from reprobuild.types import Environment
 
 LockOpt = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to read/edit.")
 JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
+TargetOpt = typer.Option(
+    None,
+    "--target",
+    help="The lock's target (a name or prefix) [default: the only one, or this machine's].",
+)
+
+
+def this_machine(lock: Lock) -> Environment | None:
+    """This machine's environment for the backend of the lock's targets (imports that
+    backend: asked only when a lock has several targets and no --target is given)."""
+    from reprobuild.backends import get_backend
+    from reprobuild.errors import ReprobuildError
+
+    backends = {t.environment.backend for t in lock.targets()}
+    if len(backends) != 1:
+        return None
+    try:
+        return get_backend(backends.pop()).environment()
+    except ReprobuildError:  # TensorRT not installed here: no target is this machine's
+        return None
+
+
+def _chosen(lock: Path, target: str | None) -> Lock:
+    from reprobuild.lock.targets import choose
+    from reprobuild.lock.yamlio import load_lock
+
+    return choose(load_lock(lock), str(lock), target, this_machine)
 
 
 @contextmanager
@@ -45,9 +73,10 @@ def pin(
     ),
     lock: Path = LockOpt,
     force: bool = typer.Option(False, "--force", help="Allow a tactic that is not a candidate."),
+    target: str | None = TargetOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Pin layers to tactics in the lock.
+    """Pin layers to tactics in the lock (one target's section; the others keep theirs).
 
     TACTIC is a tactic hash (0x..., compared as an integer) or a kernel name, and must be
     one of the layer's recorded candidates unless --force. A layer name that appears
@@ -60,7 +89,7 @@ def pin(
     with _without_cyclic_gc():
         from reprobuild.lock.edit import edit_lock
 
-        changes = edit_lock(lock, selections, force=force)
+        changes = edit_lock(lock, selections, force=force, target=target, here=this_machine)
         if as_json:
             print_json({"lock": str(lock), "pinned": [c.to_json() for c in changes]})
             return
@@ -72,11 +101,13 @@ def pin(
 def unpin(
     selections: list[str] = typer.Argument(..., metavar="layer=NAME ...", help="layer= or key="),
     lock: Path = LockOpt,
+    target: str | None = TargetOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Clear the 'pinned' mark, so a re-recording build may choose the tactic again.
 
-    The recorded tactic stays in the lock until the next recording.
+    The recorded tactic stays in the lock until the next recording
+    (`reprobuild build --re-record`).
 
     \b
     Example:
@@ -85,7 +116,7 @@ def unpin(
     with _without_cyclic_gc():
         from reprobuild.lock.edit import edit_lock
 
-        changes = edit_lock(lock, selections, unpin=True)
+        changes = edit_lock(lock, selections, unpin=True, target=target, here=this_machine)
         if as_json:
             print_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
             return
@@ -97,17 +128,23 @@ def show(
     lock: Path = LockOpt,
     as_json: bool = JsonOpt,
     precision: bool = typer.Option(False, "--precision", help="Show the precision plan."),
+    target: str | None = TargetOpt,
+    targets: bool = typer.Option(False, "--targets", help="List the lock's targets."),
 ) -> None:
-    """Show the locked layers: layer, key, tactic, kernel, pinned.
+    """Show the locked layers of one target: layer, key, tactic, kernel, pinned.
 
     \b
     Example:
       reprobuild show --lock tactics.lock --json
+      reprobuild show --targets
     """
     with _without_cyclic_gc():
-        from reprobuild.lock.yamlio import load_lock
+        if targets:
+            from reprobuild.lock.yamlio import load_lock
 
-        data = load_lock(lock)
+            _show_targets(lock, load_lock(lock), as_json)
+            return
+        data = _chosen(lock, target)
         if precision:
             _show_precision(lock, data, as_json)
             return
@@ -118,6 +155,7 @@ def show(
                 {
                     "lock": str(lock),
                     "model": {"path": data.model.path, "sha256": data.model.sha256},
+                    "target": data.target_name,
                     "environment": data.environment.to_dict(),
                     "settings": data.settings.to_dict(),
                     "layers": show_rows(data),
@@ -125,11 +163,9 @@ def show(
             )
             return
         env = data.environment
-        target = ", ".join(
-            f"{k}={v}" for k, v in env.to_dict().items() if v is not None and k != "backend"
-        )
+        fields = ", ".join(f"{k}={v}" for k, v in env.identity)
         echo(f"model: {data.model.path} (sha256 {data.model.sha256[:12]})")
-        echo(f"environment: {env.backend}" + (f" ({target})" if target else ""))
+        echo(f"target: {env.name} ({env.backend}" + (f": {fields})" if fields else ")"))
         table = [
             [e.layer, e.key, f"0x{e.tactic:x}", e.kernel or "-", "yes" if e.pinned else "no"]
             for e in data.layers
@@ -142,6 +178,7 @@ def show(
 def diff(
     a: Path = typer.Argument(..., help="Old lock."),
     b: Path = typer.Argument(..., help="New lock."),
+    target: str | None = TargetOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Compare two locks: layers added, removed, or with a changed tactic. Exit 1 if they differ.
@@ -152,9 +189,8 @@ def diff(
     """
     with _without_cyclic_gc():
         from reprobuild.lock.diff import diff_locks
-        from reprobuild.lock.yamlio import load_lock
 
-        d = diff_locks(load_lock(a), load_lock(b))
+        d = diff_locks(_chosen(a, target), _chosen(b, target))
         if as_json:
             print_json(d.to_json())
         else:
@@ -168,7 +204,8 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
         echo("model: different sha256")
     for what, keys in (
         ("settings", d.settings_changed),
-        ("environment", d.environment_changed),
+        ("target identity", d.environment_changed),
+        ("advisory fields (not a difference)", d.advisory_changed),
     ):
         if keys:
             echo(f"{what} changed: {', '.join(keys)}")
@@ -193,6 +230,33 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
     if d.precision_changed:
         summary += f", {len(d.precision_changed)} precision plan changes"
     echo(summary if d.differs else "locks are equivalent")
+
+
+def _show_targets(lock: Path, data: Lock, as_json: bool) -> None:
+    rows = [
+        {
+            "target": t.name,
+            "backend": t.environment.backend,
+            "identity": t.environment.identity_dict(),
+            "advisory": t.environment.advisory_dict(),
+            "layers": len(t.layers),
+            "pinned": sum(1 for e in t.layers if e.pinned),
+            "outputs": [{"inputs": o.inputs, "sha256": o.sha256} for o in t.outputs],
+        }
+        for t in data.targets()
+    ]
+    if as_json:
+        print_json({"lock": str(lock), "targets": rows})
+        return
+    for r in rows:
+        ident = ", ".join(f"{k}={v}" for k, v in r["identity"].items()) or "none recorded"
+        echo(f"{r['target']}: {r['layers']} layers, {r['pinned']} pinned, "
+             f"{len(r['outputs'])} recorded digests")  # fmt: skip
+        echo(f"  identity: {ident}")
+        if r["advisory"]:
+            echo("  advisory: " + ", ".join(f"{k}={v}" for k, v in r["advisory"].items()))
+    n = len(rows)
+    echo(f"{n} target{'s' if n != 1 else ''}")
 
 
 def _show_precision(lock: Path, data: Lock, as_json: bool) -> None:

@@ -59,12 +59,24 @@ def verify(
         "the engine's error against FP32 on it.",
     ),
     held_out: Path | None = typer.Option(None, "--held-out", help=HELD_OUT_HELP),
+    target: str | None = typer.Option(
+        None, "--target", help="The lock's target to verify [default: this machine's]."
+    ),
+    record_digests: bool = typer.Option(
+        False,
+        "--record-digests",
+        help="Add the outputs' digest for these --inputs to the lock's target (else read-only).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
     threads: int | None = ThreadsOpt,
 ) -> None:
     """Rebuild from the lock N times and prove the outputs bit-identical (exit 1 if not).
+
+    The bits must also equal the ones the lock records for this machine's target (what the
+    recording machine's engine gave): other bits are exit 1, naming the target and both
+    digests; a machine of no recorded target is exit 3.
 
     A positive control then switches one layer to another recorded candidate and reports
     whether the outputs change: if no single-tactic change reaches them, identical outputs
@@ -97,6 +109,8 @@ def verify(
         with_sensitivity=with_sensitivity,
         calibration=calibration,
         held_out=held_out,
+        target=target,
+        record_digests=record_digests,
     )
     if as_json:
         print_json(result.to_json())
@@ -142,12 +156,16 @@ def _print_verify(result: Any) -> None:
     print_sample_accuracy(result.sample_accuracy)
     if result.control is not None:
         typer.echo(f"control: {result.control.message()}")
+    typer.echo(_recorded_line(result))
     diff = (
         f"; differing outputs: {', '.join(result.differing_outputs)}"
         if result.differing_outputs
         else ""
     )
-    summary = f"{result.rebuilds} rebuilds of {result.layers} layers, inputs {result.inputs}{diff}"
+    summary = (
+        f"{result.rebuilds} rebuilds of {result.layers} layers of target {result.target}, "
+        f"inputs {result.inputs}{diff}"
+    )
     if not result.reproducible:
         typer.echo(f"NOT REPRODUCIBLE: {summary}")
     elif result.power is None:
@@ -159,6 +177,25 @@ def _print_verify(result: Any) -> None:
             f"REPRODUCIBLE BUT UNPROVEN: {summary}; the check has no power on these inputs "
             "(no single-tactic change reaches the outputs)"
         )
+
+
+def _recorded_line(result: Any) -> str:
+    """What the bits were compared with across machines: the target's recorded digest."""
+    new = result.outputs_sha256[:16]
+    if result.matches_recorded is None:
+        tail = (
+            "recorded in the lock now (--record-digests)"
+            if result.digests_recorded
+            else "the lock records none for these inputs, so only rebuilds on this machine "
+            "were compared (--record-digests adds it)"
+        )
+        return f"bits: outputs {new}; {tail}"
+    if result.matches_recorded:
+        return f"bits: outputs {new} equal the digest recorded for target {result.target}"
+    return (
+        f"bits: OTHER BITS than recorded for target {result.target}: recorded "
+        f"{result.recorded_sha256[:16]}, here {new}"
+    )
 
 
 def _cosine_top1(acc: dict[str, Any]) -> str:

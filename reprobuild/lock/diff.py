@@ -22,8 +22,9 @@ class LockDiff:
     changed: list[tuple[LayerEntry, LayerEntry]]  # (a, b) with a different tactic
     settings_changed: list[str]
     model_changed: bool
-    environment_changed: list[str]
+    environment_changed: list[str]  # identity fields: the two locks' targets differ
     precision_changed: list[PlanChange] = field(default_factory=list)
+    advisory_changed: list[str] = field(default_factory=list)  # shown, not a difference
 
     @property
     def differs(self) -> bool:
@@ -61,6 +62,7 @@ class LockDiff:
             "model_changed": self.model_changed,
             "settings_changed": self.settings_changed,
             "environment_changed": self.environment_changed,
+            "advisory_changed": self.advisory_changed,
             "precision_changed": [c.to_json() for c in self.precision_changed],
         }
 
@@ -90,14 +92,20 @@ def diff_locks(a: Lock, b: Lock) -> LockDiff:
         if ea.tactic != eb.tactic:
             changed.append((ea, eb))
     ad, bd = a.settings.to_dict(), b.settings.to_dict()
-    ae, be = a.environment.to_dict(), b.environment.to_dict()
+    ae, be = a.environment, b.environment
+    ai, bi = (
+        {"backend": ae.backend, **ae.identity_dict()},
+        {"backend": be.backend, **be.identity_dict()},
+    )
+    aa, ba = ae.advisory_dict(), be.advisory_dict()
     return LockDiff(
         added=only_b,
         removed=only_a,
         changed=sorted(changed, key=lambda p: (p[1].layer, p[1].key)),
         settings_changed=[k for k in ad if ad[k] != bd.get(k)],
         model_changed=a.model.sha256 != b.model.sha256,
-        environment_changed=[k for k in ae if ae[k] != be.get(k)],
+        environment_changed=sorted(k for k in {*ai, *bi} if ai.get(k) != bi.get(k)),
+        advisory_changed=sorted(k for k in {*aa, *ba} if aa.get(k) != ba.get(k)),
         precision_changed=plan_changes(a.precision, b.precision),
     )
 
