@@ -1,12 +1,11 @@
-"""PyYAML's side of a lock: the strict reading and the emitter.
+"""PyYAML's side of a lock: the one reader and the emitter.
 
-Reading parses the text once, into a node tree (libyaml's composer): the tree gives
+Reading parses the text once, into a node tree (libyaml's parser and composer where
+PyYAML is built with it, the pure-Python ones otherwise): the tree gives
 ``file:line:column`` errors and reveals duplicate keys, and the lock is built from it,
 the layers straight from the nodes when they are in the writer's shape (``nodes``),
 anything else through plain data and ``validate``. Only safe tags are ever constructed.
-
-Imported only when needed: ``yamlio`` reads a canonical lock with its line readers and
-writes only when a lock changes, so a locked rebuild never loads PyYAML.
+Writing sends the lock's events (``emit``) to libyaml's emitter where it is built.
 """
 
 from __future__ import annotations
@@ -96,26 +95,6 @@ def strict_lock(text: str, filename: str) -> Lock:
         if root is None:
             raise LockError(f"{filename}: empty lockfile; {FIX}")
         return canonical_lock(loader, root, filename) or any_lock(loader, root, filename)
-    finally:
-        loader.dispose()
-
-
-def head_lock(head: str, line: int, filename: str) -> Lock | None:
-    """The lock (without layers) of a head ending in ``layers: []`` on line ``line``, when
-    its YAML structure closes exactly there; None otherwise."""
-    try:
-        loader, root = compose(head, filename)
-    except LockError:
-        return None
-    try:
-        if root.__class__ is not MappingNode or not root.value:
-            return None
-        key, value = root.value[-1]
-        if key.value != "layers" or (key.start_mark.line, key.start_mark.column) != (line, 0):
-            return None
-        if value.__class__ is not SequenceNode or value.value or value.start_mark.line != line:
-            return None
-        return canonical_lock(loader, root, filename)
     finally:
         loader.dispose()
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import difflib
 import os
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,13 +16,15 @@ from hypothesis import strategies as st
 
 from reprobuild import fileio
 from reprobuild.errors import LockError, UsageError
+from reprobuild.lock.model import ExternalFile, LayerEntry, Lock, LockCandidate
 from reprobuild.lock.nodes import layers_from_nodes
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
 from reprobuild.lock.schema import Doc
 from reprobuild.lock.validate import lock_from_data
 from reprobuild.lock.yamlio import dumps_lock, load_lock, loads_lock, save_lock
+from reprobuild.types import BuildSettings, Environment
 
-from ..conftest import sample_lock
+from ..conftest import ROOT, sample_lock
 
 
 def test_round_trip_is_byte_identical(tmp_path: Path) -> None:
@@ -343,3 +348,170 @@ def test_lone_surrogates_round_trip() -> None:
 
 def test_deep_nesting_is_an_error_not_a_crash() -> None:
     assert "t.lock" in _err("a: " + "[" * 100_000)
+
+
+_WORD = st.from_regex(r"[A-Za-z_][A-Za-z0-9_./\-]{0,12}", fullmatch=True)
+_TRICKY = st.sampled_from(
+    ["null", "Null", "true", "No", "y", "~", "0x1f", "", " a", "a b", "a: b", "#x", "é", "\t"]
+)
+_TEXT = _WORD | _TRICKY | st.text(st.characters(blacklist_categories=()), max_size=12)
+_TACTIC = st.integers(0, 2**64 - 1)
+_SHAPE_NAME = st.text("abcdefgh_:-/ 0", max_size=8)
+_DIMS = st.lists(st.integers(0, 2**40), min_size=1, max_size=4).map(tuple)
+
+
+@st.composite
+def _locks(draw: st.DrawFn) -> Lock:
+    """Any head (environment strings, tactic sources, input shapes) with any layers."""
+    shapes = draw(st.lists(st.tuples(_SHAPE_NAME, _DIMS, _DIMS, _DIMS), max_size=3))
+    n = draw(st.integers(0, 5))
+    keys = draw(st.lists(st.integers(0, 2**128 - 1), min_size=n, max_size=n, unique=True))
+    return replace(
+        sample_lock(0),
+        environment=Environment(
+            backend=draw(st.sampled_from(["reference", "tensorrt"])),
+            tensorrt_version=draw(_TEXT | st.none()),
+            gpu=draw(_TEXT | st.none()),
+            driver_version=draw(_TEXT | st.none()),
+        ),
+        settings=BuildSettings(
+            optimization_level=draw(st.integers(0, 5)),
+            workspace=draw(st.integers(0, 2**63) | st.none()),
+            tactic_sources=draw(st.lists(_TEXT, max_size=4).map(tuple) | st.none()),
+            tf32=draw(st.booleans()),
+            tiling_optimization_level=draw(_TEXT | st.none()),
+            input_shapes=tuple(sorted({s[0]: s for s in shapes}.values())),  # as read back
+        ),
+        layers=[
+            LayerEntry(
+                key=f"0x{k:032x}",
+                layer=draw(_TEXT),
+                tactic=draw(_TACTIC),
+                kernel=draw(_TEXT | st.none()),
+                pinned=draw(st.booleans()),
+                candidates=draw(
+                    st.lists(st.builds(LockCandidate, _TACTIC, _TEXT | st.none()), max_size=4)
+                ),
+            )
+            for k in keys
+        ],
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(_locks())
+def test_random_locks_round_trip(lock: Lock) -> None:
+    text = dumps_lock(lock)
+    back = loads_lock(text)
+    assert back == lock
+    assert dumps_lock(back) == text
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("  tf32: true\n", "  tf32: true  # reviewed\n"),  # a comment after a value
+        ("  tf32: true\n", "  tf32: yes\n"),  # YAML 1.1's other booleans
+        ("  optimization_level: 3\n", "  optimization_level: 0x3\n"),
+        ("  optimization_level: 3\n", "  optimization_level: 03\n"),  # octal in YAML 1.1
+        ("  tf32: true\n", "  tf32: true\n\n"),  # a blank line
+        ("schema: 1\n", "---\nschema: 1\n"),
+        ("schema: 1\n", "schema: !!int 1\n"),
+        ("schema: 1\n", "schema: &a 1\n"),  # an anchor never used is no alias
+        ("  backend: reference\n", "  backend: 'reference'\n"),
+        ("    pinned: false\n", "    pinned: false  # reviewed\n"),
+        ('tactic: "0x1000"', "tactic: '0x1000'"),
+    ],
+)
+def test_edits_yaml_reads_alike_load_alike(old: str, new: str) -> None:
+    text = dumps_lock(sample_lock(1))
+    assert old in text
+    assert loads_lock(text.replace(old, new, 1)) == sample_lock(1)
+
+
+_TF32 = "  tf32: true\n"
+_NOT_HERE = "invalid YAML (mapping values are not allowed here)"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("  optimization_level: 3\n", "  optimization_level: 3.0\n",
+         "16:23: settings.optimization_level: expected an integer, got float 3.0;"),
+        (_TF32, "  tf32: true\n  tf32: false\n", "20:3: duplicate key 'tf32';"),
+        (_TF32, "\ttf32: true\n", "19:1: invalid YAML (found character '\\t' that cannot"),
+        (_TF32, "  tf32:\n", "19:8: settings.tf32: expected true or false, got null"),
+        (_TF32, "  tf32: \n", "19:8: settings.tf32: expected true or false, got null"),  # null
+        (_TF32, "  tf32: true\n    more: 1\n", f"20:9: {_NOT_HERE};"),
+        ("# Review", "#\rReview", f"4:7: {_NOT_HERE};"),  # "\r" breaks a line, in a comment too
+        ("kernel: kern_0\n", "kernel: yes\n", "30:13: layers[0].kernel: expected a string, got"),
+        ("layer: layer0", "layer: null", "27:12: layers[0].layer: expected a string, got null"),
+    ],
+)  # fmt: skip
+def test_edits_are_refused_where_they_are(old: str, new: str, expected: str) -> None:
+    text = dumps_lock(sample_lock(1))
+    assert old in text
+    assert _err(text.replace(old, new, 1)).startswith(f"t.lock:{expected}")
+
+
+def test_escapes_the_writer_never_makes_are_read_as_yaml_reads_them() -> None:
+    text = dumps_lock(sample_lock(1)).replace("  backend: reference\n", '  backend: "a\\x41"\n')
+    assert loads_lock(text).environment.backend == "aA"
+
+
+def test_sections_with_block_sequences_round_trip() -> None:
+    lock = replace(
+        sample_lock(1),
+        model=replace(sample_lock(1).model, external_data=[ExternalFile("w.bin", "cd" * 32)]),
+    )
+    text = dumps_lock(lock)
+    assert "  external_data:\n    - {path: w.bin, sha256: " in text
+    assert loads_lock(text) == lock
+
+
+def test_errors_in_the_head_and_the_layers_keep_their_position() -> None:
+    text = dumps_lock(sample_lock(1)).replace("  tf32: true", "  tf32: 7")
+    line = text.splitlines().index("  tf32: 7") + 1
+    with pytest.raises(LockError, match=rf"^tactics\.lock:{line}:9: settings\.tf32"):
+        loads_lock(text)
+    text = dumps_lock(sample_lock(2)).replace('tactic: "0x1010"', 'tactic: "0xzz"', 1)
+    line = text.splitlines().index('    tactic: "0xzz"') + 1
+    with pytest.raises(LockError, match=rf"^tactics\.lock:{line}:13: layers\[1\]\.tactic"):
+        loads_lock(text)
+
+
+@pytest.mark.parametrize("name", ['a"b', "a\\b", "a\nb", "\x85", "\ud800", "\u2028"])
+def test_strings_the_emitter_escapes_round_trip(name: str) -> None:
+    lock = sample_lock(1)
+    lock.layers[0].layer = lock.layers[0].candidates[1].kernel = name
+    text = dumps_lock(lock)
+    assert f"\n  - layer: {name}\n" not in text
+    assert loads_lock(text) == lock
+    assert dumps_lock(loads_lock(text)) == text
+
+
+def test_keys_with_nothing_under_them_are_null() -> None:
+    """``layers:`` or ``candidates:`` as the last line is YAML's null, not an empty list."""
+    text = dumps_lock(sample_lock(2))
+    no_layers = text[: text.index("\nlayers:\n") + len("\nlayers:\n")]
+    with pytest.raises(LockError, match=r"layers: expected a list, got null"):
+        loads_lock(no_layers)
+    last = text.rindex("    candidates:\n") + len("    candidates:\n")
+    assert loads_lock(text[:last]).layers[1].candidates == []
+
+
+def test_yaml_is_imported_on_first_use_only(tmp_path: Path) -> None:
+    """``import reprobuild.lock`` gives the dataclasses alone; reading a lock loads PyYAML."""
+    path = tmp_path / "t.lock"
+    path.write_text(dumps_lock(sample_lock(3)), encoding="utf-8")
+    code = (
+        "import sys\n"
+        "import reprobuild.lock\n"
+        "print('yaml' in sys.modules)\n"
+        f"lock = reprobuild.lock.load_lock({str(path)!r})\n"
+        "print(len(lock.layers), 'yaml' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.split() == ["False", "3", "True"]
