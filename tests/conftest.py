@@ -49,6 +49,28 @@ def _injected_reference_timings(request: pytest.FixtureRequest, monkeypatch) -> 
     monkeypatch.setattr(TimingKnob, "apply", apply)
 
 
+def trt_env(
+    version: str | None = "10.13.3.9",
+    gpu: str | None = "NVIDIA A100-SXM4-80GB",
+    cc: str | None = "8.0",
+    *,
+    cuda_major: str | None = None,
+    driver: str | None = None,
+    runtime: str | None = None,
+) -> Environment:
+    """A TensorRT target as ``machine_environment`` makes one (identity: version, GPU,
+    compute capability, CUDA major; advisory: driver, CUDA runtime)."""
+    identity = {
+        "tensorrt_version": version,
+        "gpu": gpu,
+        "compute_capability": cc,
+        "cuda_major": cuda_major,
+    }
+    return Environment.make(
+        "tensorrt", identity, {"driver_version": driver, "cuda_runtime": runtime}
+    )
+
+
 def sample_lock(n: int = 3, *, dup_name: bool = False) -> Lock:
     """A lock with ``n`` layers, each with three candidates; names repeat if ``dup_name``."""
     layers = []
@@ -67,7 +89,7 @@ def sample_lock(n: int = 3, *, dup_name: bool = False) -> Lock:
         )
     return Lock(
         model=ModelInfo(path="model.onnx", sha256="ab" * 32),
-        environment=Environment(backend="reference", gpu="test cpu"),
+        environment=Environment.make("reference", {"blas_kernels": "Test"}, {"cpu": "test cpu"}),
         settings=BuildSettings(),
         layers=layers,
     )

@@ -10,7 +10,8 @@ from reprobuild.backends.base import TimingValue
 from reprobuild.cachedir import cache_path
 from reprobuild.lock.model import LayerEntry
 from reprobuild.pinning import FALLBACK_TIME_MS, finite_time, update_tactics
-from reprobuild.types import BuildSettings, Environment
+from reprobuild.types import BuildSettings
+from tests.conftest import trt_env
 
 
 class _RecordingCache:
@@ -53,13 +54,17 @@ def test_finite_time() -> None:
 
 
 def test_cache_file_name_changes_only_with_what_makes_caches_differ(tmp_path: Path) -> None:
-    base = Environment("tensorrt", "10.13.3.9", "NVIDIA A100-SXM4-80GB", "8.0", "12.4", "550.54")
+    base = trt_env(cuda_major="12", driver="550.54", runtime="12.4")
     name = cache_path(tmp_path, base, BuildSettings(), "ab" * 32)
-    new_driver = Environment("tensorrt", "10.13.3.9", "NVIDIA A100-SXM4-80GB", "8.0", "12.4", "575")
-    assert cache_path(tmp_path, new_driver, BuildSettings(), "ab" * 32) == name
+    # advisory fields (the driver, the first libcudart found) never change the cache
+    for same in (
+        trt_env(cuda_major="12", driver="575", runtime="12.4"),
+        trt_env(cuda_major="12", driver="550.54", runtime="13.0"),
+    ):
+        assert cache_path(tmp_path, same, BuildSettings(), "ab" * 32) == name
     for changed in (
-        Environment("tensorrt", "10.13.3.10", "NVIDIA A100-SXM4-80GB", "8.0", "12.4", "550.54"),
-        Environment("tensorrt", "10.13.3.9", "NVIDIA H100 80GB HBM3", "9.0", "12.4", "550.54"),
-        Environment("tensorrt", "10.13.3.9", "NVIDIA A100-SXM4-80GB", "8.0", "12.9", "550.54"),
+        trt_env("10.13.3.10", cuda_major="12", driver="550.54", runtime="12.4"),
+        trt_env(gpu="NVIDIA H100 80GB HBM3", cc="9.0", cuda_major="12", driver="550.54"),
+        trt_env(cuda_major="13", driver="550.54", runtime="12.4"),
     ):
         assert cache_path(tmp_path, changed, BuildSettings(), "ab" * 32) != name

@@ -36,7 +36,7 @@ from reprobuild.errors import (
 )
 from reprobuild.lock.model import LayerEntry, Lock, LockCandidate, ModelInfo
 from reprobuild.lock.yamlio import save_lock
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, trt_env
 from tests.trt_standin import make_module
 
 A100 = cuda_probe.CudaInfo(
@@ -518,14 +518,16 @@ def test_strongly_typed_flag_on_10x_default_on_11x(install: Callable[..., Module
 def test_environment_fingerprint(install: Callable[..., ModuleType]) -> None:
     install("11.4.0.106")
     env = backend().environment()
-    assert env == Environment(
-        backend="tensorrt",
-        tensorrt_version="11.4.0.106",
-        gpu="NVIDIA A100-SXM4-80GB",
-        compute_capability="8.0",
-        cuda_version="12.4",
-        driver_version="550.54.14",
-    )
+    assert env.identity_dict() == {
+        "tensorrt_version": "11.4.0.106",
+        "gpu": "NVIDIA A100-SXM4-80GB",
+        "compute_capability": "8.0",
+    }  # no SM count or CUDA major known to the fake probe and the stand-in module
+    assert env.advisory_dict() == {
+        "driver_version": "550.54.14",
+        "cuda_runtime": "12.4",
+        "card": "0",
+    }
     h100 = cuda_probe.CudaInfo(
         gpus=(cuda_probe.GpuInfo(0, "NVIDIA H100 80GB HBM3", "9.0"),),
         driver_version="550.54.14",
@@ -829,11 +831,11 @@ def test_cross_check_on_a_real_exported_layer_info_file() -> None:
 def test_cache_dir_layout_and_atomic_round_trip(tmp_path: Path) -> None:
     from reprobuild.cachedir import cache_path, load_cache_bytes, save_cache_bytes
 
-    env = Environment(backend="tensorrt", tensorrt_version="10.13.3.9", gpu="A100")
+    env = trt_env(gpu="A100")
     settings = BuildSettings()
     path = cache_path(tmp_path / "caches", env, settings, "AB" * 32)
     assert path == tmp_path / "caches" / (
-        f"tensorrt-{env.cache_fingerprint()}-{settings.fingerprint()}-{'ab' * 8}.cache"
+        f"tensorrt-{env.fingerprint()}-{settings.fingerprint()}-{'ab' * 8}.cache"
     )
     assert load_cache_bytes(path) is None
     save_cache_bytes(path, b"\x00cache")
@@ -846,6 +848,10 @@ def test_cache_dir_layout_and_atomic_round_trip(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- CLI
+
+
+def _with_identity(env: Environment, **fields: str) -> Environment:
+    return Environment.make(env.backend, {**env.identity_dict(), **fields}, env.advisory_dict())
 
 
 def _trt_lock(path: Path, model: Path, entries: list[LayerEntry], env: Environment) -> Path:
@@ -871,7 +877,7 @@ def test_doctor_without_tensorrt(no_tensorrt: None, cli, tmp_path: Path) -> None
     res = cli("doctor")
     assert "TensorRT: not installed" in res.out and "GPUs: none visible" in res.out
     lock = _trt_lock(
-        tmp_path / "t.lock", MLP, [], Environment("tensorrt", "10.13.3.9", "NVIDIA A100", "8.0")
+        tmp_path / "t.lock", MLP, [], trt_env(gpu="NVIDIA A100")
     )
     res = cli("doctor", "--lock", str(lock))
     assert res.code == EXIT_ENV, res
@@ -889,7 +895,7 @@ def test_doctor_with_tensorrt_and_a_matching_lock(trt: ModuleType, cli, tmp_path
     assert report["lock"]["matches"] is True
     assert report["cuda"]["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
     other = _trt_lock(
-        tmp_path / "o.lock", MLP, [], Environment(**{**env.to_dict(), "gpu": "NVIDIA H100"})
+        tmp_path / "o.lock", MLP, [], _with_identity(env, gpu="NVIDIA H100")
     )
     res = cli("doctor", "--lock", str(other))
     assert (
@@ -898,7 +904,7 @@ def test_doctor_with_tensorrt_and_a_matching_lock(trt: ModuleType, cli, tmp_path
 
 
 def test_export_cache_without_tensorrt_exits_3(no_tensorrt: None, cli, tmp_path: Path) -> None:
-    lock = _trt_lock(tmp_path / "t.lock", MLP, [], Environment("tensorrt", "10.13.3.9"))
+    lock = _trt_lock(tmp_path / "t.lock", MLP, [], trt_env(gpu=None, cc=None))
     res = cli("export-cache", "--lock", str(lock), "-o", str(tmp_path / "p.cache"))
     assert res.code == EXIT_ENV and "TensorRT is not installed" in res.err
     assert not (tmp_path / "p.cache").exists()
@@ -930,10 +936,10 @@ def test_export_cache_writes_a_cache_holding_the_lock(trt: ModuleType, cli, tmp_
 def test_export_cache_refusals(trt: ModuleType, cli, tmp_path: Path) -> None:
     be = backend()
     env = be.environment()
-    ref = _trt_lock(tmp_path / "r.lock", MLP, [], Environment("reference", gpu="cpu"))
+    ref = _trt_lock(tmp_path / "r.lock", MLP, [], Environment.make("reference", {}, {"cpu": "cpu"}))
     res = cli("export-cache", "--lock", str(ref), "-o", str(tmp_path / "x.cache"))
     assert res.code == EXIT_USAGE and "'reference' backend" in res.err
-    other = _trt_lock(tmp_path / "o.lock", MLP, [], Environment(**{**env.to_dict(), "gpu": "H100"}))
+    other = _trt_lock(tmp_path / "o.lock", MLP, [], _with_identity(env, gpu="H100"))
     res = cli("export-cache", "--lock", str(other), "-o", str(tmp_path / "x.cache"))
     assert res.code == EXIT_ENV and "gpu: lock 'H100'" in res.err
     stale = LayerEntry("0x" + "f" * 32, "fc1", 0x1234, None, True)

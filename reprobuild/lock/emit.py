@@ -41,7 +41,6 @@ HEADER = (
 WIDTH = 1 << 30  # lines never wrap (libyaml's own "unlimited" is not honoured by pure PyYAML)
 
 _PLAIN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_./\-]*")
-_DIGEST_RE = re.compile(r"[0-9a-f]{32,}")
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "none"}
 
 # Events carry no identity, so constant ones are shared between all places they occur.
@@ -61,13 +60,8 @@ _K = {
 
 
 def is_plain(value: str) -> bool:
-    """Plain only for identifier-like words; YAML 1.1 reads 'no', 'on', 'y' as booleans,
-    and a digest is quoted like every hash (some digests are all digits)."""
-    return (
-        _PLAIN_RE.fullmatch(value) is not None
-        and value.lower() not in _YAML_WORDS
-        and _DIGEST_RE.fullmatch(value) is None
-    )
+    """Plain only for identifier-like words; YAML 1.1 reads 'no', 'on', 'y' as booleans."""
+    return _PLAIN_RE.fullmatch(value) is not None and value.lower() not in _YAML_WORDS
 
 
 def text_event(value: str) -> ScalarEvent:

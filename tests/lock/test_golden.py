@@ -1,8 +1,11 @@
-"""Locks written before the move to PyYAML's emitter must keep their bytes.
+"""Schema-1 locks still load as they always did, and the writer's bytes do not move.
 
-tests/fixtures/locks/ holds locks written by the old hand-written emitter (recorded by
-real reference builds, and built in code to stress quoting and escaping), each with
-``repr()`` of what the old loader read from it; scripts/make_golden_locks.py made them.
+tests/fixtures/locks/ holds schema-1 locks written by the old hand-written emitter
+(recorded by real reference builds, and built in code to stress quoting and escaping), each
+with ``repr()`` of what the old loader read from it; scripts/make_golden_locks.py made them.
+tests/fixtures/locks/v2/ holds each of them as today's writer writes it (schema 2: one
+target section); the schema-1 file must load to exactly what the old loader read, and the
+schema-2 file must be what the writer makes of it, byte for byte, and read back the same.
 """
 
 from __future__ import annotations
@@ -23,6 +26,37 @@ from ..conftest import sample_lock
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "locks"
 LOCKS = sorted(GOLDEN.glob("*.lock"))
+V2 = GOLDEN / "v2"
+
+
+def _v2(path: Path) -> Path:
+    return V2 / path.name
+
+
+def _old_repr(lock) -> str:
+    """``repr()`` of a lock as the schema-1 loader's dataclasses printed it: the flat
+    environment (read back from the target's identity and advisory fields) and layer
+    entries without recorded times."""
+    env = lock.environment
+    fields = {**env.identity_dict(), **env.advisory_dict()}
+    flat = {
+        "tensorrt_version": fields.get("tensorrt_version"),
+        "gpu": fields.get("gpu", fields.get("cpu")),
+        "compute_capability": fields.get("compute_capability"),
+        "cuda_version": fields.get("cuda_runtime"),
+        "driver_version": fields.get("driver_version", fields.get("numerics")),
+    }
+    env_text = ", ".join([f"backend={env.backend!r}", *(f"{k}={v!r}" for k, v in flat.items())])
+    layers = ", ".join(
+        f"LayerEntry(key={e.key!r}, layer={e.layer!r}, tactic={e.tactic!r}, "
+        f"kernel={e.kernel!r}, pinned={e.pinned!r}, candidates={e.candidates!r})"
+        for e in lock.layers
+    )
+    return (
+        f"Lock(model={lock.model!r}, environment=Environment({env_text}), "
+        f"settings={lock.settings!r}, layers=[{layers}], precision={lock.precision!r}, "
+        f"schema={lock.schema!r})"
+    )
 _PAIR = re.compile(r"\\ud([89ab][0-9a-f]{2})\\ud([c-f][0-9a-f]{2})")
 
 
@@ -48,13 +82,19 @@ def test_goldens_exist() -> None:
 
 @pytest.mark.parametrize("path", LOCKS, ids=[p.stem for p in LOCKS])
 def test_writer_reproduces_golden_bytes(path: Path) -> None:
-    assert dumps_lock(load_lock(path)).encode("utf-8") == path.read_bytes()
+    v1 = load_lock(path)
+    assert v1.schema == 1 and not v1.others and not v1.outputs
+    assert all(e.time_ms is None for e in v1.layers)  # schema 1 recorded no times
+    assert dumps_lock(v1).encode("utf-8") == _v2(path).read_bytes()
+    v2 = load_lock(_v2(path))
+    assert v2.schema == 2 and dumps_lock(v2).encode("utf-8") == _v2(path).read_bytes()
+    assert _old_repr(v2).replace("schema=2", "schema=1") == _old_repr(v1)
 
 
 @pytest.mark.parametrize("path", LOCKS, ids=[p.stem for p in LOCKS])
 def test_loader_reads_what_the_old_loader_read(path: Path) -> None:
     expected = path.with_suffix(".repr").read_text(encoding="utf-8")
-    assert _joined(repr(load_lock(path)) + "\n") == _joined(expected)
+    assert _joined(_old_repr(load_lock(path)) + "\n") == _joined(expected)
 
 
 @pytest.mark.parametrize("path", LOCKS, ids=[p.stem for p in LOCKS])
@@ -65,14 +105,14 @@ def test_pure_python_fallback_gives_the_same_bytes_and_locks(path: Path, monkeyp
     monkeypatch.setattr(yamlparse, "CLoader", yamlparse.PyLoader)
     slow = load_lock(path)
     assert slow == fast or _joined(repr(slow)) == _joined(repr(fast))
-    assert dumps_lock(slow).encode("utf-8") == path.read_bytes()
+    assert dumps_lock(slow).encode("utf-8") == _v2(path).read_bytes()
 
 
 def test_edited_golden_loads_equal() -> None:
     """A lock that leaves the writer's shape (comments, other quoting) loads the same."""
-    path = GOLDEN / "recorded_cnn.lock"
+    path = V2 / "recorded_cnn.lock"
     text = path.read_text()
-    edited = text.replace("    pinned: false\n", "    pinned: false  # reviewed\n")
+    edited = text.replace("        pinned: false\n", "        pinned: false  # reviewed\n")
     edited = re.sub(r'tactic: "(0x[0-9a-f]+)"', r"tactic: '\1'", edited)
     assert edited != text
     assert loads_lock(edited) == load_lock(path)
@@ -108,9 +148,9 @@ def test_any_name_is_written_as_the_format_always_wrote_it(layer: str, kernel: s
     entry = lock.layers[0]
     entry.layer, entry.kernel = layer, kernel
     text = dumps_lock(lock)
-    assert f"\n  - layer: {_old_scalar(layer)}\n" in text
+    assert f"\n      - layer: {_old_scalar(layer)}\n" in text
     expected_kernel = "null" if kernel is None else _old_scalar(kernel)
-    assert f"\n    kernel: {expected_kernel}\n" in text
+    assert f"\n        kernel: {expected_kernel}\n" in text
     back = loads_lock(text)
     assert (back.layers[0].layer, back.layers[0].kernel) == (layer, kernel)
     assert dumps_lock(back) == text

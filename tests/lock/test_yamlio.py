@@ -368,11 +368,10 @@ def _locks(draw: st.DrawFn) -> Lock:
     keys = draw(st.lists(st.integers(0, 2**128 - 1), min_size=n, max_size=n, unique=True))
     return replace(
         sample_lock(0),
-        environment=Environment(
-            backend=draw(st.sampled_from(["reference", "tensorrt"])),
-            tensorrt_version=draw(_TEXT | st.none()),
-            gpu=draw(_TEXT | st.none()),
-            driver_version=draw(_TEXT | st.none()),
+        environment=Environment.make(
+            draw(st.sampled_from(["reference", "tensorrt"])),
+            {"tensorrt_version": draw(_TEXT | st.none()), "gpu": draw(_TEXT | st.none())},
+            {"driver_version": draw(_TEXT | st.none())},
         ),
         settings=BuildSettings(
             optimization_level=draw(st.integers(0, 5)),
