@@ -23,7 +23,7 @@ MAP = "tag:yaml.org,2002:map"
 SEQ = "tag:yaml.org,2002:seq"
 _NULL = "tag:yaml.org,2002:null"
 _BOOL = "tag:yaml.org,2002:bool"
-_ENTRY_FIELDS = frozenset(("layer", "key", "tactic", "kernel", "pinned", "candidates"))
+_ENTRY_FIELDS = frozenset(("layer", "key", "tactic", "time", "kernel", "pinned", "candidates"))
 _ENTRY_REQUIRED = ("layer", "key", "tactic")
 _CANDIDATE_FIELDS = frozenset(("tactic", "kernel"))
 _CANDIDATE_REQUIRED = ("tactic",)
@@ -61,6 +61,7 @@ def _layers(node: Any) -> list[LayerEntry]:
                 kernel=_opt_str(f.get("kernel")),
                 pinned=_bool(f.get("pinned"), False),
                 candidates=[] if cands is None or cands.tag == _NULL else _candidates(cands),
+                time_ms=_time(f.get("time")),
             )
         )
     return entries
@@ -124,6 +125,24 @@ def _tactic(node: Any) -> int:
         raise _Unusual
     value = int(text, 16)
     if value >= 2**64:
+        raise _Unusual
+    return value
+
+
+def _time(node: Any) -> float | None:
+    """A recorded time as the writer writes it: ``float.hex`` text, or ``inf``."""
+    if node is None:
+        return None
+    text = _str(node)
+    if text == "inf":
+        return float("inf")
+    if not text.startswith("0x"):
+        raise _Unusual
+    try:
+        value = float.fromhex(text)
+    except ValueError:
+        raise _Unusual from None
+    if not value >= 0:
         raise _Unusual
     return value
 

@@ -37,7 +37,11 @@ def lock_from_data(doc: Doc, raw: Any) -> Lock:
     if not isinstance(raw, dict):
         doc.fail((), f"expected a mapping at the top level, got {type(raw).__name__}")
     if "schema" not in raw:
-        doc.fail((), "missing 'schema' (this lockfile format is schema 1)", "add 'schema: 1'")
+        doc.fail(
+            (),
+            f"missing 'schema' (this lockfile format is schema {SCHEMA_VERSION})",
+            f"add 'schema: {SCHEMA_VERSION}'",
+        )
     schema = raw["schema"]
     if not isinstance(schema, int) or isinstance(schema, bool):
         doc.fail(("schema",), f"expected an integer schema version, got {schema!r}")

@@ -18,7 +18,7 @@ from yaml import MappingNode, ScalarNode, SequenceNode
 
 from reprobuild.errors import LockError
 from reprobuild.lock.emit import WIDTH, lock_events, restyle
-from reprobuild.lock.model import Lock
+from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.lock.nodes import MAP, SEQ, STR, layers_from_nodes
 from reprobuild.lock.schema import Doc, find_duplicate_key
 from reprobuild.lock.validate import FIX, lock_from_data
@@ -168,26 +168,50 @@ def canonical_lock(loader: Any, root: Any, filename: str) -> Lock | None:
     if root.__class__ is not MappingNode or root.tag != MAP:
         return None
     head: dict[str, Any] = {}
-    layers = None
+    layers: list[list[LayerEntry] | None] = []
     builder = _Builder(loader)
     try:
         for k, v in root.value:
             if k.__class__ is not ScalarNode or k.tag != STR or k.value in head:
                 return None
-            if k.value == "layers":
-                layers = layers_from_nodes(v)
+            if k.value == "layers":  # schema 1
+                layers.append(layers_from_nodes(v))
                 head["layers"] = []
+            elif k.value == "targets" and v.__class__ is SequenceNode and v.tag == SEQ:
+                head["targets"] = [_target_head(builder, t, layers) for t in v.value]
             elif find_duplicate_key(v) is None:
                 head[k.value] = builder.build(v)
             else:
                 return None
-        if layers is None:
+        if not layers or any(lay is None for lay in layers):
             return None
         lock = lock_from_data(Doc(filename, root, FIX), head)
     except (_Unusual, LockError, yaml.YAMLError, ValueError, TypeError, RecursionError):
         return None
-    lock.layers = layers
+    sections = [lock.active(), *lock.others]
+    if len(sections) != len(layers):
+        return None
+    for section, entries in zip(sections, layers, strict=True):
+        section.layers[:] = entries  # the view's list is the active section's list
     return lock
+
+
+def _target_head(builder: Any, node: Any, layers: list[list[LayerEntry] | None]) -> Any:
+    """One target's mapping with its layers read by the fast walk (collected in order)."""
+    if node.__class__ is not MappingNode or node.tag != MAP:
+        raise _Unusual
+    out: dict[str, Any] = {}
+    for k, v in node.value:
+        if k.__class__ is not ScalarNode or k.tag != STR or k.value in out:
+            raise _Unusual
+        if k.value == "layers":
+            layers.append(layers_from_nodes(v))
+            out["layers"] = []
+        elif find_duplicate_key(v) is None:
+            out[k.value] = builder.build(v)
+        else:
+            raise _Unusual
+    return out
 
 
 def any_lock(loader: Any, root: Any, filename: str) -> Lock:

@@ -57,6 +57,8 @@ def _old_repr(lock) -> str:
         f"settings={lock.settings!r}, layers=[{layers}], precision={lock.precision!r}, "
         f"schema={lock.schema!r})"
     )
+
+
 _PAIR = re.compile(r"\\ud([89ab][0-9a-f]{2})\\ud([c-f][0-9a-f]{2})")
 
 

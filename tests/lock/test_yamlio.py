@@ -110,18 +110,40 @@ GOOD = dumps_lock(sample_lock(2))
     ("edit", "expected"),
     [
         (
-            lambda t: t.replace("schema: 1\n", ""),
-            "missing 'schema' (this lockfile format is schema 1)",
+            lambda t: t.replace("schema: 2\n", ""),
+            "missing 'schema' (this lockfile format is schema 2)",
         ),
-        (lambda t: t.replace("schema: 1", "schema: 7"), "t.lock:3:9: schema: schema 7 is newer"),
-        (lambda t: t.replace("schema: 1", "schema: one"), "expected an integer schema version"),
+        (lambda t: t.replace("schema: 2", "schema: 7"), "t.lock:3:9: schema: schema 7 is newer"),
+        (lambda t: t.replace("schema: 2", "schema: one"), "expected an integer schema version"),
         (
-            lambda t: t.replace("  backend: reference", "  backend: reference\n  colour: red"),
-            "environment.colour: unknown field 'colour'",
+            lambda t: t.replace(
+                "    backend: reference", "    backend: reference\n    colour: red"
+            ),
+            "targets[0].colour: unknown field 'colour'",
+        ),
+        (
+            lambda t: t.replace("      cpu: ", "      CPU model: "),
+            "targets[0].advisory.CPU model: invalid field name",
         ),
         (
             lambda t: t.replace("pinned: false", "pinned: maybe", 1),
-            "layers[0].pinned: expected true or false, got a string 'maybe'",
+            "targets[0].layers[0].pinned: expected true or false, got a string 'maybe'",
+        ),
+        (
+            lambda t: t.replace("outputs: []", "outputs:\n      - {inputs: x, sha256: y}"),
+            "targets[0].outputs[0].inputs: expected 'seeded:N' or 'sha256:<64 hex>'",
+        ),
+        (
+            lambda t: t.replace("kernel: kern_0", 'time: "0x1.8p-3x"\n        kernel: kern_0', 1),
+            "targets[0].layers[0].time: malformed time",
+        ),
+        (
+            lambda t: t.replace("kernel: kern_0", 'time: "-0x1.8p-3"\n        kernel: kern_0', 1),
+            "targets[0].layers[0].time: a time must be >= 0 ms",
+        ),
+        (
+            lambda t: t.replace("targets:\n", "targets: []\nx:\n"),
+            "unknown field 'x'",
         ),
         (
             lambda t: t.replace('tactic: "0x1000"', 'tactic: "0x10zz"', 1),
@@ -142,7 +164,7 @@ GOOD = dumps_lock(sample_lock(2))
             ),
             "key 0x00000000000000000000000000000000 already used by layers[0]",
         ),
-        (lambda t: t + "schema: 1\n", "duplicate key 'schema'"),
+        (lambda t: t + "schema: 2\n", "duplicate key 'schema'"),
         (lambda t: t.replace("optimization_level: 3", "optimization_level: -1"), ">= 0"),
         (lambda t: t.replace("layers:", "layers: [", 1), "invalid YAML"),
         (lambda t: "- just\n- a list\n", "expected a mapping at the top level"),
@@ -160,7 +182,7 @@ def test_bad_locks_give_one_clear_line(edit, expected: str) -> None:
 def test_error_points_at_line_and_column() -> None:
     text = GOOD.replace("pinned: false", "pinned: 3", 1)
     line = next(i for i, s in enumerate(text.splitlines(), 1) if "pinned: 3" in s)
-    assert _err(text).startswith(f"t.lock:{line}:13: ")
+    assert _err(text).startswith(f"t.lock:{line}:17: ")
 
 
 def test_missing_and_binary_files(tmp_path: Path) -> None:
@@ -173,7 +195,9 @@ def test_missing_and_binary_files(tmp_path: Path) -> None:
 
 
 def test_python_objects_are_never_constructed() -> None:
-    evil = GOOD.replace("  gpu: ", "  gpu: !!python/object/apply:os.system ['echo hi']\n  x: ", 1)
+    evil = GOOD.replace(
+        "      cpu: ", "      cpu: !!python/object/apply:os.system ['echo hi']\n      x: ", 1
+    )
     with pytest.raises(LockError):
         loads_lock(evil)
 
@@ -274,12 +298,14 @@ names = st.text(min_size=1, max_size=12) | st.sampled_from(["null", "true", "No"
 def test_canonical_layer_walk_reads_what_yaml_reads(rows) -> None:
     """The node walk for canonical layers must agree with the YAML parser exactly."""
     lock = sample_lock(len(rows))
-    for entry, (layer, kernel, pinned) in zip(lock.layers, rows, strict=True):
+    for i, (entry, (layer, kernel, pinned)) in enumerate(zip(lock.layers, rows, strict=True)):
         entry.layer, entry.kernel, entry.pinned = layer, kernel, pinned
         entry.candidates[1] = type(entry.candidates[1])(entry.candidates[1].tactic, kernel)
+        entry.time_ms = None if i % 2 else 0.1 * (i + 1)  # a recorded time, or none
     text = dumps_lock(lock)
     root = yaml.compose(text, Loader=yaml.SafeLoader)
-    layers_node = next(v for k, v in root.value if k.value == "layers")
+    targets_node = next(v for k, v in root.value if k.value == "targets")
+    layers_node = next(v for k, v in targets_node.value[0].value if k.value == "layers")
     fast = layers_from_nodes(layers_node)
     assert fast is not None
     raw = yaml.safe_load(text)
@@ -288,37 +314,44 @@ def test_canonical_layer_walk_reads_what_yaml_reads(rows) -> None:
             "layer": e.layer,
             "key": e.key,
             "tactic": f"0x{e.tactic:x}",
+            **({} if e.time_ms is None else {"time": e.time_ms.hex()}),
             "kernel": e.kernel,
             "pinned": e.pinned,
             "candidates": [{"tactic": f"0x{c.tactic:x}", "kernel": c.kernel} for c in e.candidates],
         }
         for e in fast
-    ] == raw["layers"]
+    ] == raw["targets"][0]["layers"]
     assert fast == lock_from_data(Doc("t.lock", root, ""), raw).layers
     assert dumps_lock(loads_lock(text)) == text
 
 
 def test_non_canonical_edit_still_loads() -> None:
-    text = GOOD.replace("    pinned: false\n", "    pinned: false   # reviewed\n", 1)
+    text = GOOD.replace("        pinned: false\n", "        pinned: false   # reviewed\n", 1)
     assert loads_lock(text).layers[0].pinned is False
-    flow = GOOD.replace("    kernel: kern_0\n", "    kernel: 'kern_0'\n", 1)
+    flow = GOOD.replace("        kernel: kern_0\n", "        kernel: 'kern_0'\n", 1)
     assert loads_lock(flow).layers[0].kernel == "kern_0"
 
 
 def test_layer_errors_still_point_at_line_and_column() -> None:
     """Anything unusual in the layers leaves the fast walk; the message keeps its place."""
-    text = GOOD.replace("    kernel: kern_0\n", "    kernel: kern_0\n    kernel: again\n", 1)
+    text = GOOD.replace(
+        "        kernel: kern_0\n", "        kernel: kern_0\n        kernel: again\n", 1
+    )
     line = next(i for i, s in enumerate(text.splitlines(), 1) if "kernel: again" in s)
-    assert _err(text).startswith(f"t.lock:{line}:5: duplicate key 'kernel'")
-    text = GOOD.replace("    pinned: false\n", "    pinned: false\n    colour: red\n", 1)
+    assert _err(text).startswith(f"t.lock:{line}:9: duplicate key 'kernel'")
+    text = GOOD.replace(
+        "        pinned: false\n", "        pinned: false\n        colour: red\n", 1
+    )
     line = next(i for i, s in enumerate(text.splitlines(), 1) if "colour" in s)
-    assert _err(text).startswith(f"t.lock:{line}:13: layers[0].colour: unknown field 'colour'")
+    assert _err(text).startswith(
+        f"t.lock:{line}:17: targets[0].layers[0].colour: unknown field 'colour'"
+    )
     text = GOOD.replace('tactic: "0x1010"', "tactic: !!binary aGk=", 1)
-    assert "layers[1].tactic: malformed tactic hash b'hi'" in _err(text)
+    assert "targets[0].layers[1].tactic: malformed tactic hash b'hi'" in _err(text)
 
 
 def test_aliases_are_refused_and_merge_keys_read_as_the_safe_loader_reads_them() -> None:
-    text = GOOD.replace("environment:\n", "environment: &env\n", 1).replace(
+    text = GOOD.replace("model:\n", "model: &env\n", 1).replace(
         "settings:\n", "extra: *env\nsettings:\n", 1
     )
     line = next(i for i, s in enumerate(text.splitlines(), 1) if "&env" in s)
@@ -332,8 +365,8 @@ def test_aliases_are_refused_and_merge_keys_read_as_the_safe_loader_reads_them()
     assert loads_lock(GOOD.replace("kernel: kern_0", "kernel: kern&0", 1)).layers[0].kernel == (
         "kern&0"
     )
-    merged = GOOD.replace("environment:\n", "environment:\n  <<: {backend: other}\n", 1)
-    assert loads_lock(merged).environment.backend == "reference"
+    merged = GOOD.replace("    identity:\n", "    identity:\n      <<: {blas_kernels: other}\n", 1)
+    assert loads_lock(merged).environment.identity_dict() == {"blas_kernels": "Test"}
 
 
 def test_lone_surrogates_round_trip() -> None:
@@ -414,11 +447,11 @@ def test_random_locks_round_trip(lock: Lock) -> None:
         ("  optimization_level: 3\n", "  optimization_level: 0x3\n"),
         ("  optimization_level: 3\n", "  optimization_level: 03\n"),  # octal in YAML 1.1
         ("  tf32: true\n", "  tf32: true\n\n"),  # a blank line
-        ("schema: 1\n", "---\nschema: 1\n"),
-        ("schema: 1\n", "schema: !!int 1\n"),
-        ("schema: 1\n", "schema: &a 1\n"),  # an anchor never used is no alias
-        ("  backend: reference\n", "  backend: 'reference'\n"),
-        ("    pinned: false\n", "    pinned: false  # reviewed\n"),
+        ("schema: 2\n", "---\nschema: 2\n"),
+        ("schema: 2\n", "schema: !!int 2\n"),
+        ("schema: 2\n", "schema: &a 2\n"),  # an anchor never used is no alias
+        ("    backend: reference\n", "    backend: 'reference'\n"),
+        ("        pinned: false\n", "        pinned: false  # reviewed\n"),
         ('tactic: "0x1000"', "tactic: '0x1000'"),
     ],
 )
@@ -436,15 +469,17 @@ _NOT_HERE = "invalid YAML (mapping values are not allowed here)"
     ("old", "new", "expected"),
     [
         ("  optimization_level: 3\n", "  optimization_level: 3.0\n",
-         "16:23: settings.optimization_level: expected an integer, got float 3.0;"),
-        (_TF32, "  tf32: true\n  tf32: false\n", "20:3: duplicate key 'tf32';"),
-        (_TF32, "\ttf32: true\n", "19:1: invalid YAML (found character '\\t' that cannot"),
-        (_TF32, "  tf32:\n", "19:8: settings.tf32: expected true or false, got null"),
-        (_TF32, "  tf32: \n", "19:8: settings.tf32: expected true or false, got null"),  # null
-        (_TF32, "  tf32: true\n    more: 1\n", f"20:9: {_NOT_HERE};"),
+         "9:23: settings.optimization_level: expected an integer, got float 3.0;"),
+        (_TF32, "  tf32: true\n  tf32: false\n", "13:3: duplicate key 'tf32';"),
+        (_TF32, "\ttf32: true\n", "12:1: invalid YAML (found character '\\t' that cannot"),
+        (_TF32, "  tf32:\n", "12:8: settings.tf32: expected true or false, got null"),
+        (_TF32, "  tf32: \n", "12:8: settings.tf32: expected true or false, got null"),  # null
+        (_TF32, "  tf32: true\n    more: 1\n", f"13:9: {_NOT_HERE};"),
         ("# Review", "#\rReview", f"4:7: {_NOT_HERE};"),  # "\r" breaks a line, in a comment too
-        ("kernel: kern_0\n", "kernel: yes\n", "30:13: layers[0].kernel: expected a string, got"),
-        ("layer: layer0", "layer: null", "27:12: layers[0].layer: expected a string, got null"),
+        ("kernel: kern_0\n", "kernel: yes\n",
+         "31:17: targets[0].layers[0].kernel: expected a string, got"),
+        ("layer: layer0", "layer: null",
+         "28:16: targets[0].layers[0].layer: expected a string, got null"),
     ],
 )  # fmt: skip
 def test_edits_are_refused_where_they_are(old: str, new: str, expected: str) -> None:
@@ -454,7 +489,7 @@ def test_edits_are_refused_where_they_are(old: str, new: str, expected: str) -> 
 
 
 def test_escapes_the_writer_never_makes_are_read_as_yaml_reads_them() -> None:
-    text = dumps_lock(sample_lock(1)).replace("  backend: reference\n", '  backend: "a\\x41"\n')
+    text = dumps_lock(sample_lock(1)).replace("    backend: reference\n", '    backend: "a\\x41"\n')
     assert loads_lock(text).environment.backend == "aA"
 
 
@@ -474,8 +509,10 @@ def test_errors_in_the_head_and_the_layers_keep_their_position() -> None:
     with pytest.raises(LockError, match=rf"^tactics\.lock:{line}:9: settings\.tf32"):
         loads_lock(text)
     text = dumps_lock(sample_lock(2)).replace('tactic: "0x1010"', 'tactic: "0xzz"', 1)
-    line = text.splitlines().index('    tactic: "0xzz"') + 1
-    with pytest.raises(LockError, match=rf"^tactics\.lock:{line}:13: layers\[1\]\.tactic"):
+    line = text.splitlines().index('        tactic: "0xzz"') + 1
+    with pytest.raises(
+        LockError, match=rf"^tactics\.lock:{line}:17: targets\[0\]\.layers\[1\]\.tactic"
+    ):
         loads_lock(text)
 
 
@@ -484,7 +521,7 @@ def test_strings_the_emitter_escapes_round_trip(name: str) -> None:
     lock = sample_lock(1)
     lock.layers[0].layer = lock.layers[0].candidates[1].kernel = name
     text = dumps_lock(lock)
-    assert f"\n  - layer: {name}\n" not in text
+    assert f"\n      - layer: {name}\n" not in text
     assert loads_lock(text) == lock
     assert dumps_lock(loads_lock(text)) == text
 
@@ -492,10 +529,10 @@ def test_strings_the_emitter_escapes_round_trip(name: str) -> None:
 def test_keys_with_nothing_under_them_are_null() -> None:
     """``layers:`` or ``candidates:`` as the last line is YAML's null, not an empty list."""
     text = dumps_lock(sample_lock(2))
-    no_layers = text[: text.index("\nlayers:\n") + len("\nlayers:\n")]
-    with pytest.raises(LockError, match=r"layers: expected a list, got null"):
+    no_layers = text[: text.index("\n    layers:\n") + len("\n    layers:\n")]
+    with pytest.raises(LockError, match=r"targets\[0\]\.layers: expected a list, got null"):
         loads_lock(no_layers)
-    last = text.rindex("    candidates:\n") + len("    candidates:\n")
+    last = text.rindex("        candidates:\n") + len("        candidates:\n")
     assert loads_lock(text[:last]).layers[1].candidates == []
 
 
