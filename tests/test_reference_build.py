@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from reprobuild.backends import get_backend
-from reprobuild.backends.base import Backend, BuildOutput, BuildSettings
+from reprobuild.backends.base import Backend, BuildOutput, BuildSettings, Environment
 from reprobuild.backends.reference import ReferenceBackend, kernels
 from reprobuild.backends.reference.engine import read_engine, write_engine
 from reprobuild.backends.reference.knob import parse_timing_knob
@@ -230,14 +229,27 @@ def digest(outputs: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def _other_kernels(env: Environment) -> Environment:
+    """The same machine with another BLAS kernel family: another target."""
+    return Environment.make(
+        env.backend, {**env.identity_dict(), "blas_kernels": "Other"}, env.advisory_dict()
+    )
+
+
 # -- tests ------------------------------------------------------------------------------------
 def test_get_backend_and_environment() -> None:
     backend = get_backend("reference")
     assert isinstance(backend, ReferenceBackend) and backend.name == "reference"
     env = backend.environment()
-    assert env.backend == "reference" and env.gpu and env.tensorrt_version is None
-    assert f"numpy {np.__version__}" in env.driver_version
+    identity, advisory = env.identity_dict(), env.advisory_dict()
+    assert env.backend == "reference" and advisory["numpy"] == np.__version__
+    assert {"machine", "blas", "blas_kernels", "blas_threads", "numpy_simd"} <= set(identity)
+    assert identity["blas_threads"] == "1" and advisory["cpu"]
     assert ReferenceBackend().environment().fingerprint() == env.fingerprint()
+    # the thread count decides bits, so it is identity; advisory fields never change a target
+    assert ReferenceBackend(threads=2).environment().name != env.name
+    renamed = Environment.make("reference", identity, {**advisory, "cpu": "Another CPU"})
+    assert renamed.fingerprint() == env.fingerprint() and renamed.matches(env)
     _typed: Backend = backend  # the protocol is satisfied structurally
 
 
@@ -565,9 +577,9 @@ def test_corrupted_and_foreign_engines_raise_engine_errors(backend, tmp_path) ->
         backend.run(out.engine[:-7], feeds)
     with pytest.raises(EngineError, match="not written by the reference backend"):
         backend.run(b"\x00\x01TRT-plan-file-bytes" * 10, feeds)
-    foreign_env = replace(backend.environment(), gpu="Another CPU model")
+    foreign_env = _other_kernels(backend.environment())
     foreign = write_engine({**meta, "environment": foreign_env.to_dict()}, model_bytes)
-    with pytest.raises(EngineError, match="another environment"):
+    with pytest.raises(EngineError, match="engine was built for target reference-Other-"):
         backend.run(foreign, feeds)
     tampered = json.loads(json.dumps(meta))
     tampered["layers"][0]["kernel"] = "ref_conv_direct_f32"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reprobuild.backends.base import TimingCache, TimingValue
+from reprobuild.backends.base import Environment, TimingCache, TimingValue
 from reprobuild.backends.reference import ReferenceBackend, ReferenceTimingCache
 from reprobuild.backends.reference.timingcache import deserialize_cache
 from reprobuild.errors import CacheError, UsageError
@@ -67,7 +66,10 @@ def test_combine_never_overrides(backend: ReferenceBackend) -> None:
 
 def test_combine_refuses_other_environment_unless_ignored(backend: ReferenceBackend) -> None:
     mine = filled(backend, {K1: (0x10, 1.0)})
-    foreign_env = replace(backend.environment(), gpu="Some Other CPU")
+    env = backend.environment()
+    foreign_env = Environment.make(
+        "reference", {**env.identity_dict(), "blas_kernels": "Other"}, env.advisory_dict()
+    )
     other = ReferenceTimingCache(foreign_env)
     other.record(K2, 0x20, 2.0)
     assert mine.combine(other) is False
@@ -141,7 +143,10 @@ def test_corrupted_cache_raises_clear_errors(backend: ReferenceBackend) -> None:
 
 
 def test_cache_from_another_environment_is_refused(backend: ReferenceBackend) -> None:
-    foreign_env = replace(backend.environment(), driver_version="numpy 0.0; other blas")
+    env = backend.environment()
+    foreign_env = Environment.make(
+        "reference", {**env.identity_dict(), "blas": "other blas 0.0"}, env.advisory_dict()
+    )
     foreign = ReferenceTimingCache(foreign_env)
     foreign.record(K1, 0x10, 1.0)
     data = foreign.serialize()

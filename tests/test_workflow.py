@@ -16,6 +16,7 @@ import pytest
 from reprobuild.backends.reference import ReferenceBackend
 from reprobuild.errors import DriftError, EnvironmentMismatch, UsageError
 from reprobuild.lock.yamlio import load_lock, save_lock
+from reprobuild.types import Environment
 from reprobuild.workflow.bisect import bisect
 from reprobuild.workflow.build import build
 from reprobuild.workflow.verify import verify
@@ -77,7 +78,7 @@ def test_lock_reproduces_under_different_timings(work: Path) -> None:
 def test_without_a_lock_timings_change_the_bits(work: Path) -> None:
     """The problem reprobuild solves: noise picks other kernels, other bits come out."""
     _build("mlp.onnx", "a.lock", "a.engine", timing="seed:1")
-    _build("mlp.onnx", "b.lock", "b.engine", timing="seed:2")
+    _build("mlp.onnx", "b.lock", "b.engine", timing="seed:5")  # seeds 1 and 5 differ on both
     assert _engine_layers(Path("a.engine")) != _engine_layers(Path("b.engine"))
     a, b = _outputs(Path("a.engine")), _outputs(Path("b.engine"))
     assert a.tobytes() != b.tobytes()
@@ -149,37 +150,38 @@ def test_changed_setting_is_exit_2(work: Path, cli) -> None:
     assert r.code == 2 and "optimization_level: 3 -> 4" in r.err
 
 
-def test_lock_from_another_environment_is_exit_3(work: Path, cli) -> None:
+def test_lock_from_another_environment_is_exit_3_with_frozen(work: Path, cli) -> None:
+    """A lock whose only target is another machine's: --frozen and verify refuse (exit 3,
+    naming the target and the difference); a plain build records this machine's target
+    beside it and leaves the other section as it was."""
     _build("cnn.onnx", "t.lock", "cnn.engine")
     lock = load_lock("t.lock")
-    lock.environment = type(lock.environment)(
-        **{**lock.environment.to_dict(), "gpu": "NVIDIA H100 80GB HBM3"}
+    env = lock.environment
+    lock.environment = Environment.make(
+        env.backend, {**env.identity_dict(), "blas_kernels": "Elsewhere"}, env.advisory_dict()
     )
+    other = lock.target_name
     save_lock(lock, "t.lock")
     before = Path("t.lock").read_bytes()
-    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
+    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q", "--frozen")
     assert r.code == 3
-    assert "recorded on another environment (gpu: lock 'NVIDIA H100 80GB HBM3', here " in r.err
-    assert "--allow-env-change" in r.err
+    assert f"no target for this machine ({ReferenceBackend().environment().name})" in r.err
+    assert f"{other}: blas_kernels: lock 'Elsewhere', here " in r.err
+    assert "--frozen never adds one" in r.err
+    r = cli("verify", "--lock", "t.lock", "--backend", "reference", "-q", "-n", "1")
+    assert r.code == 3 and other in r.err
     assert Path("t.lock").read_bytes() == before
-    r = cli(
-        "build",
-        "cnn.onnx",
-        "--lock",
-        "t.lock",
-        "--backend",
-        "reference",
-        "-q",
-        "--allow-env-change",
-    )
+    r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
     assert r.code == 0, r
-    assert load_lock("t.lock").environment == ReferenceBackend().environment()
+    after = load_lock("t.lock")
+    assert sorted(after.target_names()) == sorted([other, ReferenceBackend().environment().name])
+    assert next(t for t in after.targets() if t.name == other).layers == lock.layers
 
 
 def test_lock_from_another_backend_is_exit_3(work: Path) -> None:
     _build("cnn.onnx", "t.lock", "cnn.engine")
     lock = load_lock("t.lock")
-    lock.environment = type(lock.environment)(backend="tensorrt", tensorrt_version="10.13.3")
+    lock.environment = Environment.make("tensorrt", {"tensorrt_version": "10.13.3"})
     save_lock(lock, "t.lock")
     with pytest.raises(EnvironmentMismatch, match="pass --backend tensorrt"):
         _build("cnn.onnx", "t.lock", "cnn.engine")

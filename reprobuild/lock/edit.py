@@ -191,6 +191,10 @@ def apply_pins(lock: Lock, sels: list[Selection], force: bool, lock_path: str) -
             continue  # the same pin twice: once is enough
         changes.append(Change(entry.layer, entry.key, entry.tactic, value, kernel, True))
         entry.tactic, entry.kernel, entry.pinned = value, kernel, True
+    if any(c.old_tactic != c.new_tactic for c in changes):
+        # The recorded bits were the old tactics' bits: the next build of this target (or
+        # `verify --record-digests`) records the new ones.
+        lock.outputs.clear()
     return changes
 
 

@@ -202,9 +202,14 @@ def build(
                 done.lock.precision = plan
                 done.changes.append("recorded the model's observed precision")
         plan_check = _plan_check(done, built_model, warnings)
-        if done.recorded:
+        seeded = any(o.inputs == "seeded:0" for o in done.lock.outputs)
+        if done.recorded or (not seeded and not frozen):
             progress(Step("running the engine on seeded inputs (the target's expected bits)"))
-            done.lock.outputs = [expected_bits(be, done.output.engine, model_path)]
+            bits = expected_bits(be, done.output.engine, model_path)
+            done.lock.outputs = [o for o in done.lock.outputs if o.inputs != bits.inputs]
+            done.lock.outputs.append(bits)
+            if not done.recorded:
+                done.changes.append("recorded the target's expected bits")
         accuracy = _sample_accuracy(be, done, model_path, precision, held_out, settings, progress)
         progress(Step("checks passed; writing outputs"))
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
