@@ -52,6 +52,13 @@ cuda_probe.probe_cuda = lambda: cuda_probe.CudaInfo(
     gpus=(cuda_probe.GpuInfo(0, "NVIDIA A100-SXM4-80GB", "8.0"),),
     driver_version="550.54.14", driver_api_version="12.4", runtime_version="12.4",
 )
+try:  # host memory for the stand-in's engine runs (a recording build runs its engine)
+    from reprobuild.backends.tensorrt import device as _device
+    from tests.trt_standin.host_device import host_device
+    _dev = host_device()
+    _device.find_device = lambda: (_dev, _dev.how)
+except ImportError:  # an older tree, which never ran engines while building
+    pass
 sys.argv = ["reprobuild", *sys.argv[1:]]
 runpy.run_module("reprobuild", run_name="__main__", alter_sys=True)
 """
@@ -311,7 +318,9 @@ def run_scenarios(work: Path, root: Path) -> dict[str, Output]:
     run("doctor_lock", "doctor", "--lock", "a.lock", "--json")
     if (work / "a.lock").is_file():
         text = (work / "a.lock").read_text()
-        (work / "moved.lock").write_text(re.sub(r"(?m)^(  gpu: ).*$", r'\1"another cpu"', text))
+        moved = re.sub(r"(?m)^(  gpu: ).*$", r'\1"another cpu"', text)  # a schema-1 lock
+        moved = re.sub(r"(?m)^(      blas_kernels: ).*$", r"\1Elsewhere", moved)  # schema 2
+        (work / "moved.lock").write_text(moved)
     run("doctor_lock_mismatch", "doctor", "--lock", "moved.lock", "--json")
 
     # TensorRT commands, with the stand-in TensorRT.
