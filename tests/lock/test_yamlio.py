@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import difflib
 import os
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,13 +16,14 @@ from hypothesis import strategies as st
 
 from reprobuild import fileio
 from reprobuild.errors import LockError, UsageError
-from reprobuild.lock.nodes import layers_from_nodes
+from reprobuild.lock import yamlparse
+from reprobuild.lock.eventread import STR, read_lock
+from reprobuild.lock.model import ExternalFile, LayerEntry, Lock, LockCandidate
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
-from reprobuild.lock.schema import Doc
-from reprobuild.lock.validate import lock_from_data
 from reprobuild.lock.yamlio import dumps_lock, load_lock, loads_lock, save_lock
+from reprobuild.types import BuildSettings, Environment
 
-from ..conftest import sample_lock
+from ..conftest import ROOT, sample_lock
 
 
 def test_round_trip_is_byte_identical(tmp_path: Path) -> None:
@@ -264,19 +268,40 @@ def test_mutated_good_lock_loads_or_raises_lockerror(data: st.DataObject) -> Non
 names = st.text(min_size=1, max_size=12) | st.sampled_from(["null", "true", "No", "fc1", "a b"])
 
 
+def _both_ways(text: str) -> tuple[Lock | None, Lock | str]:
+    """The event reader's lock (None: it declined, or the text is no YAML) and the
+    composing path's lock (or its error message), each on its own."""
+    loader = yamlparse.CLoader(text)
+    try:
+        fast = read_lock(loader, "t.lock")
+    except (yaml.YAMLError, ValueError):
+        fast = None
+    finally:
+        loader.dispose()
+    try:
+        loader, root = yamlparse.compose(text, "t.lock")
+    except LockError as err:
+        return fast, str(err)
+    try:
+        return fast, yamlparse.any_lock(loader, root, "t.lock")
+    except LockError as err:
+        return fast, str(err)
+    finally:
+        loader.dispose()
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(names, st.none() | names, st.booleans()), min_size=1, max_size=5))
-def test_canonical_layer_walk_reads_what_yaml_reads(rows) -> None:
-    """The node walk for canonical layers must agree with the YAML parser exactly."""
+def test_event_reader_reads_what_yaml_reads(rows) -> None:
+    """The event reader must take the writer's shape and agree with PyYAML exactly."""
     lock = sample_lock(len(rows))
     for entry, (layer, kernel, pinned) in zip(lock.layers, rows, strict=True):
         entry.layer, entry.kernel, entry.pinned = layer, kernel, pinned
         entry.candidates[1] = type(entry.candidates[1])(entry.candidates[1].tactic, kernel)
     text = dumps_lock(lock)
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    layers_node = next(v for k, v in root.value if k.value == "layers")
-    fast = layers_from_nodes(layers_node)
+    fast, general = _both_ways(text)
     assert fast is not None
+    assert fast == general == lock
     raw = yaml.safe_load(text)
     assert [
         {
@@ -287,10 +312,38 @@ def test_canonical_layer_walk_reads_what_yaml_reads(rows) -> None:
             "pinned": e.pinned,
             "candidates": [{"tactic": f"0x{c.tactic:x}", "kernel": c.kernel} for c in e.candidates],
         }
-        for e in fast
+        for e in fast.layers
     ] == raw["layers"]
-    assert fast == lock_from_data(Doc("t.lock", root, ""), raw).layers
-    assert dumps_lock(loads_lock(text)) == text
+    dumped = yaml.safe_dump(raw)  # other key order, block candidates, plain '0x..' quoted
+    assert _both_ways(dumped) == (lock, lock)
+
+
+def test_layer_field_names_are_strings_to_yaml() -> None:
+    """The event reader takes these keys as strings without resolving them."""
+    resolver = yaml.resolver.Resolver()
+    for name in ("layer", "key", "tactic", "kernel", "pinned", "candidates"):
+        assert resolver.resolve(yaml.ScalarNode, name, (True, False)) == STR
+
+
+_MUTANTS = st.sampled_from(
+    ['"', "'", "\\", " ", "\n", "#", "&a ", "*a", "!!str ", "- ", ":", "{", "}", "[", "]", ",",
+     "\t", "\r", "\x85", "\u2028", "\ufeff", "0", "x", "null", "true", "~", "...", "<<: "]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_event_reader_agrees_or_declines_on_edited_locks(data: st.DataObject) -> None:
+    """Change the text anywhere: the event reader gives the composing path's lock, or
+    declines (then the composing path alone decides, error message and position included)."""
+    text = GOOD.replace("layer1", "a b", 1).replace("kern_1", "null", 1)
+    at = data.draw(st.integers(0, len(text)))
+    cut = data.draw(st.integers(0, 3))
+    text = text[:at] + data.draw(_MUTANTS | st.text(max_size=3)) + text[at + cut :]
+    fast, general = _both_ways(text)
+    if fast is not None:
+        assert fast == general
+    assert (loads_lock(text) if isinstance(general, Lock) else _err(text)) == general
 
 
 def test_non_canonical_edit_still_loads() -> None:
@@ -343,3 +396,171 @@ def test_lone_surrogates_round_trip() -> None:
 
 def test_deep_nesting_is_an_error_not_a_crash() -> None:
     assert "t.lock" in _err("a: " + "[" * 100_000)
+
+
+_WORD = st.from_regex(r"[A-Za-z_][A-Za-z0-9_./\-]{0,12}", fullmatch=True)
+_TRICKY = st.sampled_from(
+    ["null", "Null", "true", "No", "y", "~", "0x1f", "", " a", "a b", "a: b", "#x", "é", "\t"]
+)
+_TEXT = _WORD | _TRICKY | st.text(st.characters(blacklist_categories=()), max_size=12)
+_TACTIC = st.integers(0, 2**64 - 1)
+_SHAPE_NAME = st.text("abcdefgh_:-/ 0", max_size=8)
+_DIMS = st.lists(st.integers(0, 2**40), min_size=1, max_size=4).map(tuple)
+
+
+@st.composite
+def _locks(draw: st.DrawFn) -> Lock:
+    """Any head (environment strings, tactic sources, input shapes) with any layers."""
+    shapes = draw(st.lists(st.tuples(_SHAPE_NAME, _DIMS, _DIMS, _DIMS), max_size=3))
+    n = draw(st.integers(0, 5))
+    keys = draw(st.lists(st.integers(0, 2**128 - 1), min_size=n, max_size=n, unique=True))
+    return replace(
+        sample_lock(0),
+        environment=Environment(
+            backend=draw(st.sampled_from(["reference", "tensorrt"])),
+            tensorrt_version=draw(_TEXT | st.none()),
+            gpu=draw(_TEXT | st.none()),
+            driver_version=draw(_TEXT | st.none()),
+        ),
+        settings=BuildSettings(
+            optimization_level=draw(st.integers(0, 5)),
+            workspace=draw(st.integers(0, 2**63) | st.none()),
+            tactic_sources=draw(st.lists(_TEXT, max_size=4).map(tuple) | st.none()),
+            tf32=draw(st.booleans()),
+            tiling_optimization_level=draw(_TEXT | st.none()),
+            input_shapes=tuple(sorted({s[0]: s for s in shapes}.values())),  # as read back
+        ),
+        layers=[
+            LayerEntry(
+                key=f"0x{k:032x}",
+                layer=draw(_TEXT),
+                tactic=draw(_TACTIC),
+                kernel=draw(_TEXT | st.none()),
+                pinned=draw(st.booleans()),
+                candidates=draw(
+                    st.lists(st.builds(LockCandidate, _TACTIC, _TEXT | st.none()), max_size=4)
+                ),
+            )
+            for k in keys
+        ],
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(_locks())
+def test_random_locks_round_trip(lock: Lock) -> None:
+    text = dumps_lock(lock)
+    back = loads_lock(text)
+    assert back == lock
+    assert dumps_lock(back) == text
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("  tf32: true\n", "  tf32: true  # reviewed\n"),  # a comment after a value
+        ("  tf32: true\n", "  tf32: yes\n"),  # YAML 1.1's other booleans
+        ("  optimization_level: 3\n", "  optimization_level: 0x3\n"),
+        ("  optimization_level: 3\n", "  optimization_level: 03\n"),  # octal in YAML 1.1
+        ("  tf32: true\n", "  tf32: true\n\n"),  # a blank line
+        ("schema: 1\n", "---\nschema: 1\n"),
+        ("schema: 1\n", "schema: !!int 1\n"),
+        ("schema: 1\n", "schema: &a 1\n"),  # an anchor never used is no alias
+        ("  backend: reference\n", "  backend: 'reference'\n"),
+        ("    pinned: false\n", "    pinned: false  # reviewed\n"),
+        ('tactic: "0x1000"', "tactic: '0x1000'"),
+    ],
+)
+def test_edits_yaml_reads_alike_load_alike(old: str, new: str) -> None:
+    text = dumps_lock(sample_lock(1))
+    assert old in text
+    assert loads_lock(text.replace(old, new, 1)) == sample_lock(1)
+
+
+_TF32 = "  tf32: true\n"
+_NOT_HERE = "invalid YAML (mapping values are not allowed here)"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("  optimization_level: 3\n", "  optimization_level: 3.0\n",
+         "16:23: settings.optimization_level: expected an integer, got float 3.0;"),
+        (_TF32, "  tf32: true\n  tf32: false\n", "20:3: duplicate key 'tf32';"),
+        ("  gpu:", '  1: a\n  "1": b\n  gpu:', "12:3: duplicate key '1';"),  # by its text
+        (_TF32, "\ttf32: true\n", "19:1: invalid YAML (found character '\\t' that cannot"),
+        (_TF32, "  tf32:\n", "19:8: settings.tf32: expected true or false, got null"),
+        (_TF32, "  tf32: \n", "19:8: settings.tf32: expected true or false, got null"),  # null
+        (_TF32, "  tf32: true\n    more: 1\n", f"20:9: {_NOT_HERE};"),
+        ("# Review", "#\rReview", f"4:7: {_NOT_HERE};"),  # "\r" breaks a line, in a comment too
+        ("kernel: kern_0\n", "kernel: yes\n", "30:13: layers[0].kernel: expected a string, got"),
+        ("layer: layer0", "layer: null", "27:12: layers[0].layer: expected a string, got null"),
+    ],
+)  # fmt: skip
+def test_edits_are_refused_where_they_are(old: str, new: str, expected: str) -> None:
+    text = dumps_lock(sample_lock(1))
+    assert old in text
+    assert _err(text.replace(old, new, 1)).startswith(f"t.lock:{expected}")
+
+
+def test_escapes_the_writer_never_makes_are_read_as_yaml_reads_them() -> None:
+    text = dumps_lock(sample_lock(1)).replace("  backend: reference\n", '  backend: "a\\x41"\n')
+    assert loads_lock(text).environment.backend == "aA"
+
+
+def test_sections_with_block_sequences_round_trip() -> None:
+    lock = replace(
+        sample_lock(1),
+        model=replace(sample_lock(1).model, external_data=[ExternalFile("w.bin", "cd" * 32)]),
+    )
+    text = dumps_lock(lock)
+    assert "  external_data:\n    - {path: w.bin, sha256: " in text
+    assert loads_lock(text) == lock
+
+
+def test_errors_in_the_head_and_the_layers_keep_their_position() -> None:
+    text = dumps_lock(sample_lock(1)).replace("  tf32: true", "  tf32: 7")
+    line = text.splitlines().index("  tf32: 7") + 1
+    with pytest.raises(LockError, match=rf"^tactics\.lock:{line}:9: settings\.tf32"):
+        loads_lock(text)
+    text = dumps_lock(sample_lock(2)).replace('tactic: "0x1010"', 'tactic: "0xzz"', 1)
+    line = text.splitlines().index('    tactic: "0xzz"') + 1
+    with pytest.raises(LockError, match=rf"^tactics\.lock:{line}:13: layers\[1\]\.tactic"):
+        loads_lock(text)
+
+
+@pytest.mark.parametrize("name", ['a"b', "a\\b", "a\nb", "\x85", "\ud800", "\u2028"])
+def test_strings_the_emitter_escapes_round_trip(name: str) -> None:
+    lock = sample_lock(1)
+    lock.layers[0].layer = lock.layers[0].candidates[1].kernel = name
+    text = dumps_lock(lock)
+    assert f"\n  - layer: {name}\n" not in text
+    assert loads_lock(text) == lock
+    assert dumps_lock(loads_lock(text)) == text
+
+
+def test_keys_with_nothing_under_them_are_null() -> None:
+    """``layers:`` or ``candidates:`` as the last line is YAML's null, not an empty list."""
+    text = dumps_lock(sample_lock(2))
+    no_layers = text[: text.index("\nlayers:\n") + len("\nlayers:\n")]
+    with pytest.raises(LockError, match=r"layers: expected a list, got null"):
+        loads_lock(no_layers)
+    last = text.rindex("    candidates:\n") + len("    candidates:\n")
+    assert loads_lock(text[:last]).layers[1].candidates == []
+
+
+def test_yaml_is_imported_on_first_use_only(tmp_path: Path) -> None:
+    """``import reprobuild.lock`` gives the dataclasses alone; reading a lock loads PyYAML."""
+    path = tmp_path / "t.lock"
+    path.write_text(dumps_lock(sample_lock(3)), encoding="utf-8")
+    code = (
+        "import sys\n"
+        "import reprobuild.lock\n"
+        "print('yaml' in sys.modules)\n"
+        f"lock = reprobuild.lock.load_lock({str(path)!r})\n"
+        "print(len(lock.layers), 'yaml' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.split() == ["False", "3", "True"]
