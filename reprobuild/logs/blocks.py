@@ -2,9 +2,7 @@
 
 ``LogParser`` (``parser.py``) recognises lines and moves between states; this base class
 holds that state and turns blocks into ``TacticRecord``s: which candidate was chosen, with
-which kernel and cost, and which format the record reports. The C scanner syncs these
-attributes (``lineno``, ``warnings``, ``warnings_dropped``, ``engine_layers``) back into the
-Python object, so their names are part of its contract.
+which kernel and cost, and which format the record reports.
 """
 
 from __future__ import annotations

@@ -2,11 +2,9 @@
 
 Everything here looks at one line and knows nothing of the blocks around it; the state
 machine in ``parser.py`` decides what a recognised line means. ASCII semantics throughout
-(``\\s``, ``\\d``, case folding, and ``WS`` for stripping), so that the C scanner
-(``_logscan.c``), which reads the frequent lines itself and calls the readers at the end of
-this module for the rare ones, agrees with the Python parser on every byte; TensorRT prints
-its own whitespace and digits in ASCII anyway. Patterns run only on lines that passed a
-cheaper substring check.
+(``\\s``, ``\\d``, case folding, and ``WS`` for stripping): TensorRT prints its own
+whitespace and digits in ASCII, and a Unicode space or digit inside a log line is noise, not
+a separator or a number. Patterns run only on lines that passed a cheaper substring check.
 """
 
 from __future__ import annotations
@@ -189,13 +187,9 @@ def op_header(rest: str) -> OpHeader:
     return OpHeader(name, key, keyed, onnx)
 
 
-# --- line readers for the C scanner ------------------------------------------------------------
+# --- line readers ----------------------------------------------------------------------------
 # Each returns what ``LogParser``'s matching method derives from the line, or None where
-# that method returns False (line not recognised) before changing any state. The scanner
-# calls ``cost_of`` and ``writing_parts`` (rare lines whose patterns backtrack: both parsers
-# run the very same regular expressions there) and ``cached_line`` when its words sit inside
-# a prefix; the others it reads itself, in C written after these, which stay the
-# specification (the differential tests in tests/logs/test_logscan.py hold the two together).
+# that method returns False (line not recognised) before changing any state.
 
 
 _SET = "Set Tactic Name: "

@@ -26,9 +26,6 @@ printed by TensorRT) end any open block, so excerpts of unrelated blocks are not
 Memory stays flat: the parser holds only the blocks being read, the engine layers of the
 most recent engine, and at most ``max_warnings`` warnings.
 
-This class is the specification. The C scanner (``_logscan.c``) runs the same machine
-over bytes for whole files and must give identical output (``tests/logs/test_logscan.py``);
-it reads and writes this object's attributes, so their names are part of that contract.
 """
 
 from __future__ import annotations

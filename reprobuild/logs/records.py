@@ -19,8 +19,7 @@ __all__ = ["Candidate", "LogWarning", "ParseResult", "TacticRecord"]
 class Candidate(NamedTuple):
     """One timed tactic. ``tactic_id`` exists only in sorted tables (editable/Myelin).
 
-    A tuple because logs hold millions of them and the C scanner reads their fields by
-    position; both parsers make them by calling this class.
+    A tuple because logs hold millions of them.
     """
 
     tactic_id: int | None

@@ -1,6 +1,6 @@
 """The written-out line readers in ``logs/lines.py`` (string methods, no backtracking) are
-held to the regular expressions they replace. Both parsers read these lines through them, so
-the differential C-vs-Python tests cannot see a mistake in them; these tests can."""
+held to the regular expressions they replace: the written-out readers are the faster ones,
+the patterns the plainer statement of what a line means."""
 
 from __future__ import annotations
 
