@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.layermodel import EngineLayer
 from reprobuild.logs.records import Candidate, LogWarning, TacticRecord
 
 MAX_ENGINE_LAYERS = 100_000

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.layermodel import EngineLayer
 from reprobuild.logs.values import split_onnx_layers, tactic_to_int, tactic_token, to_float
 
 WS = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes, restricted to ASCII

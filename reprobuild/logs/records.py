@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.layermodel import EngineLayer
 from reprobuild.logs.values import json_float
 
 __all__ = ["Candidate", "LogWarning", "ParseResult", "TacticRecord"]
