@@ -318,6 +318,28 @@ def test_edge_outcomes_file_covers_the_edges_and_holds_records(edge_outcomes) ->
     assert sum(len(o["records"]) for o in edge_outcomes.values()) >= 10
 
 
+# --- lines past 1 MiB ----------------------------------------------------------------------------
+
+
+def test_a_line_past_1_mib_is_cut_whatever_the_chunking() -> None:
+    """Binary noise without newlines must not grow memory: the reader keeps a line's first
+    1 MiB, wherever the chunks were cut, and reads the lines after it as usual."""
+    block = (
+        b"Timing Runner: conv (Cask)\nTactic: 0x5 Time: 0.5\nChose Runner Type: Cask Tactic: 0x5\n"
+    )
+    data = b"x" * (3 << 20) + b" Global timing cache in use\n" + block
+    outs = [_chunked(_chunks(data, size)) for size in (1 << 16, 1 << 20, 3 << 20, len(data))]
+    assert all(o == outs[0] for o in outs)
+    (rec,) = outs[0]["records"]
+    assert (rec["layer"], rec["chosen"], rec["line"], outs[0]["lineno"]) == (
+        "conv",
+        ["int", "5"],
+        2,
+        4,
+    )
+    assert outs[0]["warnings"] == []  # the message past the first 1 MiB was cut off
+
+
 # --- warnings cap --------------------------------------------------------------------------------
 
 _WARNING_LOG = b"".join(
