@@ -11,7 +11,6 @@ compared with ONNX Runtime.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
