@@ -420,7 +420,10 @@ def build_engine(
         if len(cache):
             log.info(f"Loaded {len(cache)} timing cache entries")
     if knob.active:
-        log.warning(f"timing knob {knob.describe()}: measured costs are replaced by injected ones (test knob)")
+        log.warning(
+            f"timing knob {knob.describe()}: measured costs are replaced by injected ones "
+            "(test knob)"
+        )
     log.verbose(f"Folded {prepared.folded} constant nodes; {len(prepared.layers)} layers remain")
     builder = Builder(settings, cache, log, environment, knob)
     try:
