@@ -107,17 +107,6 @@ def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     assert line == 2 and _rank(_concept(target)) > _rank("lock")
 
 
-# Import cycles known and not yet removed, each a chain starting at its alphabetically first
-# module. Removed by the logs/cli changes being merged: delete an entry once its cycle is gone
-# (test_the_known_cycles_are_still_there says so).
-KNOWN_CYCLES: frozenset[tuple[str, ...]] = frozenset(
-    {
-        ("reprobuild.logs.layerinfo", "reprobuild.logs.layertext"),
-        ("reprobuild.logs.layerinfo", "reprobuild.logs.layertext", "reprobuild.logs.lines"),
-    }
-)
-
-
 def _module_name_of(path: Path) -> str:
     """``reprobuild/lock/__init__.py`` -> ``reprobuild.lock``: importing a package runs its
     ``__init__``, so the package name stands for that file."""
@@ -182,15 +171,8 @@ def test_no_import_cycles() -> None:
     """Two modules that import each other (directly or around a loop) have no order to be
     read, tested or loaded in; the shared piece belongs in a lower module of its own."""
     cycles = _cycles(_import_graph(_modules() + [PACKAGE / "__init__.py"]))
-    unknown = sorted(_chain(c) for c in cycles - KNOWN_CYCLES)
-    assert not unknown, "import cycles:\n" + "\n".join(unknown)
-
-
-def test_the_known_cycles_are_still_there() -> None:
-    """An allow-list entry whose cycle is gone would hide the next one: delete it."""
-    cycles = _cycles(_import_graph(_modules() + [PACKAGE / "__init__.py"]))
-    gone = sorted(_chain(c) for c in KNOWN_CYCLES - cycles)
-    assert not gone, "no longer cycles, delete from KNOWN_CYCLES:\n" + "\n".join(gone)
+    found = sorted(_chain(c) for c in cycles)
+    assert not found, "import cycles:\n" + "\n".join(found)
 
 
 def test_the_cycle_check_sees_a_cycle_through_a_function_level_import(tmp_path: Path) -> None:

@@ -2,8 +2,9 @@
 
 Modules, lowest first: ``schema`` (validation with file:line:column errors), ``plan`` (the
 precision section), ``model`` (the dataclasses), ``validate`` (data -> Lock), ``emit``
-(the canonical YAML form), ``yamlio`` (load/save), ``edit`` (pin/unpin/show), ``plandiff``
-(two precision plans compared), ``diff``.
+(the canonical YAML form), ``eventread`` (a lock in the writer's shape from PyYAML's parse
+events), ``yamlparse`` (PyYAML: reading, errors, writing), ``yamlio`` (load/save), ``edit``
+(pin/unpin/show), ``plandiff`` (two precision plans compared), ``diff``.
 Importing this package loads only the dataclasses; YAML and the rest load on first use.
 """
 

@@ -1,10 +1,10 @@
 """PyYAML's side of a lock: the one reader and the emitter.
 
-Reading parses the text once, into a node tree (libyaml's parser and composer where
-PyYAML is built with it, the pure-Python ones otherwise): the tree gives
-``file:line:column`` errors and reveals duplicate keys, and the lock is built from it,
-the layers straight from the nodes when they are in the writer's shape (``nodes``),
-anything else through plain data and ``validate``. Only safe tags are ever constructed.
+Reading uses libyaml's parser where PyYAML is built with it, the pure-Python one
+otherwise. A lock in the writer's shape is built straight from the parse events
+(``eventread``); anything else is composed into a node tree, which gives
+``file:line:column`` errors and reveals duplicate keys, and read through plain data (as
+``yaml.safe_load`` makes it) and ``validate``. Only safe tags are ever constructed.
 Writing sends the lock's events (``emit``) to libyaml's emitter where it is built.
 """
 
@@ -18,12 +18,14 @@ from yaml import MappingNode, ScalarNode, SequenceNode
 
 from reprobuild.errors import LockError
 from reprobuild.lock.emit import WIDTH, lock_events, restyle
-from reprobuild.lock.model import LayerEntry, Lock
-from reprobuild.lock.nodes import MAP, SEQ, STR, layers_from_nodes
+from reprobuild.lock.eventread import STR, read_lock
+from reprobuild.lock.model import Lock
 from reprobuild.lock.schema import Doc, find_duplicate_key
 from reprobuild.lock.validate import FIX, lock_from_data
 
 _Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+MAP = "tag:yaml.org,2002:map"
+SEQ = "tag:yaml.org,2002:seq"
 _MERGE = "tag:yaml.org,2002:merge"
 _MAX_DEPTH = 1000
 
@@ -89,14 +91,37 @@ def emit_lock(lock: Lock) -> str:
 
 
 def strict_lock(text: str, filename: str) -> Lock:
-    """Any text: the canonical shape fast, anything else as ``yaml.safe_load`` reads it."""
+    """Any text: a lock in the writer's shape straight from the parse events
+    (``eventread``), anything else composed and read as ``yaml.safe_load`` reads it."""
+    lock = _events_lock(text, filename)
+    if lock is not None:
+        return lock
     loader, root = compose(text, filename)
     try:
         if root is None:
             raise LockError(f"{filename}: empty lockfile; {FIX}")
-        return canonical_lock(loader, root, filename) or any_lock(loader, root, filename)
+        return any_lock(loader, root, filename)
     finally:
         loader.dispose()
+
+
+def _events_lock(text: str, filename: str) -> Lock | None:
+    """``eventread``'s lock, or None when it declines. As in ``compose``, what libyaml
+    refuses goes to the pure-Python parser, and what that one refuses too is the error:
+    composing would stop at the same event with the same error (the composer's own errors,
+    at aliases and deep nesting, come after events at which the reader has declined)."""
+    for loader_class in (CLoader, PyLoader):
+        loader = None
+        try:
+            loader = loader_class(text)
+            return read_lock(loader, filename)
+        except (yaml.YAMLError, ValueError, TypeError, RecursionError) as err:
+            if loader_class is PyLoader:
+                raise _yaml_error(err, filename) from None
+        finally:
+            if loader is not None:
+                loader.dispose()
+    raise AssertionError("unreachable")
 
 
 def compose(text: str, filename: str) -> tuple[Any, Any]:
@@ -161,59 +186,6 @@ def _yaml_error(err: Exception, filename: str) -> LockError:
     return LockError(f"{where}: invalid YAML ({problem}); fix the syntax there")
 
 
-def canonical_lock(loader: Any, root: Any, filename: str) -> Lock | None:
-    """The fast path for a lock in the shape the writer produces: the small head goes
-    through the general validation, the layers through ``layers_from_nodes``. None when
-    anything is off, so that every error comes from ``any_lock``."""
-    if root.__class__ is not MappingNode or root.tag != MAP:
-        return None
-    head: dict[str, Any] = {}
-    layers: list[list[LayerEntry] | None] = []
-    builder = _Builder(loader)
-    try:
-        for k, v in root.value:
-            if k.__class__ is not ScalarNode or k.tag != STR or k.value in head:
-                return None
-            if k.value == "layers":  # schema 1
-                layers.append(layers_from_nodes(v))
-                head["layers"] = []
-            elif k.value == "targets" and v.__class__ is SequenceNode and v.tag == SEQ:
-                head["targets"] = [_target_head(builder, t, layers) for t in v.value]
-            elif find_duplicate_key(v) is None:
-                head[k.value] = builder.build(v)
-            else:
-                return None
-        if not layers or any(lay is None for lay in layers):
-            return None
-        lock = lock_from_data(Doc(filename, root, FIX), head)
-    except (_Unusual, LockError, yaml.YAMLError, ValueError, TypeError, RecursionError):
-        return None
-    sections = [lock.active(), *lock.others]
-    if len(sections) != len(layers):
-        return None
-    for section, entries in zip(sections, layers, strict=True):
-        section.layers[:] = entries  # the view's list is the active section's list
-    return lock
-
-
-def _target_head(builder: Any, node: Any, layers: list[list[LayerEntry] | None]) -> Any:
-    """One target's mapping with its layers read by the fast walk (collected in order)."""
-    if node.__class__ is not MappingNode or node.tag != MAP:
-        raise _Unusual
-    out: dict[str, Any] = {}
-    for k, v in node.value:
-        if k.__class__ is not ScalarNode or k.tag != STR or k.value in out:
-            raise _Unusual
-        if k.value == "layers":
-            layers.append(layers_from_nodes(v))
-            out["layers"] = []
-        elif find_duplicate_key(v) is None:
-            out[k.value] = builder.build(v)
-        else:
-            raise _Unusual
-    return out
-
-
 def any_lock(loader: Any, root: Any, filename: str) -> Lock:
     """Any YAML: plain data exactly as ``yaml.safe_load`` makes it (same constructor, same
     messages), then validation. Errors in this order: tags that cannot be constructed,
@@ -221,9 +193,6 @@ def any_lock(loader: Any, root: Any, filename: str) -> Lock:
     dup = find_duplicate_key(root)
     # Resolving merge keys rewrites the tree in place; positions come from the text as written.
     positions = copy.deepcopy(root) if _has_merge_key(root) else root
-    # What the fast path constructed (or failed to) must not change what this one reports.
-    loader.constructed_objects, loader.recursive_objects = {}, {}
-    loader.state_generators, loader.deep_construct = [], False
     try:
         raw = loader.construct_document(root)
     except (yaml.YAMLError, ValueError, TypeError, RecursionError) as err:
@@ -251,54 +220,3 @@ def _has_merge_key(root: Any) -> bool:
         elif node.__class__ is SequenceNode:
             stack.extend(node.value)
     return False
-
-
-class _Unusual(Exception):
-    """A collection only PyYAML's constructor can build: not the writer's shape."""
-
-
-class _Builder:
-    """Plain data for the fast path, as ``yaml.safe_load`` would make it.
-
-    Strings, lists and mappings are built here directly, other scalars by PyYAML's safe
-    constructor. A collection with an explicit tag or a merge key is not the writer's
-    shape: it ends the fast path (PyYAML's constructor would rewrite merge keys in place
-    in the tree the general path reads next).
-    """
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-        self.done: dict[int, Any] = {}  # aliases share nodes: build each collection once
-
-    def build(self, node: Any) -> Any:
-        if node.__class__ is ScalarNode:
-            return node.value if node.tag == STR else self.loader.construct_object(node, True)
-        got = self.done.get(id(node))
-        if got is not None:
-            return got
-        if node.__class__ is SequenceNode and node.tag == SEQ:
-            items: list[Any] = []
-            self.done[id(node)] = items
-            items.extend(self.build(v) for v in node.value)
-            return items
-        if node.__class__ is MappingNode and node.tag == MAP:
-            if not any(k.tag == _MERGE for k, _ in node.value):
-                return self._mapping(node)
-        raise _Unusual
-
-    def _mapping(self, node: Any) -> dict[Any, Any]:
-        out: dict[Any, Any] = {}
-        self.done[id(node)] = out
-        for key_node, value_node in node.value:
-            key = self.build(key_node)
-            try:
-                hash(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    "found unhashable key",
-                    key_node.start_mark,
-                ) from None
-            out[key] = self.build(value_node)
-        return out

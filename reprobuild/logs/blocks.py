@@ -2,19 +2,42 @@
 
 ``LogParser`` (``parser.py``) recognises lines and moves between states; this base class
 holds that state and turns blocks into ``TacticRecord``s: which candidate was chosen, with
-which kernel and cost, and which format the record reports. The C scanner syncs these
-attributes (``lineno``, ``warnings``, ``warnings_dropped``, ``engine_layers``) back into the
-Python object, so their names are part of its contract.
+which kernel and cost, and which format the record reports.
 """
 
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 
-from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.layermodel import EngineLayer
 from reprobuild.logs.records import Candidate, LogWarning, TacticRecord
 
 MAX_ENGINE_LAYERS = 100_000
+_HASH = itemgetter(1)  # Candidate.tactic_hash
+
+
+def _chosen_candidate(
+    cands: list[Candidate], chosen: int, runner: str | None, *, any_runner: bool = False
+) -> Candidate | None:
+    """The first candidate timed as ``chosen`` by ``runner`` (or by any runner), else the
+    first timed as ``chosen`` at all, else None.
+
+    A block can hold thousands of candidates: the hashes are compared by ``list.index``
+    rather than by an interpreted loop over the candidates.
+    """
+    hashes = list(map(_HASH, cands))
+    try:
+        first = hashes.index(chosen)
+    except ValueError:
+        return None
+    i = first
+    try:
+        while not any_runner and cands[i].runner != runner:
+            i = hashes.index(chosen, i + 1)
+    except ValueError:
+        return cands[first]
+    return cands[i]
 
 
 class RunnerBlock:
@@ -112,13 +135,7 @@ class BlockState:
             return  # nothing to identify it by (excerpt without any layer name)
         kernel = cost = None
         if chosen is not None:
-            match = None
-            for c in blk.cands:
-                if c.tactic_hash == chosen and c.runner == runner:
-                    match = c
-                    break
-            if match is None:
-                match = next((c for c in blk.cands if c.tactic_hash == chosen), None)
+            match = _chosen_candidate(blk.cands, chosen, runner)
             if match is not None:
                 kernel, cost = match.kernel, match.cost_ms
             if cost is None:
@@ -164,7 +181,7 @@ class BlockState:
         kernel = None
         cost = op.sel_cost
         if chosen is not None:
-            match = next((c for c in op.cands if c.tactic_hash == chosen), None)
+            match = _chosen_candidate(op.cands, chosen, None, any_runner=True)
             if match is not None:
                 kernel = match.kernel
                 if cost is None:

@@ -7,25 +7,19 @@ once (kernel, runner and format names repeat across a log, so their escaped form
 memoised), and records go out in batches as they are parsed. The text is the one
 ``json.dumps(rec.to_json(), ensure_ascii=False)`` gives, byte for byte, so the document and
 its values are unchanged (tests/logs/test_jsonout.py holds the two together).
-
-Where the C scanner was built, ``write_log_json_file`` goes further (issue 15: 50 MB/s was
-still a third of the parse): the scanner prints each record's JSON itself, the same bytes
-``RecordWriter`` gives, and no record object is made at all.
 """
 
 from __future__ import annotations
 
-import codecs
 import json
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from json.encoder import encode_basestring  # the C escaper json.dumps uses (ensure_ascii=False)
 from typing import Any, TextIO
 
-from reprobuild.errors import LogParseError
 from reprobuild.logs.parser import LogParser
-from reprobuild.logs.reader import iter_file, native_json
+from reprobuild.logs.reader import iter_file
 from reprobuild.logs.records import Candidate, LogWarning, TacticRecord
 
 __all__ = ["RecordWriter", "write_log_json", "write_log_json_file"]
@@ -165,38 +159,7 @@ def write_log_json(
     out.write(_tail(parser))
 
 
-def _byte_sink(out: TextIO) -> Callable[[memoryview], Any]:
-    """Where the C scanner's UTF-8 text goes: straight to the byte stream under ``out`` when
-    that writes the same bytes (UTF-8, no newline translation), else decoded into ``out``."""
-    buffer = getattr(out, "buffer", None)
-    encoding = getattr(out, "encoding", None)
-    try:
-        utf8 = encoding is not None and codecs.lookup(encoding).name == "utf-8"
-    except LookupError:
-        utf8 = False
-    if buffer is not None and utf8 and os.linesep == "\n":
-        out.flush()  # what was written as text goes first
-        return buffer.write
-    return lambda data: out.write(str(data, "utf-8"))
-
-
-def write_log_json_file(
-    out: TextIO, path: str | os.PathLike[str], parser: LogParser, *, native: bool | None = None
-) -> None:
-    """``reprobuild log FILE --json``: the document ``write_log_json`` writes, byte for byte.
-
-    With the C scanner (``native`` None or True) no record object is made at all: the
-    scanner writes each record's JSON text from the parsed fields and hands it over in
-    1 MiB pieces, which is what makes a multi-GB log's JSON as quick as its summary table.
-    ``native=False`` (or no scanner built) writes through ``RecordWriter`` instead; tests
-    hold the two to the same bytes.
-    """
-    out.write(_head(str(path)))
-    if native is False or not native_json(path, parser, _byte_sink(out), RecordWriter().record):
-        if native:
-            raise LogParseError(
-                "the native log scanner is not available: reinstall reprobuild where a C "
-                "compiler is present, or pass native=None to fall back to the Python parser"
-            )
-        _write_records(out, iter_file(path, parser, native=False))
-    out.write(_tail(parser))
+def write_log_json_file(out: TextIO, path: str | os.PathLike[str], parser: LogParser) -> None:
+    """``reprobuild log FILE --json``: the document ``write_log_json`` writes, read from a
+    file in chunks; ``parser`` holds the warnings and engine layers afterwards."""
+    write_log_json(out, str(path), iter_file(path, parser), parser)

@@ -15,23 +15,34 @@ every shape the inspector has produced:
 Files a user hands over are read strictly (a malformed layer is an error naming it); what
 a build's own inspector returned is read with ``strict=False``, which skips entries that
 are not layer objects, because a kernel check should report kernels, not JSON details.
-Only the standard library is imported: the CLI loads this module at startup.
+Logs that print the layers as text go to ``layertext``. The values (``EngineLayer``,
+``LayerInfo``, ...) live in ``layermodel`` and are re-exported here, where callers read
+layer information.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from reprobuild.errors import LogParseError
+from reprobuild.logs.layermodel import (
+    COMPUTE_PRECISIONS,
+    EngineLayer,
+    LayerInfo,
+    TensorDesc,
+    is_reformat,
+    kernels_by_layer,
+    precision_of,
+)
+from reprobuild.logs.layertext import read_layer_lines
 from reprobuild.logs.values import split_onnx_layers, tactic_to_int
 
 __all__ = [
+    "COMPUTE_PRECISIONS",
     "EngineLayer",
     "LayerInfo",
     "TensorDesc",
@@ -42,150 +53,6 @@ __all__ = [
     "parse_layer_info",
     "precision_of",
 ]
-
-_REFORMAT_TYPES = ("Reformat", "NoOp")
-
-# Every spelling of a data type in layer information: 8.x/10.x joined formats ("Row major
-# linear FP32", "Channel major FP16 format ..."), Myelin and log forms ("Half", "Float"),
-# 11.x split ``Datatype`` and the reference backend's numpy names.
-_PRECISION_WORDS = {
-    "fp32": "FP32",
-    "float": "FP32",
-    "float32": "FP32",
-    "fp16": "FP16",
-    "half": "FP16",
-    "float16": "FP16",
-    "bf16": "BF16",
-    "bfloat16": "BF16",
-    "int8": "INT8",
-    "fp8": "FP8",
-    "e4m3": "FP8",
-    "fp4": "FP4",
-    "int4": "INT4",
-    "int32": "INT32",
-    "int64": "INT64",
-    "uint8": "UINT8",
-    "bool": "BOOL",
-    "double": "FP64",
-    "fp64": "FP64",
-    "float64": "FP64",
-}
-COMPUTE_PRECISIONS = frozenset({"FP32", "FP16", "BF16", "INT8", "FP8", "FP4", "FP64"})
-"""Types a layer computes in (as opposed to index/shape types such as INT64)."""
-_WORD = re.compile(r"[A-Za-z0-9]+")
-_VECTOR_WIDTHS = {"two": 2, "four": 4, "eight": 8, "sixteen": 16, "thirty-two": 32}
-_VECTORIZED = re.compile(r"(two|four|eight|sixteen|thirty-two) wide channel vectorized")
-_CHANNEL_ALIGN = re.compile(r"channel % (\d+) == 0")
-
-
-def precision_of(text: str | None) -> str | None:
-    """The data type named in a format or datatype string (``FP16`` for ``Half``), or None."""
-    if not text:
-        return None
-    for word in _WORD.findall(text):
-        found = _PRECISION_WORDS.get(word.lower())
-        if found is not None:
-            return found
-    return None
-
-
-def _layout(fmt: str | None) -> str | None:
-    """A short memory-layout name (``linear``, ``HWC8``, ``CHW4``) for a format string;
-    None when the string names only a data type (Myelin tensors, 8.x-style logs)."""
-    if not fmt:
-        return None
-    low = fmt.strip().lower()
-    if low.startswith("row major linear"):
-        return "linear"
-    if low.startswith("channel major"):
-        m = _CHANNEL_ALIGN.search(low)
-        return f"HWC{m[1]}" if m else "HWC"
-    m = _VECTORIZED.match(low)
-    if m:
-        return f"CHW{_VECTOR_WIDTHS[m[1]]}"
-    if all(w.lower() in _PRECISION_WORDS for w in _WORD.findall(fmt)):
-        return None
-    return fmt.strip()
-
-
-@dataclass(frozen=True)
-class TensorDesc:
-    """One engine-layer input or output; ``format`` holds the joined 8.x/10.x string."""
-
-    name: str
-    dimensions: tuple[int, ...] | None = None
-    format: str | None = None
-    datatype: str | None = None
-
-    @property
-    def precision(self) -> str | None:
-        """``FP32``/``FP16``/``BF16``/``INT8``/...: from ``Datatype`` (11.x) or the joined
-        ``Format/Datatype`` string, so every shape answers "which precision" the same way."""
-        return precision_of(self.datatype) or precision_of(self.format)
-
-    @property
-    def layout(self) -> str | None:
-        """The memory layout without the data type, short (``linear``, ``HWC8``, ``CHW4``)."""
-        return _layout(self.format)
-
-
-@dataclass(frozen=True, slots=True)
-class EngineLayer:
-    """One layer of a built engine and the kernel it runs.
-
-    ``tactic_value`` is None for names-only exports and for Myelin sub-layers, which
-    report a kernel name but no tactic value.
-    """
-
-    name: str
-    layer_type: str | None = None
-    tactic_name: str | None = None
-    tactic_value: int | None = None
-    metadata: tuple[str, ...] = ()
-    inputs: tuple[TensorDesc, ...] = ()
-    outputs: tuple[TensorDesc, ...] = ()
-
-    @property
-    def is_reformat(self) -> bool:
-        """Whether this is a Reformat/NoOp layer; see :func:`is_reformat`."""
-        return is_reformat(self)
-
-    @property
-    def precision(self) -> str | None:
-        """The precision the layer computes in, as far as its tensors tell: its first
-        output's floating-point (or INT8/FP8) type, else its first input's, else any type;
-        outputs first because a Myelin gemm's FP32 ``alpha`` input says nothing, and an
-        ArgMax's INT64 output says nothing about the FP16 it compared. None without tensor
-        types (names-only exports)."""
-        tensors = (*self.outputs, *self.inputs)
-        types = [t.precision for t in tensors if t.precision is not None]
-        return next((p for p in types if p in COMPUTE_PRECISIONS), types[0] if types else None)
-
-
-def is_reformat(layer: EngineLayer) -> bool:
-    """Reformat and NoOp layers are named after the layer they feed (``Reformatting
-    CopyNode for Input Tensor 0 to conv1 + relu1``), so a name match must skip them or
-    ``conv1``'s kernel check would look at a copy kernel."""
-    return layer.layer_type in _REFORMAT_TYPES or layer.name.startswith("Reformatting ")
-
-
-@dataclass(frozen=True)
-class LayerInfo:
-    """A whole layer-information file."""
-
-    layers: tuple[EngineLayer, ...]
-    bindings: tuple[str, ...]
-    detailed: bool  # False for names-only exports (no --profilingVerbosity=detailed)
-    source: str | None = None
-
-    @property
-    def names_only(self) -> bool:
-        """Layers listed by name alone (built without detailed profiling verbosity): there
-        is nothing to cross-check, which callers report instead of "no such layer"."""
-        return bool(self.layers) and not self.detailed
-
-    def by_name(self) -> dict[str, EngineLayer]:
-        return {layer.name: layer for layer in self.layers}
 
 
 def _str_or_none(value: Any) -> str | None:
@@ -317,8 +184,6 @@ def load_layer_info(path: str | os.PathLike[str]) -> LayerInfo:
             f"{p}: cannot read layer information ({err.strerror or err}); check the path"
         ) from None
     if not looks_like_json(head):
-        from reprobuild.logs.layertext import read_layer_lines
-
         return read_layer_lines(p)
     try:
         text = p.read_bytes().decode("utf-8", errors="replace")
@@ -333,8 +198,3 @@ def looks_like_json(head: bytes) -> bool:
     """Whether a file's first bytes (after a BOM and ``#`` note lines) open a JSON object."""
     text = _strip_comment_lines(head.decode("utf-8", errors="replace").lstrip("\ufeff"))
     return text.lstrip().startswith("{")
-
-
-def kernels_by_layer(layers: Iterable[EngineLayer]) -> dict[str, tuple[str | None, int | None]]:
-    """``{engine layer name: (kernel name, tactic value)}``: the map ``verify`` compares."""
-    return {layer.name: (layer.tactic_name, layer.tactic_value) for layer in layers}

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from reprobuild.logs.layerinfo import EngineLayer, LayerInfo
+from reprobuild.logs.layermodel import EngineLayer, LayerInfo
 
 __all__ = ["LayerDiff", "LayerSummary", "diff_layers", "layer_json", "summarize"]
 

@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from reprobuild.errors import LogParseError
-from reprobuild.logs.layerinfo import EngineLayer, LayerInfo, TensorDesc
+from reprobuild.logs.layermodel import EngineLayer, LayerInfo, TensorDesc
 from reprobuild.logs.lines import layer_line, oneline_layer, strip_prefix
 
 __all__ = ["oneline_tensors", "read_layer_lines", "arrow_tensors"]

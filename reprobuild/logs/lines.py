@@ -2,11 +2,9 @@
 
 Everything here looks at one line and knows nothing of the blocks around it; the state
 machine in ``parser.py`` decides what a recognised line means. ASCII semantics throughout
-(``\\s``, ``\\d``, case folding, and ``WS`` for stripping), so that the C scanner
-(``_logscan.c``), which reads the frequent lines itself and calls the readers at the end of
-this module for the rare ones, agrees with the Python parser on every byte; TensorRT prints
-its own whitespace and digits in ASCII anyway. Patterns run only on lines that passed a
-cheaper substring check.
+(``\\s``, ``\\d``, case folding, and ``WS`` for stripping): TensorRT prints its own
+whitespace and digits in ASCII, and a Unicode space or digit inside a log line is noise, not
+a separator or a number. Patterns run only on lines that passed a cheaper substring check.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.layermodel import EngineLayer
 from reprobuild.logs.values import split_onnx_layers, tactic_to_int, tactic_token, to_float
 
 WS = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes, restricted to ASCII
@@ -55,20 +53,28 @@ _LAYER_LINE = _rx(r"Layer\((?P<type>[^)]*)\):\s*(?P<name>.*?)(?:, Tactic: (?P<ta
 _TACTIC_VALUE = _rx(r", TacticValue: (?P<tac>[^,\s]+)")
 FOREIGN_META = _rx(r"ForeignNode (?P<node>.*?) metadata: (?P<md>.*)$")
 
-WARNINGS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (_rx(r"Cache result detected as invalid"), "cache-invalid"),
-    (_rx(r"[Ii]nvalid timing cache"), "cache-invalid"),
-    (_rx(r"timing cache will not be used", re.I), "cache-not-used"),
-    (_rx(r"Could not read (?:timing )?cache", re.I), "cache-not-used"),
-    (_rx(r"[Cc]ache.*Error Code \d+|Error Code \d+.*[Cc]ache"), "cache-error"),
-    (_rx(r"timing cache miss", re.I), "cache-miss"),
-    (_rx(r"Loaded \d+ bytes of (?:the )?timing cache", re.I), "cache-loaded"),
-    (_rx(r"Using existing timing cache", re.I), "cache-loaded"),
-    (_rx(r"Global timing cache in use"), "cache-in-use"),
-    (_rx(r"Local timing cache in use"), "cache-local"),
-    (_rx(r"Serialized \d+ timing cache entries"), "cache-serialized"),
-    (_rx(r"Saved \d+ bytes of timing cache"), "cache-serialized"),
+# (kind, pattern, gate): the first pattern that matches names the kind. ``gate`` is a literal
+# every match contains (in lower case where the pattern ignores case), tested with ``in``
+# first: most lines that mention a cache are no warning, and twelve searches cost more
+# than the rest of their line's handling.
+WARNINGS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("cache-invalid", _rx(r"Cache result detected as invalid"), "Cache result detected"),
+    ("cache-invalid", _rx(r"[Ii]nvalid timing cache"), "nvalid timing cache"),
+    ("cache-not-used", _rx(r"timing cache will not be used", re.I), "cache will not be used"),
+    ("cache-not-used", _rx(r"Could not read (?:timing )?cache", re.I), "could not read "),
+    ("cache-error", _rx(r"[Cc]ache.*Error Code \d+|Error Code \d+.*[Cc]ache"), "Error Code "),
+    ("cache-miss", _rx(r"timing cache miss", re.I), "timing cache miss"),
+    ("cache-loaded", _rx(r"Loaded \d+ bytes of (?:the )?timing cache", re.I), "loaded "),
+    ("cache-loaded", _rx(r"Using existing timing cache", re.I), "using existing timing"),
+    ("cache-in-use", _rx(r"Global timing cache in use"), "Global timing cache in use"),
+    ("cache-local", _rx(r"Local timing cache in use"), "Local timing cache in use"),
+    ("cache-serialized", _rx(r"Serialized \d+ timing cache entries"), "Serialized "),
+    ("cache-serialized", _rx(r"Saved \d+ bytes of timing cache"), "Saved "),
 )
+_WARNING_CHECKS = tuple(
+    (kind, pattern.search, gate, bool(pattern.flags & re.IGNORECASE))
+    for kind, pattern, gate in WARNINGS
+)  # flags read once: ``int & RegexFlag`` runs enum code on every call
 
 
 def strip_prefix(line: str) -> str:
@@ -79,8 +85,16 @@ def strip_prefix(line: str) -> str:
 
 def warning_kind(line: str) -> str | None:
     """The ``LogWarning.kind`` of a timing-cache message, or None for any other line."""
-    for pattern, kind in WARNINGS:
-        if pattern.search(line):
+    low = None
+    for kind, search, gate, folded in _WARNING_CHECKS:
+        if folded:
+            if low is None:
+                low = line.lower()  # ASCII letters fold as re.I with re.ASCII folds them
+            if gate not in low:
+                continue
+        elif gate not in line:
+            continue
+        if search(line):
             return kind
     return None
 
@@ -189,13 +203,9 @@ def op_header(rest: str) -> OpHeader:
     return OpHeader(name, key, keyed, onnx)
 
 
-# --- line readers for the C scanner ------------------------------------------------------------
+# --- line readers ----------------------------------------------------------------------------
 # Each returns what ``LogParser``'s matching method derives from the line, or None where
-# that method returns False (line not recognised) before changing any state. The scanner
-# calls ``cost_of`` and ``writing_parts`` (rare lines whose patterns backtrack: both parsers
-# run the very same regular expressions there) and ``cached_line`` when its words sit inside
-# a prefix; the others it reads itself, in C written after these, which stay the
-# specification (the differential tests in tests/logs/test_logscan.py hold the two together).
+# that method returns False (line not recognised) before changing any state.
 
 
 _SET = "Set Tactic Name: "
@@ -249,7 +259,7 @@ def set_tactic_parts(line: str) -> tuple[str | None, str, int | None] | None:
 
 
 def cand_parts(line: str) -> tuple[int, bool, str | None, float | None] | None:
-    """The regex end of ``LogParser._tactic_family``: (tactic, hex?, kernel, time)."""
+    """The regex end of ``LogParser._tactic_rest``: (tactic, hex?, kernel, time)."""
     m = CAND.search(line)
     if m is None:
         return None

@@ -25,10 +25,6 @@ printed by TensorRT) end any open block, so excerpts of unrelated blocks are not
 
 Memory stays flat: the parser holds only the blocks being read, the engine layers of the
 most recent engine, and at most ``max_warnings`` warnings.
-
-This class is the specification. The C scanner (``_logscan.c``) runs the same machine
-over bytes for whole files and must give identical output (``tests/logs/test_logscan.py``);
-it reads and writes this object's attributes, so their names are part of that contract.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ from __future__ import annotations
 from reprobuild.logs.blocks import BlockState, OpBlock, RunnerBlock
 from reprobuild.logs.lines import (
     FOREIGN_META,
-    WRITING,
     WS,
     cached_line,
     cand_parts,
@@ -51,9 +46,10 @@ from reprobuild.logs.lines import (
     set_tactic_parts,
     strip_prefix,
     warning_kind,
+    writing_parts,
 )
 from reprobuild.logs.records import Candidate, TacticRecord
-from reprobuild.logs.values import U64, split_onnx_layers, tactic_to_int
+from reprobuild.logs.values import U64, split_onnx_layers
 
 __all__ = ["LogParser"]
 
@@ -75,13 +71,11 @@ class LogParser(BlockState):
         """Parse one log line (a trailing newline is ignored; embedded ones split it)."""
         if line.endswith("\n"):
             line = line[:-1]
-        if "\n" in line:
-            for part in line.split("\n"):
-                self._line(part)
-        else:
-            self._line(line)
-        out, self._out = self._out, []
-        return out
+        parts = line.split("\n")
+        for i, part in enumerate(parts):
+            if part[-1:] == "\r":
+                parts[i] = part[:-1]
+        return self.feed_lines(parts)
 
     def finish(self) -> list[TacticRecord]:
         """End of log: emit blocks still open (e.g. a Myelin table at the very end)."""
@@ -90,60 +84,109 @@ class LogParser(BlockState):
         out, self._out = self._out, []
         return out
 
-    # -- dispatch -----------------------------------------------------------------------
+    def feed_lines(self, lines: list[str]) -> list[TacticRecord]:
+        """Parse lines already split, each without its newline and the ``\\r`` before it
+        (``logs.reader`` hands over a chunk's lines at once); returns the records they
+        completed.
 
-    def _line(self, line: str) -> None:
-        self.lineno += 1
-        if line[-1:] == "\r":
-            line = line[:-1]
-        if line[:2] == "# ":
-            self._separator()
-            return
-        # Candidate lines dominate verbose logs: they are recognised first and cheaply.
-        if "Tactic" in line and self._tactic_family(line):
-            return
-        if self._op is not None and ", 0x" in line and self._row(line):
-            return
-        if "Autotuning " in line and self._autotuning(line):
-            return
-        if "Timing Runner" in line and self._timing_runner(line):
-            return
-        if "Computing costs for" in line:
-            self._computing_costs(line)
-            return
-        if "ache" in line and self._cache_line(line):
-            return
-        if "(tactic hash" in line:
-            self._selected(line)
-            return
-        if "Layer" in line:
-            self._layer_misc(line)
+        Every line goes through one fixed order of checks: the first handler that
+        recognises it takes it, and one that does not (returns False) passes it on. This
+        loop is the hot path of a multi-GB log, written for CPython: candidate lines and
+        sorted-table rows, most of such a log, are read inline; every other line pays only
+        for the substring checks that rule out the handlers it cannot reach; ``lineno``
+        lives in a local, stored where a handler reads it; and lines are cut with
+        ``partition`` (one argument, no argument parsing) rather than ``find`` with
+        offsets.
+        """
+        new = tuple.__new__  # Candidate(...) without NamedTuple's interpreted __new__
+        lineno = self.lineno
+        for line in lines:
+            lineno += 1
+            if line[:2] == "# ":
+                self.lineno = lineno
+                self._separator()
+                continue
+            if "Tactic" in line:
+                # "Tactic Name: K Tactic: 0x.. Time: t" and "Tactic: 0x.. Time: t" (8.6+):
+                # the first "Tactic: ", the first " Time: " after it (one right after the
+                # colon, "Tactic: Time: ", leaves an empty tactic), no "Fastest " before it
+                head, found, rest = line.partition("Tactic: ")
+                if found and rest[:6] != "Time: " and head[-8:] != "Fastest ":
+                    tok, found, tail = rest.partition(" Time: ")
+                    if found:
+                        try:
+                            tac = int(tok, 16) if tok[:2] == "0x" else int(tok)
+                        except ValueError:
+                            tac = -1
+                        if 0 <= tac < U64:
+                            _, named, kernel = head.rpartition("Tactic Name: ")
+                            kernel = (kernel.strip(WS) or None) if named else None
+                            try:
+                                cost = float(tail)
+                            except ValueError:
+                                cost = cost_of(tail)
+                            blk = self._blk
+                            if blk is not None and self._op is None and self._pending is None:
+                                if tok[1:2] != "x":
+                                    self._legacy = True
+                                if len(blk.cands) < MAX_CANDIDATES:
+                                    cand = (None, tac, kernel, cost, blk.runner)
+                                    blk.cands.append(new(Candidate, cand))
+                            else:
+                                self._candidate(tac, tok[:2] in ("0x", "0X"), kernel, cost)
+                            continue
+                self.lineno = lineno
+                if self._tactic_rest(line):
+                    continue
+            op = self._op
+            if op is not None and ", 0x" in line:
+                # a sorted-table row: "<id>, <cost>, <ratio>, <correlation>, <kernel>,
+                # 0x<hash>, [<tunable>]", the hash after the last ", 0x"
+                before, _, after = line.rpartition(", 0x")
+                digits, found, _ = after.partition(",")
+                if found:
+                    parts = before.rsplit(",", 4)
+                    if len(parts) == 5:
+                        try:
+                            tac = int("0x" + digits, 16)
+                            ident = int(parts[0].rpartition(" ")[2])
+                            cost = float(parts[1])
+                        except ValueError:
+                            tac = -1
+                        if 0 <= tac < U64 and ident >= 0:
+                            if len(op.cands) < MAX_CANDIDATES:
+                                kernel = parts[4].strip(WS) or None
+                                op.cands.append(new(Candidate, (ident, tac, kernel, cost, None)))
+                            continue
+            if "Autotuning " in line:
+                self.lineno = lineno
+                if self._autotuning(line):
+                    continue
+            if "Timing Runner" in line:
+                self.lineno = lineno
+                if self._timing_runner(line):
+                    continue
+            if "Computing costs for" in line:
+                self._computing_costs(line)
+                continue
+            if "ache" in line:
+                self.lineno = lineno
+                if self._cache_line(line):
+                    continue
+            if "(tactic hash" in line:
+                self._selected(line)
+                continue
+            if "Layer" in line:
+                self.lineno = lineno
+                self._layer_misc(line)
+        self.lineno = lineno
+        out, self._out = self._out, []
+        return out
 
-    def _tactic_family(self, line: str) -> bool:
-        # Fast path for the dominant 8.6+ forms "Tactic Name: K Tactic: 0x.. Time: t" and
-        # "Tactic: 0x.. Time: t"; everything else goes through the regexes below.
-        i = line.find("Tactic: ")
-        if i >= 0:
-            j = line.find(" Time: ", i)
-            if j > 0 and not (i >= 8 and line.startswith("Fastest ", i - 8)):
-                tok = line[i + 8 : j]
-                try:
-                    tac = int(tok, 16) if tok.startswith("0x") else int(tok)
-                except ValueError:
-                    tac = -1
-                if 0 <= tac < U64:
-                    k = line.rfind("Tactic Name: ", 0, i)
-                    kernel = (line[k + 13 : i].strip(WS) or None) if k >= 0 else None
-                    cost = cost_of(line[j + 7 :])
-                    blk = self._blk
-                    if blk is not None and self._op is None and self._pending is None:
-                        if tok[1:2] != "x":
-                            self._legacy = True
-                        if len(blk.cands) < MAX_CANDIDATES:
-                            blk.cands.append(Candidate(None, tac, kernel, cost, blk.runner))
-                    else:
-                        self._candidate(tac, tok[:2] in ("0x", "0X"), kernel, cost)
-                    return True
+    # -- the Tactic family beyond candidate lines ---------------------------------------
+
+    def _tactic_rest(self, line: str) -> bool:
+        """A line with "Tactic" that is no 8.6+ candidate line (``feed_lines`` reads those)."""
         if "Fastest Tactic" in line:
             return self._fastest(line)
         if "Chose Runner Type" in line:
@@ -171,7 +214,7 @@ class LogParser(BlockState):
         if not hex_:
             self._legacy = True
         blk = self._blk
-        cand = Candidate(None, tac, kernel, cost, blk.runner if blk else None)
+        cand = tuple.__new__(Candidate, (None, tac, kernel, cost, blk.runner if blk else None))
         if blk is not None:
             if len(blk.cands) < MAX_CANDIDATES:
                 blk.cands.append(cand)
@@ -281,29 +324,6 @@ class LogParser(BlockState):
         self._flush_op()
         self._op = OpBlock(head.name, head.key, head.keyed, head.onnx, self.lineno)
 
-    def _row(self, line: str) -> bool:
-        """``<id>, <cost>, <ratio>, <correlation>, <kernel>, 0x<hash>, [<tunable>]``."""
-        h = line.rfind(", 0x")
-        e = line.find(",", h + 2)
-        if e < 0:
-            return False
-        parts = line[:h].rsplit(",", 4)
-        if len(parts) != 5:
-            return False
-        head = parts[0]
-        try:
-            tac = int(line[h + 2 : e], 16)
-            ident = int(head[head.rfind(" ") + 1 :])
-            cost = float(parts[1])
-        except ValueError:
-            return False
-        if not (0 <= tac < U64 and ident >= 0):
-            return False
-        op = self._op
-        if op is not None and len(op.cands) < MAX_CANDIDATES:
-            op.cands.append(Candidate(ident, tac, parts[4].strip(WS) or None, cost, None))
-        return True
-
     def _selected(self, line: str) -> None:
         parts = selected_parts(line)
         op = self._op
@@ -316,10 +336,10 @@ class LogParser(BlockState):
         if "got cached result" in line:
             return self._cached(line)
         if "Writing the best tactic" in line:
-            m = WRITING.search(line)
+            parts = writing_parts(line)
             op = self._op
-            if m is not None and op is not None:
-                op.written = tactic_to_int(m["tac"].rstrip(")"))
+            if parts is not None and op is not None:
+                (op.written,) = parts
                 self._flush_op()
             return True
         kind = warning_kind(line)

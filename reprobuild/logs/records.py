@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from reprobuild.logs.layerinfo import EngineLayer
+from reprobuild.logs.layermodel import EngineLayer
 from reprobuild.logs.values import json_float
 
 __all__ = ["Candidate", "LogWarning", "ParseResult", "TacticRecord"]
@@ -19,8 +19,7 @@ __all__ = ["Candidate", "LogWarning", "ParseResult", "TacticRecord"]
 class Candidate(NamedTuple):
     """One timed tactic. ``tactic_id`` exists only in sorted tables (editable/Myelin).
 
-    A tuple because logs hold millions of them and the C scanner reads their fields by
-    position; both parsers make them by calling this class.
+    A tuple because logs hold millions of them.
     """
 
     tactic_id: int | None

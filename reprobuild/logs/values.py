@@ -24,16 +24,14 @@ def tactic_to_int(text: object) -> int | None:
     tables), ``0x%016x`` (8.4+), and signed decimal (7.x/8.0, e.g. ``-3263369460438823196``).
     Normalising negatives to two's complement makes all three compare equal as integers.
     """
-    if isinstance(text, bool):
-        return None
-    if isinstance(text, int):
-        value = text
-    elif isinstance(text, str):
+    if isinstance(text, str):  # first: the log parser's case, once per tactic it reads
         t = text.strip()
         try:
             value = int(t, 16) if t[:2] in ("0x", "0X") else int(t, 10)
         except ValueError:
             return None
+    elif isinstance(text, int) and not isinstance(text, bool):
+        value = text
     else:
         return None
     if value < 0:

@@ -16,11 +16,10 @@ from hypothesis import strategies as st
 
 from reprobuild import fileio
 from reprobuild.errors import LockError, UsageError
+from reprobuild.lock import yamlparse
+from reprobuild.lock.eventread import STR, read_lock
 from reprobuild.lock.model import ExternalFile, LayerEntry, Lock, LockCandidate
-from reprobuild.lock.nodes import layers_from_nodes
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
-from reprobuild.lock.schema import Doc
-from reprobuild.lock.validate import lock_from_data
 from reprobuild.lock.yamlio import dumps_lock, load_lock, loads_lock, save_lock
 from reprobuild.types import BuildSettings, Environment
 
@@ -293,21 +292,41 @@ def test_mutated_good_lock_loads_or_raises_lockerror(data: st.DataObject) -> Non
 names = st.text(min_size=1, max_size=12) | st.sampled_from(["null", "true", "No", "fc1", "a b"])
 
 
+def _both_ways(text: str) -> tuple[Lock | None, Lock | str]:
+    """The event reader's lock (None: it declined, or the text is no YAML) and the
+    composing path's lock (or its error message), each on its own."""
+    loader = yamlparse.CLoader(text)
+    try:
+        fast = read_lock(loader, "t.lock")
+    except (yaml.YAMLError, ValueError):
+        fast = None
+    finally:
+        loader.dispose()
+    try:
+        loader, root = yamlparse.compose(text, "t.lock")
+    except LockError as err:
+        return fast, str(err)
+    try:
+        return fast, yamlparse.any_lock(loader, root, "t.lock")
+    except LockError as err:
+        return fast, str(err)
+    finally:
+        loader.dispose()
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(names, st.none() | names, st.booleans()), min_size=1, max_size=5))
-def test_canonical_layer_walk_reads_what_yaml_reads(rows) -> None:
-    """The node walk for canonical layers must agree with the YAML parser exactly."""
+def test_event_reader_reads_what_yaml_reads(rows) -> None:
+    """The event reader must take the writer's shape and agree with PyYAML exactly."""
     lock = sample_lock(len(rows))
     for i, (entry, (layer, kernel, pinned)) in enumerate(zip(lock.layers, rows, strict=True)):
         entry.layer, entry.kernel, entry.pinned = layer, kernel, pinned
         entry.candidates[1] = type(entry.candidates[1])(entry.candidates[1].tactic, kernel)
         entry.time_ms = None if i % 2 else 0.1 * (i + 1)  # a recorded time, or none
     text = dumps_lock(lock)
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    targets_node = next(v for k, v in root.value if k.value == "targets")
-    layers_node = next(v for k, v in targets_node.value[0].value if k.value == "layers")
-    fast = layers_from_nodes(layers_node)
+    fast, general = _both_ways(text)
     assert fast is not None
+    assert fast == general == lock
     raw = yaml.safe_load(text)
     assert [
         {
@@ -319,10 +338,38 @@ def test_canonical_layer_walk_reads_what_yaml_reads(rows) -> None:
             "pinned": e.pinned,
             "candidates": [{"tactic": f"0x{c.tactic:x}", "kernel": c.kernel} for c in e.candidates],
         }
-        for e in fast
+        for e in fast.layers
     ] == raw["targets"][0]["layers"]
-    assert fast == lock_from_data(Doc("t.lock", root, ""), raw).layers
-    assert dumps_lock(loads_lock(text)) == text
+    dumped = yaml.safe_dump(raw)  # other key order, block candidates, plain '0x..' quoted
+    assert _both_ways(dumped) == (lock, lock)
+
+
+def test_layer_field_names_are_strings_to_yaml() -> None:
+    """The event reader takes these keys as strings without resolving them."""
+    resolver = yaml.resolver.Resolver()
+    for name in ("layer", "key", "tactic", "kernel", "pinned", "candidates"):
+        assert resolver.resolve(yaml.ScalarNode, name, (True, False)) == STR
+
+
+_MUTANTS = st.sampled_from(
+    ['"', "'", "\\", " ", "\n", "#", "&a ", "*a", "!!str ", "- ", ":", "{", "}", "[", "]", ",",
+     "\t", "\r", "\x85", "\u2028", "\ufeff", "0", "x", "null", "true", "~", "...", "<<: "]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_event_reader_agrees_or_declines_on_edited_locks(data: st.DataObject) -> None:
+    """Change the text anywhere: the event reader gives the composing path's lock, or
+    declines (then the composing path alone decides, error message and position included)."""
+    text = GOOD.replace("layer1", "a b", 1).replace("kern_1", "null", 1)
+    at = data.draw(st.integers(0, len(text)))
+    cut = data.draw(st.integers(0, 3))
+    text = text[:at] + data.draw(_MUTANTS | st.text(max_size=3)) + text[at + cut :]
+    fast, general = _both_ways(text)
+    if fast is not None:
+        assert fast == general
+    assert (loads_lock(text) if isinstance(general, Lock) else _err(text)) == general
 
 
 def test_non_canonical_edit_still_loads() -> None:
@@ -471,6 +518,8 @@ _NOT_HERE = "invalid YAML (mapping values are not allowed here)"
         ("  optimization_level: 3\n", "  optimization_level: 3.0\n",
          "9:23: settings.optimization_level: expected an integer, got float 3.0;"),
         (_TF32, "  tf32: true\n  tf32: false\n", "13:3: duplicate key 'tf32';"),
+        # a repeated key is one by its text
+        ("      cpu:", '      1: a\n      "1": b\n      cpu:', "25:7: duplicate key '1';"),
         (_TF32, "\ttf32: true\n", "12:1: invalid YAML (found character '\\t' that cannot"),
         (_TF32, "  tf32:\n", "12:8: settings.tf32: expected true or false, got null"),
         (_TF32, "  tf32: \n", "12:8: settings.tf32: expected true or false, got null"),  # null

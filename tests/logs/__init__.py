@@ -1,1 +1,1 @@
-"""Tests of reprobuild.logs: the log parser, the C scanner, layer information, the CLI."""
+"""Tests of reprobuild.logs: the log parser, layer information, the CLI."""

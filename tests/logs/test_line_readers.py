@@ -1,15 +1,24 @@
 """The written-out line readers in ``logs/lines.py`` (string methods, no backtracking) are
-held to the regular expressions they replace. Both parsers read these lines through them, so
-the differential C-vs-Python tests cannot see a mistake in them; these tests can."""
+held to the regular expressions they replace: the written-out readers are the faster ones,
+the patterns the plainer statement of what a line means."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reprobuild.logs.lines import WS, fastest_parts, runner_parts, set_tactic_parts, strip_prefix
+from reprobuild.logs.lines import (
+    WARNINGS,
+    WS,
+    fastest_parts,
+    runner_parts,
+    set_tactic_parts,
+    strip_prefix,
+    warning_kind,
+)
 from reprobuild.logs.values import tactic_to_int
 
 FLAGS = re.ASCII
@@ -76,6 +85,50 @@ def test_fastest_reader_finds_the_regexs_layer_and_runner(line: str) -> None:
     parts = fastest_parts(line)
     if parts is not None:
         assert parts[2:] == _regex_profiled(line, line.find("Fastest Tactic: "))
+
+
+# Timing-cache messages (each pattern's own words, in the cases its flags allow) and pieces
+# to cut them with, for the gated warning patterns.
+WARNING_PHRASES = [
+    ("Cache result detected as invalid", "cache-invalid"),
+    ("Invalid timing cache", "cache-invalid"),
+    ("detected invalid timing cache", "cache-invalid"),
+    ("The Timing Cache Will Not Be Used!", "cache-not-used"),
+    ("Could not read cache", "cache-not-used"),
+    ("could NOT read timing cache", "cache-not-used"),
+    ("Cache deserialize: Error Code 1", "cache-error"),
+    ("Error Code 4: cache", "cache-error"),
+    ("Timing cache MISS", "cache-miss"),
+    ("Loaded 4096 bytes of timing cache", "cache-loaded"),
+    ("LOADED 7 BYTES OF THE TIMING CACHE", "cache-loaded"),
+    ("using existing timing cache", "cache-loaded"),
+    ("Global timing cache in use", "cache-in-use"),
+    ("Local timing cache in use", "cache-local"),
+    ("Serialized 12 timing cache entries", "cache-serialized"),
+    ("Saved 99 bytes of timing cache", "cache-serialized"),
+]
+WARNING_PIECES = st.sampled_from(
+    [p for p, _ in WARNING_PHRASES]
+    + [" ", "x", "1", "Cache", "cache", "timing ", "TIMING ", "Error Code ", "Loaded ",
+       "\u0130", "\u212a", "\u03a3", "\x1e"]
+)  # fmt: skip
+
+
+def _first_pattern(line: str) -> str | None:
+    return next((kind for kind, pattern, _ in WARNINGS if pattern.search(line)), None)
+
+
+@pytest.mark.parametrize(("phrase", "kind"), WARNING_PHRASES)
+def test_each_warning_phrase_gets_its_kind(phrase: str, kind: str) -> None:
+    assert _first_pattern(phrase) == kind
+    assert warning_kind(f"[W] [TRT] {phrase}.") == kind
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(WARNING_PIECES, max_size=8).map("".join))
+def test_warning_kind_equals_the_first_pattern_that_searches(line: str) -> None:
+    """The literal gates only skip searches that cannot match."""
+    assert warning_kind(line) == _first_pattern(line)
 
 
 def test_the_readers_on_real_lines() -> None:
