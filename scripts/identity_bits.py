@@ -77,7 +77,8 @@ def main() -> None:
             env={**base, **extra}, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if proc.returncode != 0:
-            crash = "SIGILL: not on this CPU" if proc.returncode == -4 else f"exit {proc.returncode}"
+            code = proc.returncode
+            crash = "SIGILL: not on this CPU" if code == -4 else f"exit {code}"
             lines = (proc.stderr.strip() or crash).splitlines()
             rows.append((label, {"error": lines[-1][:80]}))
             continue
@@ -90,7 +91,8 @@ def main() -> None:
         verdict = "error" if "error" in row else verdict
         digests = " ".join(f"{m}={row.get(m, '-')}" for m in args.models)
         kernels = row.get("blas_kernels", row.get("error"))
-        print(f"{label:38s} kernels={kernels!s:12s} {digests}  {verdict}  target={row.get('target')}")
+        target = row.get("target")
+        print(f"{label:38s} kernels={kernels!s:12s} {digests}  {verdict}  target={target}")
 
 
 if __name__ == "__main__":

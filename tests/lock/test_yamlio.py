@@ -519,7 +519,7 @@ _NOT_HERE = "invalid YAML (mapping values are not allowed here)"
          "9:23: settings.optimization_level: expected an integer, got float 3.0;"),
         (_TF32, "  tf32: true\n  tf32: false\n", "13:3: duplicate key 'tf32';"),
         # a repeated key is one by its text
-        ("      cpu:", '      1: a\n      "1": b\n      cpu:', "25:7: duplicate key '1';"),
+        ("      cpu:", '      1: a\n      "1": b\n      cpu:', "26:7: duplicate key '1';"),
         (_TF32, "\ttf32: true\n", "12:1: invalid YAML (found character '\\t' that cannot"),
         (_TF32, "  tf32:\n", "12:8: settings.tf32: expected true or false, got null"),
         (_TF32, "  tf32: \n", "12:8: settings.tf32: expected true or false, got null"),  # null
