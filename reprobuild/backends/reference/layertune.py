@@ -227,9 +227,8 @@ class LayerTuner:
             first = KeyChoice(fmt, keys[0], specs[0], 0.0, "default", specs)
             choice = LayerChoice(layer.index, layer.name, layer.op, [first])
             return choice, execute_spec(layer, specs[0], inputs)
-        conv = _ConvOperands(inputs, layer.attrs)
-        if layer.op != "Conv" or layer.fusion is not None:
-            conv = None
+        float_conv = layer.op == "Conv" and layer.fusion is None
+        conv = _ConvOperands(inputs, layer.attrs) if float_conv else None
         results: list[KeyChoice] = []
         best, best_output = 0, None  # only the output of the fastest key so far is kept
         for (fmt, specs), key in zip(groups, keys, strict=True):
