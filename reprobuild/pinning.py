@@ -221,9 +221,11 @@ def cross_check_kernels(
 ) -> KernelCheck:
     """Compare the built engine's per-layer kernels with the lock.
 
-    Entries are grouped by layer name (a name can repeat across keys). For every engine
-    layer that matches the name: a ``TacticValue`` or ``TacticName`` equal to a locked one
-    is fine; equal to another candidate recorded for that layer is a problem; anything else
+    Entries are grouped by layer name (a name can repeat across keys: one per format
+    combination). For every engine layer that matches the name: a ``TacticValue`` or
+    ``TacticName`` equal to a locked one of *any* of the layer's keys is fine (the builder
+    runs one key per layer, chosen by the cached times, which the tactic map does not
+    hold); equal to another candidate recorded for that layer is a problem; anything else
     (Myelin sub-kernels, fused or split layers running kernels the log never listed) is a
     warning, as is a locked layer with no matching engine layer.
     """
@@ -252,6 +254,47 @@ def cross_check_kernels(
     for op_name in sorted(groups):
         _check_layer(op_name, groups[op_name], info.layers, check)
     return check
+
+
+def idle_keys(layer_info_json: str, locked_entries: Sequence[_Entry]) -> set[str]:
+    """Keys the engine provably does not run: entries of a layer with several keys (format
+    combinations) whose tactic no matching engine layer shows, while another key's does.
+
+    The builder runs one key per layer, the one whose cached time is lowest, so a tactic
+    switched in an idle key cannot reach the outputs. Layers the inspector cannot vouch for
+    (no match, names only, no tactic shown) yield nothing: their keys count as running.
+    """
+    from reprobuild.logs.layerinfo import parse_layer_info
+
+    groups: dict[str, list[_Entry]] = {}
+    for entry in locked_entries:
+        if not entry.layer.startswith("<"):
+            groups.setdefault(entry.layer, []).append(entry)
+    groups = {name: group for name, group in groups.items() if len(group) > 1}
+    if not groups:
+        return set()
+    info = parse_layer_info(layer_info_json, "engine layer information", strict=False)
+    if info.names_only:
+        return set()
+    idle: set[str] = set()
+    for name, group in groups.items():
+        shown = [
+            (layer.tactic_value, layer.tactic_name)
+            for layer in info.layers
+            if not layer.is_reformat and engine_layer_matches(name, layer.name)
+        ]
+
+        def runs(entry: _Entry, shown: list = shown) -> bool:
+            return any(
+                (value is not None and int(value) == int(entry.tactic))
+                or (kernel is not None and kernel == entry.kernel)
+                for value, kernel in shown
+            )
+
+        running = [e for e in group if runs(e)]
+        if running:
+            idle.update(e.key for e in group if e not in running)
+    return idle
 
 
 def _check_layer(op_name: str, entries: list[_Entry], layers: Sequence, check: KernelCheck) -> None:

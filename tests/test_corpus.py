@@ -139,9 +139,12 @@ def test_tactics_reach_the_reweighted_outputs_but_not_the_light_ones(tmp_path: P
     assert map1.keys() == map2.keys() and map1 != map2
     assert differing_bits(out1[out_name], out2[out_name]) > 0
 
+    # The light model's constant weights hide the order of the im2col BLAS and tree sums;
+    # not every kernel's (a Conv's direct key, one GEMM per tap, shows), so the two builds
+    # pick those kernels on purpose rather than by seed.
     light = zoo.light_path("squeezenet")
-    lmap1, lout1 = build_and_run(light, feeds, TACTIC_SEEDS[0])
-    lmap2, lout2 = build_and_run(light, feeds, TACTIC_SEEDS[1])
+    lmap1, lout1 = build_and_run(light, feeds, "prefer:im2col_blas")
+    lmap2, lout2 = build_and_run(light, feeds, "prefer:im2col_tree8")
     assert lmap1 != lmap2  # other kernels were chosen...
     assert differing_bits(lout1[out_name], lout2[out_name]) == 0  # ...and nothing shows
 

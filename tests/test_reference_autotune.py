@@ -130,19 +130,31 @@ def test_a_forced_choice_drops_the_others_and_keeps_them_in_table_and_report(tmp
     out, lines, cache = build(backend, path)
     report = out.extra["autotune"]
     assert report["policy"]["drop_factor"] == 2.0 and report["policy"]["drop_after_runs"] == 1
-    by_layer = {entry["layer"]: entry for entry in report["layers"]}
-    assert set(by_layer) == {"conv1", "conv2", "fc"}
-    blocks = {b["layer"]: b for b in parse_blocks(lines).values()}
-    for layer, entry in by_layer.items():
+    # one entry per key: the Convs' im2col (linear) and direct (hwc) keys, the Gemm's one
+    assert sorted(e["layer"] for e in report["layers"]) == [
+        "conv1",
+        "conv1",
+        "conv2",
+        "conv2",
+        "fc",
+    ]
+    blocks = parse_blocks(lines)
+    for entry in report["layers"]:
         runs = {c["kernel"]: c["runs"] for c in entry["candidates"]}
         dropped = [c["kernel"] for c in entry["candidates"] if c["dropped"]]
+        rows = blocks[entry["key"]]["rows"]
+        if list(runs) == ["ref_conv_direct_f32"]:  # the hwc key: nothing to drop
+            assert runs == {"ref_conv_direct_f32": 3} and not dropped and len(rows) == 1
+            continue
         chosen = next(k for k in runs if "splitk4" in k)
         assert runs[chosen] == 3  # the fastest runs every round, never dropped
         assert sorted(dropped) == sorted(k for k in runs if k != chosen)
         assert all(runs[k] == 1 for k in dropped)
         # dropped candidates keep their place (and cost) in the timing table
-        assert sorted(r[3] for r in blocks[layer]["rows"]) == sorted(runs)
-        assert blocks[layer]["rows"][0][3] == chosen
+        assert sorted(r[3] for r in rows) == sorted(runs)
+        assert rows[0][3] == chosen
+    # the preferred kernel's key is the one every layer runs
+    assert all("splitk4" in c["kernel"] for c in out.extra["layers"])
     every = [c for e in report["layers"] for c in e["candidates"]]
     assert report["dropped_candidates"] == sum(c["dropped"] for c in every) > 0
     assert report["kernel_runs"] == report["timed_runs"] == sum(c["runs"] for c in every)
@@ -173,8 +185,12 @@ def test_the_build_report_records_the_policy_and_the_lock_keeps_every_candidate(
     assert "2x the best cost" in auto["policy"]["drop_rule"]
     assert auto["dropped_candidates"] > 0
     lock = load_lock("t.lock")
+    assert sorted(e["key"] for e in auto["layers"]) == sorted(e.key for e in lock.layers)
     for entry in auto["layers"]:
         (locked,) = [e for e in lock.layers if e.key == entry["key"]]
+        if locked.kernel == "ref_conv_direct_f32":  # a Conv's hwc key: its only candidate
+            assert [c.kernel for c in locked.candidates] == [locked.kernel]
+            continue
         assert "tree8" in locked.kernel
         timed = sorted(c["kernel"] for c in entry["candidates"])
         assert sorted(c.kernel for c in locked.candidates) == timed  # dropped ones included

@@ -21,7 +21,7 @@ from reprobuild.backends import get_backend
 from reprobuild.backends.base import Backend, BuildOutput, BuildSettings, Environment
 from reprobuild.backends.reference import ReferenceBackend, kernels
 from reprobuild.backends.reference.engine import read_engine, write_engine
-from reprobuild.backends.reference.knob import parse_timing_knob
+from reprobuild.backends.reference.knob import key_factor, parse_timing_knob
 from reprobuild.errors import BuildError, EngineError, UsageError
 
 PREFIX = r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[V\] \[REF\] "
@@ -392,15 +392,29 @@ def test_timing_knob_semantics() -> None:
         for noisy in ([9.0, 1.0, 1.0], [1.0, 1.0, 30.0], [1e9, 1e-9, 5.0]):
             assert knob.apply("0xk", names, noisy) == injected, text
     seeded = parse_timing_knob("seed:4").apply("0xk", names, measured)
-    assert sorted(seeded) == [1.0, 1000.0, 1000.0**2]
+    factor = key_factor("0xk")  # the key's factor, in [1, 2): it ranks a layer's keys
+    assert 1.0 <= factor < 2.0
+    assert sorted(seeded) == [factor, factor * 1000.0, factor * 1000.0**2]
     seed0 = parse_timing_knob("seed:0").apply("0xk", names, measured)
     reverse = parse_timing_knob("reverse").apply("0xk", names, measured)
     assert [seed0.index(c) for c in sorted(seed0)] == [reverse.index(c) for c in sorted(reverse)][
         ::-1
     ]
     preferred = parse_timing_knob("prefer:tree").apply("0xk", names, measured)
-    assert preferred[2] == 1.0  # the preferred kernel first, the others in seed 0's order
+    assert preferred[2] == min(preferred)  # the preferred kernel first, the others in seed 0's
     assert sorted(range(2), key=preferred.__getitem__) == sorted(range(2), key=seed0.__getitem__)
+    # between keys: every knob ranks keys by their factor alone (a re-recording under
+    # another knob runs the same keys), except that a key with a preferred kernel beats
+    # any key without one
+    keys = [f"0x{i:032x}" for i in range(8)]
+    best = {
+        text: [min(parse_timing_knob(text).apply(k, names, measured)) for k in keys]
+        for text in ("seed:0", "seed:1", "reverse", "prefer:k_")
+    }
+    assert best["seed:0"] == best["seed:1"] == best["reverse"] == best["prefer:k_"]
+    assert best["seed:0"] == [key_factor(k) for k in keys] and len(set(best["seed:0"])) == 8
+    without = min(parse_timing_knob("prefer:tree").apply("0xj", ["k_blas", "k_split2"], [1, 1]))
+    assert min(preferred) < 2.0 < 1000.0 <= without
     # candidates in another order keep their costs: the rule follows names, not positions
     perm = [2, 0, 1]
     shuffled = parse_timing_knob("seed:4").apply("0xk", [names[i] for i in perm], measured)
@@ -456,8 +470,14 @@ def test_pinned_tactic_is_used_and_a_bad_pin_fails(backend, tmp_path) -> None:
     path = cnn_model(tmp_path)
     first, _, cache = build(backend, path)
     conv1 = next(c for c in first.extra["layers"] if c["name"] == "conv1")
-    other = next(n for n in conv1["candidates"] if n != conv1["kernel"])
-    assert cache.update(conv1["key"], kernels.KERNELS[other].tactic_hash, 1.0) is True
+    # the im2col (linear) key has several candidates; a time below every other key's (the
+    # injected costs are at least 1 ms) makes the layer run it
+    linear = next(k for k in conv1["keys"] if k["format"] == "linear")
+    other = next(n for n in kernels.KERNELS if "conv_im2col" in n and n.endswith("_f32"))
+    if other == linear["kernel"]:
+        other = "ref_conv_im2col_splitk4_f32"
+    conv1 = {**conv1, "key": linear["key"]}
+    assert cache.update(conv1["key"], kernels.KERNELS[other].tactic_hash, 0.5) is True
     assert cache.update("0x" + "0" * 32, 1, 1.0) is False  # TensorRT: only existing keys
     pinned, lines, _ = build(backend, path, cache=cache)
     assert tactic_names(pinned)["conv1"] == other

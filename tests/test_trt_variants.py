@@ -129,6 +129,19 @@ def _behaviour_was_seen(variant: str, trt: ModuleType, out: dict, tmp_path: Path
         assert names.count("conv1") == 2 and names.count("conv2") == 2
         reformat = [n for n in names if n.startswith("Reformatting ")]
         assert len(reformat) == 1 and len(lock.layers) == 6
+        # each Conv runs the tactic of its key with the lowest cached time
+        from reprobuild.backends.tensorrt.backend import TensorRTBackend
+
+        cache_file = next((tmp_path / "caches").iterdir())
+        cache = TensorRTBackend().create_timing_cache(cache_file.read_bytes())
+        info = json.loads((tmp_path / "b.engine.layers.json").read_text())
+        shown = {
+            e["Metadata"]: int(e["TacticValue"], 16) for e in info["Layers"] if "TacticValue" in e
+        }
+        for conv in ("conv1", "conv2"):
+            values = [cache.query(e.key) for e in lock.layers if e.layer == conv]
+            fastest = min(values, key=lambda v: v.time_ms)
+            assert shown[f"[ONNX Layer: {conv}]"] == fastest.tactic_hash
     elif variant == "keyless-cask":
         # Named from the Cask tables (or "<one of conv1, conv2>" when both chose one kernel).
         assert len(names) == 3 and not any(n.startswith("<cache-only") for n in names)

@@ -58,9 +58,13 @@ def test_control_switches_one_layer_and_reports_power(work: Path) -> None:
     lock = load_lock("t.lock")
     r = verify(lock="t.lock", backend="reference", rebuilds=2)
     assert r.reproducible and r.power is True
-    (probe,) = r.control.probes  # the first layer in lock order already reaches the output
-    first = lock.layers[0]
-    assert probe.layer == first.layer and probe.tried == alternative(first)[0] != first.tactic
+    # the first key in lock order that has another candidate and that the engine runs (a
+    # Conv runs one of its two keys) already reaches the output
+    (probe,) = r.control.probes
+    meta = ReferenceBackend().engine_metadata(Path("t.lock.engine").read_bytes())
+    running = {m["key"] for m in meta["layers"]}
+    first = next(e for e in lock.layers if alternative(e) and e.key in running)
+    assert probe.key == first.key and probe.tried == alternative(first)[0] != first.tactic
     assert probe.changed and 0 < probe.bits_flipped < probe.bits_total
     assert 0 < probe.max_abs < 1e-4  # other rounding, same maths
     doc = r.to_json()
@@ -74,18 +78,27 @@ def test_sensitivity_maps_every_layer(work: Path, cli) -> None:
         "verify", "--lock", "t.lock", "--backend", "reference", "-n", "1", "-q", "--sensitivity"
     )
     assert r.code == 0, r
-    assert "sensitivity: 3 of 3 layers reach the outputs" in r.out
+    # every key with another candidate is switched: the three the engine runs reach the
+    # outputs; a Conv's key that the engine does not run cannot
+    meta = ReferenceBackend().engine_metadata(Path("t.lock.engine").read_bytes())
+    running = {m["key"] for m in meta["layers"]}
+    lock = load_lock("t.lock")
+    switchable = [e for e in lock.layers if len(e.candidates) > 1]
+    idle = [e for e in switchable if e.key not in running]
+    n = len(switchable)
+    assert f"sensitivity: {n - len(idle)} of {n} layers reach the outputs" in r.out
     r = cli(
         "verify", "--lock", "t.lock", "--backend", "reference", "-n", "1", "-q", "--json",
         "--sensitivity", "--no-control",
     )  # fmt: skip
     doc = json.loads(r.out)
     assert doc["power"] is None and doc["control"] is None
-    rows = {p["layer"]: p for p in doc["sensitivity"]}
-    assert set(rows) == {"conv1", "conv2", "fc"}
-    assert all(p["changed"] and p["bits_flipped"] > 0 and p["error"] is None for p in rows.values())
-    lock = load_lock("t.lock")
-    assert all(rows[e.layer]["locked"] == f"0x{e.tactic:x}" for e in lock.layers)
+    rows = {p["key"]: p for p in doc["sensitivity"]}
+    assert set(rows) == {e.key for e in switchable}
+    for e in switchable:
+        p = rows[e.key]
+        assert p["layer"] == e.layer and p["locked"] == f"0x{e.tactic:x}" and p["error"] is None
+        assert p["changed"] == (p["bits_flipped"] > 0) == (e.key in running)
 
 
 def test_flat_model_has_no_power_and_says_so(work: Path, cli) -> None:

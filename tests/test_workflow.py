@@ -38,6 +38,15 @@ def _engine_layers(path: Path) -> dict[str, str]:
     return {layer["name"]: layer["kernel"] for layer in meta["layers"]}
 
 
+def _running_entry(lock: str, engine: str):
+    """The lock entry of the key a Conv runs in ``engine``, for a Conv that runs an im2col
+    key (a direct key has no other candidate to switch to)."""
+    meta = ReferenceBackend().engine_metadata(Path(engine).read_bytes())
+    entries = {e.key: e for e in load_lock(lock).layers}
+    running = [entries[m["key"]] for m in meta["layers"] if m["op"] == "Conv"]
+    return next(e for e in running if len(e.candidates) > 1)
+
+
 def _outputs(engine: Path, seed: int = 0) -> np.ndarray:
     (inp,) = ReferenceBackend().engine_metadata(engine.read_bytes())["inputs"]
     shape = tuple(inp["shape"])
@@ -52,16 +61,24 @@ def _build(model: str, lock: str, out: str, timing: str = "", **kw):
 
 def test_record_writes_lock_report_and_cache(work: Path) -> None:
     r = _build("cnn.onnx", "t.lock", "cnn.engine")
-    assert r.recorded and r.lock_written and r.layers == 3 and r.timed == 3
+    # each 3x3 Conv has two keys (im2col and direct formats), the Gemm one
+    assert r.recorded and r.lock_written and r.layers == 5 and r.timed == 5
     lock = load_lock("t.lock")
-    assert sorted(e.layer for e in lock.layers) == ["conv1", "conv2", "fc"]
-    assert all(len(e.candidates) >= 4 and e.candidate(e.tactic) for e in lock.layers)
+    assert sorted(e.layer for e in lock.layers) == ["conv1", "conv1", "conv2", "conv2", "fc"]
+    assert all(e.candidate(e.tactic) for e in lock.layers)
+    direct = [e for e in lock.layers if e.kernel == "ref_conv_direct_f32"]
+    assert sorted(e.layer for e in direct) == ["conv1", "conv2"]
+    assert all(len(e.candidates) >= 4 for e in lock.layers if e not in direct)
     assert lock.model.path == "cnn.onnx" and lock.environment.backend == "reference"
     report = json.loads(Path(r.report_path).read_text())
-    assert {rec["layer"] for rec in report["records"]} == {"conv1", "conv2", "fc"}
-    assert all(rec["num_candidates"] >= 4 for rec in report["records"])
+    assert sorted(rec["layer"] for rec in report["records"]) == sorted(e.layer for e in lock.layers)
+    assert sorted(rec["num_candidates"] for rec in report["records"]) == [1, 1, 4, 4, 4]
     assert len(list(Path("caches").glob("reference-*.cache"))) == 1
-    assert _engine_layers(Path("cnn.engine")) == {e.layer: e.kernel for e in lock.layers}
+    # the engine runs one of each layer's locked kernels: the one of its cheapest key
+    engine = _engine_layers(Path("cnn.engine"))
+    for name, kernel in engine.items():
+        keys = [e for e in lock.layers if e.layer == name]
+        assert kernel in {e.kernel for e in keys}
 
 
 def test_lock_reproduces_under_different_timings(work: Path) -> None:
@@ -103,7 +120,7 @@ def test_pin_then_build_uses_the_pinned_kernel(work: Path, cli) -> None:
 def test_frozen_with_stale_lock_fails_and_writes_nothing(work: Path, cli) -> None:
     _build("cnn.onnx", "t.lock", "cnn.engine")
     lock = load_lock("t.lock")
-    lock.layers = [e for e in lock.layers if e.layer != "conv2"]
+    lock.layers = [e for e in lock.layers if e.layer != "conv2"]  # both of its keys
     save_lock(lock, "t.lock")
     before = Path("t.lock").read_bytes()
     engine_before = Path("cnn.engine").read_bytes()
@@ -120,13 +137,14 @@ def test_frozen_with_stale_lock_fails_and_writes_nothing(work: Path, cli) -> Non
         "cnn.engine",
     )
     assert r.code == 1, r
-    assert "stale: 1 layers missing from the lock" in r.err and "--frozen" in r.err
+    assert "stale: 2 layers missing from the lock" in r.err and "--frozen" in r.err
     assert Path("t.lock").read_bytes() == before
     assert Path("cnn.engine").read_bytes() == engine_before
     # Without --frozen the lock is brought up to date, like `cargo build` does.
     r = cli("build", "cnn.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
     assert r.code == 0, r
-    assert sorted(e.layer for e in load_lock("t.lock").layers) == ["conv1", "conv2", "fc"]
+    names = sorted(e.layer for e in load_lock("t.lock").layers)
+    assert names == ["conv1", "conv1", "conv2", "conv2", "fc"]
 
 
 def test_frozen_without_lock_is_usage_error(work: Path, cli) -> None:
@@ -215,7 +233,7 @@ def test_verify_passes_on_a_good_lock(work: Path, cli) -> None:
         "-q",
     )
     assert r.code == 0, r
-    assert "REPRODUCIBLE: 2 rebuilds of 3 layers" in r.out and "the check has power" in r.out
+    assert "REPRODUCIBLE: 2 rebuilds of 5 layers" in r.out and "the check has power" in r.out
     report = json.loads(Path("v.json").read_text())
     assert report["reproducible"] is True and report["power"] is True
     hashes = {b["output_sha256"]["output"] for b in report["builds"]}
@@ -274,14 +292,19 @@ def test_verify_fails_naming_the_layer_changed_behind_its_back(work: Path) -> No
 
 
 def test_bisect_finds_a_planted_layer(work: Path, cli) -> None:
-    _build("cnn.onnx", "a.lock", "cnn.engine")
+    # the Convs run their im2col keys, which have other candidates to plant
+    _build("cnn.onnx", "a.lock", "cnn.engine", timing="prefer:im2col")
     shutil.copy("a.lock", "b.lock")
-    conv2 = next(e for e in load_lock("a.lock").layers if e.layer == "conv2")
-    other = next(c for c in conv2.candidates if c.tactic != conv2.tactic)
-    assert cli("pin", "layer=conv2", f"tactic=0x{other.tactic:x}", "--lock", "b.lock").code == 0
+    conv = _running_entry("a.lock", "cnn.engine")
+    other = next(c for c in conv.candidates if c.tactic != conv.tactic)
+    # the Conv has two keys: a pin by name asks which one
+    r = cli("pin", f"layer={conv.layer}", f"tactic=0x{other.tactic:x}", "--lock", "b.lock")
+    assert r.code == 2 and "is ambiguous" in r.err and "key=0x" in r.err
+    r = cli("pin", f"key={conv.key}", f"tactic=0x{other.tactic:x}", "--lock", "b.lock")
+    assert r.code == 0, r
     r = bisect(lock="a.lock", against="b.lock", backend="reference")
     assert r.outputs_differ
-    assert [c["layer"] for c in r.culprits] == ["conv2"]
+    assert [(c["layer"], c["key"]) for c in r.culprits] == [(conv.layer, conv.key)]
     assert r.culprits[0]["tactic_b"] == f"0x{other.tactic:x}"
     out = cli(
         "bisect",
@@ -294,7 +317,7 @@ def test_bisect_finds_a_planted_layer(work: Path, cli) -> None:
         "--json",
         "-q",
     )
-    assert out.code == 1 and json.loads(out.out)["culprits"][0]["layer"] == "conv2"
+    assert out.code == 1 and json.loads(out.out)["culprits"][0]["layer"] == conv.layer
 
 
 def test_bisect_of_identical_locks(work: Path) -> None:
@@ -394,17 +417,17 @@ def test_model_zoo_squeezenet_through_the_cli(work: Path, cli) -> None:
     r = cli("build", "sq.onnx", "--lock", "sq.lock", "--backend", "reference", "-q", "--json")
     assert r.code == 0, r
     data = json.loads(r.out)
-    assert data["layers"] == 26 and data["recorded"] is True
+    assert data["layers"] == 35 and data["recorded"] is True  # 26 layers, 9 with 2 keys
     r = cli("build", "sq.onnx", "--lock", "sq.lock", "--backend", "reference", "-q", "--frozen")
     assert r.code == 0, r
-    assert "26 cache hits, 0 timed" in r.out
+    assert "35 cache hits, 0 timed" in r.out
     r = cli("verify", "--lock", "sq.lock", "--backend", "reference", "-n", "2", "-q", "--json")
     assert r.code == 0, r
     report = json.loads(r.out)
-    assert report["reproducible"] and report["layers"] == 26
+    assert report["reproducible"] and report["layers"] == 35
     assert len({b["output_sha256"]["softmaxout_1"] for b in report["builds"]}) == 1
     assert report["power"] is False
-    assert len(report["control"]["probes"]) == 26
+    assert len(report["control"]["probes"]) == 26  # the 9 direct keys have no alternative
     assert not any(p["changed"] for p in report["control"]["probes"])
 
 

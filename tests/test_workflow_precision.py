@@ -95,8 +95,11 @@ def _rows(plan) -> list[tuple[str, str, str, str]]:
     return [(n.node, n.op, n.precision, n.rule) for n in plan.nodes]
 
 
-def _kernels(lock_path: Path) -> dict[str, str]:
-    return {e.layer: e.kernel for e in load_lock(lock_path).layers}
+def _kernels(engine: Path) -> dict[str, str]:
+    """The kernel each autotuned layer runs (a Conv has two keys in the lock, one per format
+    combination, and runs one of them)."""
+    meta = ReferenceBackend().engine_metadata(engine.read_bytes())
+    return {layer["name"]: layer["kernel"] for layer in meta["layers"]}
 
 
 def _same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
@@ -127,7 +130,7 @@ def test_build_records_per_node_rules_and_show_prints_them(cli, tmp: Path) -> No
     assert _rows(plan) == RULE_PLAN
     assert all(n.accumulate is None for n in plan.nodes)
     # The plan reached the builder: FP32 layers got FP32 kernels, the FP16 one FP16 kernels.
-    kernels = _kernels(tmp / "a.lock")
+    kernels = _kernels(tmp / "a.engine")
     assert set(kernels) == {"conv1", "conv2", "fc"}
     assert kernels["conv1"].endswith("_f32") and kernels["fc"].endswith("_f32")
     assert "_f16_" in kernels["conv2"]
@@ -236,7 +239,7 @@ def test_new_calibration_with_lock_keeps_plan_and_bits(
         cli, tmp, CNN, *RULE_OPTS, lock="unlocked", out="unlocked", cache="fresh2", timing="reverse"
     )
     assert r.code == 0, r
-    assert _kernels(tmp / "unlocked.lock") != _kernels(tmp / "a.lock")
+    assert _kernels(tmp / "unlocked.engine") != _kernels(tmp / "first.engine")
 
     # verify rebuilds from the lock (its plan, not re-derived) and agrees bit for bit.
     r = cli(
@@ -309,7 +312,7 @@ def test_fp32_accumulate_changes_only_matrix_layers(
     assert {n.op for n in plan16.nodes if n.op in MATRIX_OPS} == {"Conv", "Gemm"}
 
     # The FP16 plan got FP16-accumulating kernels; FP32 accumulation runs FP32 kernels.
-    k16, k32 = _kernels(tmp / "f16.lock"), _kernels(tmp / "acc32.lock")
+    k16, k32 = _kernels(tmp / "f16.engine"), _kernels(tmp / "acc32.engine")
     assert set(k16) == set(k32) == {"conv1", "conv2", "fc"}
     assert all(k.endswith("_f16_f16acc") for k in k16.values()), k16
     assert all(k.endswith("_f32") for k in k32.values()), k32
@@ -335,11 +338,11 @@ def test_fp32_accumulate_changes_only_matrix_layers(
         timing="prefer:blas_f32",
     )
     assert r.code == 0, r
-    assert set(_kernels(tmp / "f16b.lock").values()) == {
+    assert set(_kernels(tmp / "f16b.engine").values()) == {
         "ref_conv_im2col_blas_f16_f32acc",
         "ref_gemm_blas_f16_f32acc",
     }
-    assert set(_kernels(tmp / "acc32b.lock").values()) == {
+    assert set(_kernels(tmp / "acc32b.engine").values()) == {
         "ref_conv_im2col_blas_f32",
         "ref_gemm_blas_f32",
     }
@@ -402,7 +405,7 @@ def test_allow_env_change_keeps_precision_plan(cli, tmp: Path) -> None:
     assert r.code == 0, r
     # The plan is decided on the CPU, independent of the GPU: re-recording keeps it.
     assert load_lock(tmp / "a.lock").precision == plan
-    assert "_f16_" in _kernels(tmp / "a.lock")["conv2"]
+    assert "_f16_" in _kernels(tmp / "b.engine")["conv2"]
 
 
 @pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
@@ -486,7 +489,7 @@ def test_mixed_precision_model_records_observed_plan(cli, tmp: Path) -> None:
     assert plan is not None and plan.mode == "observed"
     assert plan.calibration is None
     assert _rows(plan) == OBSERVED
-    kernels = _kernels(tmp / "m.lock")
+    kernels = _kernels(tmp / "m.engine")
     assert "_f16_" in kernels["fc2"]
     assert kernels["fc1"].endswith("_f32") and kernels["fc3"].endswith("_f32")
 

@@ -19,6 +19,7 @@ from reprobuild.backends.base import Backend
 from reprobuild.errors import ReprobuildError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.lock.model import LayerEntry, Lock
+from reprobuild.pinning import idle_keys
 from reprobuild.workflow.pinned import pinned_build
 
 
@@ -124,6 +125,7 @@ class ProbeContext:
     feeds: dict[str, Any]
     reference: dict[str, Any]
     progress: Progress
+    layer_info: str | None = None  # the locked build's engine inspector JSON, when known
 
     def probe(self, entry: LayerEntry, tactic: int, kernel: str | None) -> TacticProbe:
         """Build with ``entry`` switched to ``tactic`` (everything else locked) and run."""
@@ -162,8 +164,13 @@ class ProbeContext:
 
 def positive_control(ctx: ProbeContext, limit: int | None = None) -> Control:
     """Switch one layer at a time, in lock order, until the outputs change (or ``limit``
-    layers were tried)."""
+    layers were tried). Keys the engine provably does not run (another format combination
+    of a layer that runs one of its other keys, :func:`.pinning.idle_keys`) come last: a
+    tactic switched there cannot reach the outputs."""
     switchable = [(e, alt) for e in ctx.lock.layers if (alt := alternative(e)) is not None]
+    if ctx.layer_info:
+        idle = idle_keys(ctx.layer_info, ctx.lock.layers)
+        switchable.sort(key=lambda pair: pair[0].key in idle)  # stable: lock order otherwise
     probes: list[TacticProbe] = []
     for entry, (tactic, kernel) in switchable[:limit]:
         ctx.progress(Step(f"control: layer {entry.layer!r} -> {kernel or f'0x{tactic:x}'}"))

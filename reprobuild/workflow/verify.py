@@ -174,6 +174,7 @@ def verify(
     names = {e.key: e.layer for e in data.layers}
     checks: list[BuildCheck] = []
     first_outputs: dict[str, Any] | None = None
+    first_layer_info: str | None = None
     plan_check: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory(prefix="reprobuild-verify-") as tmp:
         built_model, _, _ = prepare_model(model_path, data, None, True, Path(tmp), lock_path)
@@ -210,7 +211,7 @@ def verify(
             progress(Step(f"running engine {i + 1}/{rebuilds}"))
             outputs = be.run(pb.output.engine, feeds)
             if first_outputs is None:
-                first_outputs = outputs
+                first_outputs, first_layer_info = outputs, pb.output.layer_info
                 set_outputs = run_sets(
                     partial(be.run, pb.output.engine), sets, model_path, data.settings
                 )
@@ -232,7 +233,9 @@ def verify(
         digest = outputs_digest(first_outputs or {})
         ok = not differing and not any(c.drift or c.problems for c in checks)
         ok = ok and recorded in (None, digest)
-        ctx = ProbeContext(be, built_model, data, cfile, feeds, first_outputs or {}, progress)
+        ctx = ProbeContext(
+            be, built_model, data, cfile, feeds, first_outputs or {}, progress, first_layer_info
+        )
         ctl = positive_control(ctx, control_limit) if control and ok else None
         sens = sensitivity(ctx) if with_sensitivity else None
         getattr(be, "release", lambda: None)()  # its engine and ONNX Runtime's: not both

@@ -21,9 +21,12 @@ nothing public rules out. Each is named, so a test can run the whole workflow un
 
 - ``hit-headers``: a key served from the cache still prints ``Autotuning op X(key: K)``,
   a one-row table and the selected-tactic line (only ``Writing ... to cache`` is missing).
-- ``multi-key``: a Conv gets a second key for another format combination (its own table,
-  same op name), and the network one reformat key that no log line names; the inspector
-  shows a ``Reformat`` layer with its ``TacticValue``.
+- ``multi-key``: a Conv gets a second key for another format combination (NHWC: its own
+  channels-last candidates and table, same op name) and runs the combination whose
+  cached or measured time is lowest, so the times decide between a layer's keys (see
+  ``_impl``'s docstring for where TensorRT is seen doing it); the network gets one
+  reformat key that no log line names; the inspector shows a ``Reformat`` layer with its
+  ``TacticValue``.
 - ``keyless-cask``: Conv layers print the 10.x runner format (``Computing costs for``,
   ``Tactic Name: ... Tactic: 0x... Time:``, ``Chose Runner Type``) with no key at all.
 - ``myelin-names``: Myelin engine layers rotate through one copy per profile

@@ -13,6 +13,24 @@ What is emulated, at the level the backend's control flow needs:
   its own key; without it identical layers share one. Keys depend on the network, shapes,
   profiles, flags, settings, version and device. Optimization level 0 ignores the cache.
 - A cached tactic that the layer cannot use fails the *next build* (not ``update``).
+- ``multi-key``: a Conv is tuned once per format combination (NCHW, NHWC), each with its
+  own key, candidates and table, and the combination whose time is lowest runs, the
+  cached time when the key is in the cache (ties: NCHW). Recorded times carry run-to-run
+  noise drawn per build, so two recordings can disagree on the format as on the tactic,
+  and ``update(key, value)`` with other times flips the choice of a locked build. Where
+  TensorRT is seen doing this: its optimizer "choose[s] the algorithms that globally
+  minimize the execution time of the engine ... by timing each implementation"
+  (https://docs.nvidia.com/deeplearning/tensorrt/10.16.1/inference-library/precision-control.html,
+  "Algorithm Selection and Reproducible Builds", which points to the editable timing
+  cache); an algorithm is a tactic *and* the formats of its inputs and outputs, with its
+  own time (``IAlgorithm.getTimingMSec``, ``IAlgorithmIOInfo`` strides; deprecated in 10.8
+  for "editable mode in ITimingCache",
+  https://docs.nvidia.com/deeplearning/tensorrt/latest/_static/python-api/infer/AlgorithmSelector/pyAlgorithmSelector.html);
+  and a verbose log times one layer once per ``Autotuning format combination: Float(...)
+  -> Float(...)`` (``tests/fixtures/trt-logs/trt1016_cookbook_trtexec_verbose_excerpt.log``,
+  from NVIDIA/trt-samples-for-hackathon-cn ``cookbook/07-Tool/trtexec/result-02.log``).
+  Real TensorRT also weighs the reformat layers a format needs (a global choice); the
+  stand-in compares the layer's own times only.
 - ``ITimingCache``: ``queryKeys()``, ``query()`` (missing -> ``tacticHash == 2**64 - 1``),
   ``update()`` (only existing keys; NaN deletes; an invalid value returns False),
   ``combine()`` (never overrides), ``reset()``, ``serialize()``; loading bytes from another
@@ -524,8 +542,9 @@ class _Candidate:
         self.tactic_hash = int(_hex_digest("tactic", kernel, n=13), 16)
 
 
-def _candidates(state, op, config):
-    """Every tactic the layer could use (before max_num_tactics limits the timed ones)."""
+def _candidates(state, op, config, combo=""):
+    """Every tactic the layer could use (before max_num_tactics limits the timed ones); a
+    Conv's NHWC format combination (``multi-key``) has channels-last kernels of its own."""
     m = state.module
     tf32 = config.get_flag(m.BuilderFlag.TF32)
     sm = state.sm
@@ -537,15 +556,18 @@ def _candidates(state, op, config):
             f"sm{sm}_xmma_gemm_f32f32_{math_}_tilesize{t}_warpsize2x1x2_{inst}" for t in tiles
         ]
     else:
+        layout = "nhwckrsc_nhwc" if combo == "fmt:NHWC" else "nchwkcrs_nchw"
         kernels = [
-            f"sm{sm}_xmma_fprop_implicit_gemm_f32f32_{'tf32' if tf32 else 'f32'}f32_f32_nchwkcrs"
-            f"_nchw_tilesize{t}"
+            f"sm{sm}_xmma_fprop_implicit_gemm_f32f32_{'tf32' if tf32 else 'f32'}f32_f32_{layout}"
+            f"_tilesize{t}"
             for t in ("64x32x32_stage5", "128x64x32_stage3")
         ]
         if config.get_tactic_sources() & (1 << int(m.TacticSource.EDGE_MASK_CONVOLUTIONS)):
             kernels.append(f"sm{sm}_xmma_fprop_implicit_gemm_edge_mask_tilesize64x64x32")
         if config.get_tactic_sources() & (1 << int(m.TacticSource.JIT_CONVOLUTIONS)):
             kernels.append(f"sm{sm}_jit_convolution_tilesize32x32")
+        if combo == "fmt:NHWC":
+            kernels = [k if "nhwc" in k else f"{k}_nhwc" for k in kernels]
     level = config.builder_optimization_level
     if level == 1:
         kernels = kernels[: max(1, len(kernels) // 2)]
@@ -588,19 +610,20 @@ class _Tuner:
         _say(self.log, "VERBOSE", msg)
 
     def tune(self, index, node, combo):
+        """(the tactic, the key's time in ms: cached or just measured), or None on an error."""
         st, op, name = self.st, node["op"], node["name"]
         nonce = self.build_no if name in st.rekey_ops else 0
         # Editable: one key per layer. Otherwise identical layers share a key (the stand-in
         # does not track per-node shapes, so "identical" means "same op type").
         per_layer = (index, node["inputs"]) if self.editable else "shared"
         key = "0x" + _hex_digest(self.salt, op, per_layer, nonce, *([combo] if combo else []))
-        allowed = _candidates(st, op, self.config)
+        allowed = _candidates(st, op, self.config, combo)
         limit = self.config.max_num_tactics
         timed = allowed[:limit] if limit > 0 else allowed
         marker = " (foreignNode) " if op != "Conv" else ""
         entries = self.cache._entries
         if self.config.builder_optimization_level == 0:
-            return timed[0]
+            return timed[0], 0.0
         if key in entries:
             cached = entries[key][0]
             match = [c for c in allowed if c.tactic_hash == cached]
@@ -617,8 +640,8 @@ class _Tuner:
                 self._table(marker, name, key, [(entries[key][1], 0, chosen)], write=False)
             if op != "Conv" and self.compile_cache and key in self.cache._compiled:
                 # Reused JIT compilation: the kernel compiled earlier, whatever the cache says.
-                return self.cache._compiled[key]
-            return chosen
+                return self.cache._compiled[key], entries[key][1]
+            return chosen, entries[key][1]
         if self.miss_is_error:
             _say(self.log, "ERROR", f"Timing cache miss for node {name} (key: {key})")
             return None
@@ -640,7 +663,7 @@ class _Tuner:
         entries[key] = (chosen.tactic_hash, stored)
         if op != "Conv" and self.compile_cache:
             self.cache._compiled[key] = chosen
-        return chosen
+        return chosen, stored
 
     def _table(self, marker, name, key, costs, *, write):
         say = self.say
@@ -825,13 +848,15 @@ class Builder(_Strict):
                 )
                 myelin += 1
                 continue
-            chosen = tuner.tune(index, node, "")
-            if chosen is None:
-                return None
-            if op == "Conv" and "multi-key" in st.behaviours:
-                # A second format combination gets its own key (and its own table).
-                if tuner.tune(index, node, "fmt:NHWC") is None:
+            combos = ("", "fmt:NHWC") if op == "Conv" and "multi-key" in st.behaviours else ("",)
+            tuned = []
+            for combo in combos:  # each format combination has its own key and table
+                result = tuner.tune(index, node, combo)
+                if result is None:
                     return None
+                tuned.append(result)
+            # The combination whose (cached or measured) time is lowest runs; ties: the first.
+            chosen = min(enumerate(tuned), key=lambda it: (it[1][1], it[0]))[1][0]
             chosen_by_node[name] = chosen.tactic_hash
             if op == "Conv":
                 layer_name = name

@@ -6,18 +6,11 @@ deterministic pseudo-random inputs (``numpy.random.default_rng(0)``, uniform in 
 for float inputs, zeros otherwise), shaped by ``BuildSettings.input_shapes`` (the ``opt``
 shape) or by the graph's static dimensions.
 
-Per autotuned layer: the key (``"0x"`` + 32 hex) hashes the layer's identity (graph
-position, name, op, attributes, input shapes and dtypes) with the environment and build
-settings fingerprints. If the timing cache holds the key, the cached tactic is used without
-timing (and must be one of the layer's candidates, else ``BuildError``); otherwise the
-candidates are timed by :mod:`.autotune`'s policy (at most ``avg_timing_iterations`` or 3
-runs each, the first one counted, clearly slower ones dropped early, a Conv's im2col made
-once), and the cheapest wins and is written to the cache.
-
-Settings that shape the candidate list: ``optimization_level`` 0 ignores the timing cache
-and uses each layer's first (BLAS) kernel, as TensorRT's level 0 ignores its cache;
-``workspace`` drops kernels whose scratch memory exceeds it; ``max_num_tactics`` keeps the
-first N. Every setting is part of each key's fingerprint.
+Per autotuned layer, :mod:`.layertune` resolves one timing-cache key per format combination
+(:mod:`.formats`: a float Conv has two, ``linear`` for the im2col kernels and ``hwc`` for
+``direct``), each from the cache or by timing, and the layer runs the key with the lowest
+time. The engine records, per layer, the key and kernel it runs and every key's tactic and
+time; its layer information (the engine inspector's JSON) shows the kernel that runs.
 """
 
 from __future__ import annotations
@@ -26,8 +19,6 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +26,13 @@ import numpy as np
 import onnx
 
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
-from reprobuild.backends.reference import int8, kernels, modelcache
-from reprobuild.backends.reference.autotune import AutotunePolicy, AutotuneStats, tune
-from reprobuild.backends.reference.buildlog import (
-    BuildLog,
-    autotune_lines,
-    tensor_format,
-    tensor_info,
-)
+from reprobuild.backends.reference import kernels, modelcache
+from reprobuild.backends.reference.autotune import AutotunePolicy, AutotuneStats
+from reprobuild.backends.reference.buildlog import BuildLog, tensor_info
 from reprobuild.backends.reference.engine import write_engine
 from reprobuild.backends.reference.knob import TimingKnob
-from reprobuild.backends.reference.prepared import (
-    Layer,
-    PreparedModel,
-    execute_spec,
-    input_dtype,
-    prepare,
-)
+from reprobuild.backends.reference.layertune import LayerChoice, LayerTuner
+from reprobuild.backends.reference.prepared import Layer, PreparedModel, input_dtype, prepare
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError, ReprobuildError, UsageError
 from reprobuild.limits import check_tensor_bytes
@@ -59,54 +40,7 @@ from reprobuild.limits import check_tensor_bytes
 _LAYER_TYPES = {"Conv": "RefConvolution", "MatMul": "RefMatrixMultiply", "Gemm": "RefGemm"}
 
 
-def layer_key(layer: Layer, inputs: Sequence[Any], environment_fp: str, settings_fp: str) -> str:
-    """One key per layer (editable mode): identity + shapes + environment + settings."""
-    identity = {
-        "key_version": 1,
-        "environment": environment_fp,
-        "settings": settings_fp,
-        "index": layer.index,
-        "name": layer.name,
-        "domain": layer.domain,
-        "op": layer.op,
-        "attributes": {
-            a.name: hashlib.sha256(a.SerializeToString(deterministic=True)).hexdigest()
-            for a in layer.node.attribute
-        },
-        "inputs": [
-            None if v is None else [list(np.shape(v)), str(np.asarray(v).dtype)] for v in inputs
-        ],
-    }
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return "0x" + digest[:32]
-
-
 # -- the build --------------------------------------------------------------------------------
-@dataclass
-class LayerChoice:
-    index: int
-    name: str
-    op: str
-    key: str
-    spec: kernels.KernelSpec
-    time_ms: float
-    source: str  # "timed" | "cache" | "default"
-    candidates: list[kernels.KernelSpec] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "op": self.op,
-            "key": self.key,
-            "kernel": self.spec.name,
-            "tactic": f"0x{self.spec.tactic_hash:016x}",
-            "time_ms": self.time_ms,
-            "source": self.source,
-            "candidates": [c.name for c in self.candidates],
-        }
-
-
 def check_settings(settings: BuildSettings) -> None:
     if not 0 <= settings.optimization_level <= 5:
         raise UsageError(
@@ -219,117 +153,12 @@ class Builder:
         environment: Environment,
         knob: TimingKnob,
     ) -> None:
-        self.settings = settings
-        self.cache = cache
-        self.log = log
-        self.environment = environment
-        self.env_fp = environment.fingerprint()
-        self.settings_fp = settings.fingerprint()
-        self.knob = knob
         reps = settings.avg_timing_iterations
         self.stats = AutotuneStats(AutotunePolicy(reps) if reps else AutotunePolicy())
+        fingerprints = (environment.fingerprint(), settings.fingerprint())
+        self.tuner = LayerTuner(settings, cache, log, fingerprints, knob, self.stats)
         self.choices: list[LayerChoice] = []
         self.layer_info: list[dict[str, Any]] = []
-
-    def filter_candidates(self, layer: Layer, geo: kernels.Geometry) -> list[kernels.KernelSpec]:
-        if layer.fusion is not None:
-            has_bias = len(layer.node.input) > 2 and bool(layer.node.input[2])
-            specs = int8.candidates(layer.op, layer.fusion, has_bias)
-        else:
-            specs = kernels.candidates(geo)
-        if self.settings.workspace is not None:
-            fitting = [s for s in specs if geo.scratch_bytes(s) <= self.settings.workspace]
-            for s in specs:
-                if s not in fitting:
-                    self.log.verbose(
-                        f"{layer.name} Tactic: 0x{s.tactic_hash:x} skipped. Scratch requested: "
-                        f"{geo.scratch_bytes(s)}, available: {self.settings.workspace}"
-                    )
-            if not fitting:
-                need = min(geo.scratch_bytes(s) for s in specs)
-                raise BuildError(
-                    f"layer {layer.name!r}: no tactic fits the workspace limit of "
-                    f"{self.settings.workspace} bytes (the smallest needs {need}): raise workspace"
-                )
-            specs = fitting
-        if self.settings.max_num_tactics is not None:
-            specs = specs[: self.settings.max_num_tactics]
-        return specs
-
-    def autotuned(
-        self, layer: Layer, inputs: list[Any], geo: kernels.Geometry
-    ) -> tuple[LayerChoice, Any]:
-        specs = self.filter_candidates(layer, geo)
-        key = layer_key(layer, inputs, self.env_fp, self.settings_fp)
-
-        def runner(spec: kernels.KernelSpec) -> Callable[[], Any]:
-            return lambda: execute_spec(layer, spec, inputs)
-
-        def choice(spec: kernels.KernelSpec, time_ms: float, source: str) -> LayerChoice:
-            return LayerChoice(layer.index, layer.name, layer.op, key, spec, time_ms, source, specs)
-
-        if self.settings.optimization_level == 0:
-            self.stats.kernel_runs += 1
-            return choice(specs[0], 0.0, "default"), runner(specs[0])()
-        cached = self.cache.query(key)
-        if cached is not None:
-            spec = next((s for s in specs if s.tactic_hash == cached.tactic_hash), None)
-            if spec is None:
-                raise BuildError(
-                    f"layer {layer.name!r} (timing-cache key {key}): the cached tactic "
-                    f"0x{cached.tactic_hash:x} is not one of its candidates "
-                    f"({', '.join(f'{s.name}=0x{s.tactic_hash:x}' for s in specs)}): "
-                    "fix or remove the pinned tactic for this key"
-                )
-            output = runner(spec)()
-            self.stats.kernel_runs += 1
-            self.log.verbose(
-                f"{layer.name} [{tensor_format(inputs[0])} -> {tensor_format(output)}] got cached "
-                f"result: {spec.name}, tactic 0x{spec.tactic_hash:x}, {cached.time_ms:g} ms"
-            )
-            return choice(spec, cached.time_ms, "cache"), output
-        measure = self.measurer(layer, specs, inputs)
-        names = [s.name for s in specs]
-        tuning = tune(
-            len(specs), measure, self.stats.policy, lambda raw: self.knob.apply(key, names, raw)
-        )
-        self.stats.add_timed(layer.name, key, names, tuning)
-        costs = tuning.costs
-        order = sorted(range(len(specs)), key=lambda i: (costs[i], i))
-        for line in autotune_lines(layer.name, key, [(i, costs[i], specs[i]) for i in order]):
-            self.log.verbose(line)
-        best = tuning.best
-        self.cache.record(key, specs[best].tactic_hash, costs[best])
-        return choice(specs[best], costs[best], "timed"), tuning.output
-
-    def measurer(
-        self, layer: Layer, specs: Sequence[kernels.KernelSpec], inputs: list[Any]
-    ) -> Callable[[int], tuple[float, Any]]:
-        """One timed run of candidate ``i``: (ms, output). A float Conv's operands are made
-        once for all candidates; their time is added to the cost of the kernels using them."""
-        if layer.op != "Conv" or layer.fusion is not None:
-
-            def run_one(i: int) -> tuple[float, Any]:
-                start = time.perf_counter()
-                out = execute_spec(layer, specs[i], inputs)
-                return (time.perf_counter() - start) * 1e3, out
-
-            return run_one
-        start = time.perf_counter()
-        ops = kernels.conv_operands(inputs, layer.attrs)
-        shared = time.perf_counter()
-        if any(s.scheme != "direct" for s in specs):
-            ops.columns()
-        done = time.perf_counter()
-        prep_ms, cols_ms = (shared - start) * 1e3, (done - shared) * 1e3
-        extra = [prep_ms + (0.0 if s.scheme == "direct" else cols_ms) for s in specs]
-
-        def run_conv(i: int) -> tuple[float, Any]:
-            start = time.perf_counter()
-            out = kernels.run_conv(specs[i], ops)
-            return (time.perf_counter() - start) * 1e3 + extra[i], out
-
-        return run_conv
 
     def info_entry(
         self,
@@ -365,7 +194,7 @@ class Builder:
             try:
                 geo = kernels.geometry(layer.op, inputs, layer.attrs) if not layer.domain else None
                 if geo is not None:
-                    choice, output = self.autotuned(layer, inputs, geo)
+                    choice, output = self.tuner.tune(layer, inputs, geo)
                     self.choices.append(choice)
                     outputs = [output]
                     tactic = (choice.spec.name, choice.spec.tactic_hash, _LAYER_TYPES[layer.op])
@@ -479,7 +308,7 @@ def build_engine(
         extra={
             "timing_cache": serialized_cache,
             "layers": [c.to_dict() for c in builder.choices],
-            "tactic_map": {c.key: c.spec.tactic_hash for c in builder.choices},
+            "tactic_map": {k.key: k.spec.tactic_hash for c in builder.choices for k in c.keys},
             "timed_layers": timed,
             "cached_layers": from_cache,
             "build_seconds": seconds,

@@ -59,12 +59,19 @@ def trt_type_name(dtype: np.dtype) -> str:
     return _TRT_TYPE_NAMES.get(str(dtype), (str(dtype), str(dtype)))[0]
 
 
-def tensor_format(value: Any) -> str:
-    """TensorRT's ``Float(150528,50176,224,1)`` notation: type and linear strides."""
+def tensor_format(value: Any, channels_last: bool = False) -> str:
+    """TensorRT's ``Float(150528,50176,224,1)`` notation: type and strides, linear (NCHW) or,
+    with ``channels_last``, TensorRT's kHWC layout (``Float(150528,1,672,3)``: channels
+    innermost, strides still listed in N, C, H, W order)."""
     arr = np.asarray(value)
+    order = list(range(arr.ndim))
+    if channels_last and arr.ndim >= 3:
+        order = [0, *range(2, arr.ndim), 1]  # memory order, outermost first
     strides = [1] * arr.ndim
-    for i in range(arr.ndim - 2, -1, -1):
-        strides[i] = strides[i + 1] * arr.shape[i + 1]
+    step = 1
+    for axis in reversed(order):
+        strides[axis] = step
+        step *= arr.shape[axis]
     return f"{trt_type_name(arr.dtype)}({','.join(str(s) for s in strides)})"
 
 

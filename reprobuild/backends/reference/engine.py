@@ -14,8 +14,11 @@ File format (version 1, integers little-endian; no pickle anywhere)::
 Metadata: ``{"format": "reprobuild-reference-engine", "environment": {...},
 "environment_fingerprint": "...", "settings": {...}, "model_sha256": "...",
 "inputs": [{"name", "dtype", "shape"}], "outputs": [names], "layers": [{"index", "name",
-"op", "key", "kernel", "tactic": "0x<16 hex>", "time_ms"}]}``; ``layers`` holds every
-autotuned layer, ``index`` being the node's position in the ONNX graph; ``layer_info`` is
+"op", "key", "format", "kernel", "tactic": "0x<16 hex>", "time_ms", "keys": [{"format",
+"key", "kernel", "tactic", "time_ms"}]}]}``; ``layers`` holds every autotuned layer,
+``index`` being the node's position in the ONNX graph, ``key``/``kernel`` the key it runs
+and ``keys`` every key of the layer (one per format combination) with its tactic and the
+time that decided between them; ``layer_info`` is
 the engine-inspector JSON of every layer (``{"Layers": [...], "Bindings": [...]}``), which
 ``reprobuild layers`` reads.
 

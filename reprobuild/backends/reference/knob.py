@@ -34,16 +34,30 @@ def seeded_ranks(seed: int, key: str, names: Sequence[str], prefer: str = "") ->
     return ranks
 
 
+def key_factor(key: str) -> float:
+    """A factor in [1, 2) drawn from sha256(key): it scales all of a key's injected costs,
+    so the keys of one layer (one per format combination, :mod:`.formats`) get different
+    best times. It ignores the seed: every knob ranks a layer's keys the same way (as if
+    formats differed by more than the noise that reorders tactics), so a re-recording
+    under another knob picks other tactics but runs the same keys, except where
+    ``prefer`` names a kernel of another key. Only a cache whose times are changed
+    (``update()``) or measured timings make a layer switch keys."""
+    digest = hashlib.sha256(f"reprobuild-format-key\0{key}".encode()).digest()
+    return 1.0 + int.from_bytes(digest[:8], "big") / 2.0**64
+
+
 @dataclass(frozen=True)
 class TimingKnob:
     """Injected costs in place of measured ones (tests and demos), for the early drops of
     :mod:`.autotune` as for the final pick.
 
-    ``mode`` "" keeps the measured costs; "seed" costs each candidate ``1000 ** rank`` where
-    ``rank`` orders the layer's candidates by sha256(seed, key, kernel): a fixed choice for
-    each (seed, key); "reverse" is seed 0's order reversed (the candidate seed 0 ranks last
-    wins); "prefer" is seed 0's order with every kernel whose name contains ``prefer``
-    moved to the front (several preferred kernels keep seed 0's order among themselves).
+    ``mode`` "" keeps the measured costs; "seed" costs each candidate ``f * 1000 ** rank``
+    where ``rank`` orders the key's candidates by sha256(seed, key, kernel) and ``f`` in
+    [1, 2) is the key's factor (:func:`key_factor`, the same for every knob): a fixed
+    choice for each (seed, key); "reverse" is seed 0's order reversed; "prefer" is seed 0's
+    order with every kernel whose name contains ``prefer`` moved to the front (several
+    preferred kernels keep seed 0's order among themselves) and every other kernel one rank
+    further back, so a key with a preferred kernel also beats a key without one.
     """
 
     mode: str = ""
@@ -66,10 +80,15 @@ class TimingKnob:
         else the injected ones, which ignore ``costs`` entirely."""
         if not self.mode:
             return list(costs)
-        ranks = seeded_ranks(self.seed if self.mode == "seed" else 0, key, names, self.prefer)
+        seed = self.seed if self.mode == "seed" else 0
+        ranks = seeded_ranks(seed, key, names, self.prefer)
         if self.mode == "reverse":
             ranks = [len(names) - 1 - r for r in ranks]
-        return [_SEED_STEP**r for r in ranks]
+        if self.mode == "prefer":
+            late = [self.prefer not in name for name in names]
+            ranks = [r + 1 if behind else r for r, behind in zip(ranks, late, strict=True)]
+        factor = key_factor(key)
+        return [factor * _SEED_STEP**r for r in ranks]
 
 
 def parse_timing_knob(value: str) -> TimingKnob:
