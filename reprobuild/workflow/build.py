@@ -404,6 +404,12 @@ def _locked(
         )
         fresh = with_recorded_times(fresh, rec.cache)
         warnings += w
+        if existing.schema == 1 and gone:  # keys of an older reprobuild: keep its pins
+            kept, dropped = carry_pins([e for e in new_lock.layers if e.key in gone], fresh)
+            if kept:
+                changes.append(f"carried {len(kept)} pins to the new keys: {', '.join(kept)}")
+            if dropped:
+                warnings.append(f"pins not carried to the new keys: {', '.join(dropped)}")
         new_lock.layers = [e for e in new_lock.layers if e.key not in gone] + fresh
         changes.append(f"added {len(fresh)} layers, removed {len(gone)}")
         expected = new_lock.tactic_map()

@@ -107,7 +107,9 @@ def carry_pins(old: list[LayerEntry], new: list[LayerEntry]) -> tuple[list[str],
     for pin in (e for e in old if e.pinned):
         same = by_key.get(pin.key)
         named = by_name.get(pin.layer, [])
+        holding = [e for e in named if e.candidate(pin.tactic) is not None]
         entry = same or (named[0] if len(named) == 1 else None)
+        entry = entry or (holding[0] if len(holding) == 1 else None)  # one key has the tactic
         if entry is None:
             why = "no longer built" if not named else f"{len(named)} layers have that name now"
             dropped.append(f"{pin.layer} ({why})")
