@@ -50,6 +50,7 @@ VARIATIONS = [
     ("OPENBLAS_CORETYPE=Sandybridge", {"OPENBLAS_CORETYPE": "Sandybridge"}, 1),
     ("OPENBLAS_CORETYPE=SkylakeX", {"OPENBLAS_CORETYPE": "SkylakeX"}, 1),
     ("OPENBLAS_CORETYPE=Nehalem", {"OPENBLAS_CORETYPE": "Nehalem"}, 1),
+    ("OPENBLAS_CORETYPE=Zen", {"OPENBLAS_CORETYPE": "Zen"}, 1),
     ("BLAS threads 2", {}, 2),
     ("NPY_DISABLE_CPU_FEATURES=X86_V3", {"NPY_DISABLE_CPU_FEATURES": "X86_V3"}, 1),
 ]
