@@ -370,3 +370,44 @@ def test_two_standin_recordings_can_choose_different_formats(
             break
     assert len({times for _, times in runs}) == len(runs)  # every recording timed anew
     assert len({tactic for tactic, _ in runs}) > 1, runs  # and some chose another format
+
+
+def _fresh_clone_rebuilds(tmp_path: Path, rounds: int) -> list[bool | None]:
+    """Record once, then ``rounds`` times delete ``caches/`` (a fresh checkout) and verify:
+    whether each rebuild gave the bits the lock records for the target."""
+    tmp_path.mkdir()
+    shutil.copy(EXAMPLES / "cnn.onnx", tmp_path / "cnn.onnx")
+    lock, caches = tmp_path / "t.lock", tmp_path / "caches"
+    reprobuild.build(tmp_path / "cnn.onnx", lock=lock, backend="tensorrt", cache_dir=caches)
+    assert load_lock(lock).outputs  # the recording stored its engine's digest
+    matches = []
+    for _ in range(rounds):
+        shutil.rmtree(caches)
+        report = reprobuild.verify(
+            lock=lock, rebuilds=1, backend="tensorrt", cache_dir=caches, control=False
+        )
+        matches.append(report.matches_recorded)
+    return matches
+
+
+def test_a_fresh_clone_rebuilds_the_recorded_bits_because_the_lock_keeps_times(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each verify after deleting caches/ records the keys again with new times (the
+    stand-in's seeded noise), so only the lock's recorded times, written back with
+    update(), make the Conv run the format combination it ran when recorded. Without them
+    (the same flow with the times dropped on the way into the cache) some rebuild picks the
+    other combination and gives other bits: the check can fail."""
+    install_standin(monkeypatch, ("multi-key",))
+    assert _fresh_clone_rebuilds(tmp_path / "kept", 8) == [True] * 8
+
+    import reprobuild.pinning as pinning
+
+    original = pinning.update_tactics
+
+    def without_times(cache, entries, **kw):
+        stripped = [LayerEntry(e.key, e.layer, e.tactic, e.kernel, e.pinned) for e in entries]
+        return original(cache, stripped, **kw)
+
+    monkeypatch.setattr("reprobuild.workflow.pinned.update_tactics", without_times)
+    assert False in _fresh_clone_rebuilds(tmp_path / "dropped", 8)
