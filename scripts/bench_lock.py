@@ -27,28 +27,38 @@ from pathlib import Path
 
 import yaml
 
-from reprobuild.lock.model import LayerEntry, Lock, LockCandidate, ModelInfo
+from reprobuild.lock.model import LayerEntry, Lock, LockCandidate, ModelInfo, OutputDigest
 from reprobuild.lock.yamlio import dumps_lock, save_lock
 from reprobuild.types import BuildSettings, Environment
 
 GOAL = 0.5  # at most this many times the C loader's time on the same lock
 
 
-def make_lock(n: int, shift: int = 0) -> Lock:
+def make_lock(n: int, shift: int = 0, gpu: str = "NVIDIA A100-SXM4-80GB") -> Lock:
+    """One target of ``n`` layers with six candidates and a recorded time each."""
     layers = []
     for i in range(n):
         cands = [LockCandidate((i << 8) + j + 1, f"sm80_xmma_kernel_{j}") for j in range(6)]
         pick = cands[(i + shift) % 6 if i % 97 == 0 else 0]
         layers.append(
             LayerEntry(
-                f"0x{i:032x}", f"/model/layer{i}/Conv", pick.tactic, pick.kernel, False, cands
-            )
+                f"0x{i:032x}",
+                f"/model/layer{i}/Conv",
+                pick.tactic,
+                pick.kernel,
+                False,
+                cands,
+                time_ms=0.0123 + i * 1e-6,
+            )  # fmt: skip
         )
+    identity = {"tensorrt_version": "10.13.3.9", "gpu": gpu, "compute_capability": "8.0"}
+    advisory = {"driver_version": "575.57", "cuda_runtime": "12.9"}
     return Lock(
         ModelInfo("model.onnx", "0" * 64),
-        Environment("tensorrt", "10.13.3", "NVIDIA A100-SXM4-80GB", "8.0", "12.9", "575.57"),
+        Environment.make("tensorrt", {**identity, "sm_count": "108", "cuda_major": "12"}, advisory),
         BuildSettings(),
         layers,
+        outputs=[OutputDigest("seeded:0", "ab" * 32)],
     )
 
 
@@ -68,6 +78,8 @@ def main() -> None:
         a, b, dumped = Path(tmp) / "a.lock", Path(tmp) / "b.lock", Path(tmp) / "dumped.lock"
         save_lock(make_lock(args.layers), a)
         save_lock(make_lock(args.layers, shift=1), b)
+        h100 = Path(tmp) / "h100.lock"  # a second target: what `merge` joins
+        save_lock(make_lock(args.layers, shift=2, gpu="NVIDIA H100 80GB HBM3"), h100)
         dumped.write_text(yaml.safe_dump(yaml.safe_load(dumps_lock(make_lock(args.layers)))))
         rb = [sys.executable, "-m", "reprobuild"]
         commands = {
@@ -78,6 +90,14 @@ def main() -> None:
             "show (dumped)": [*rb, "show", "--lock", str(dumped)],
             "pin": [*rb, "pin", "layer=/model/layer5/Conv", "tactic=0x503", "--lock", str(a)],
             "diff": [*rb, "diff", str(a), str(b)],
+            "merge (2 targets)": [
+                *rb,
+                "merge",
+                str(a),
+                str(h100),
+                "--out",
+                str(Path(tmp) / "m.lock"),
+            ],
         }
         # Each command against the C loader on the lock it reads (diff reads two like it).
         baseline = {name: "CSafeLoader load" for name in ("show", "pin", "diff")}
@@ -98,6 +118,9 @@ def main() -> None:
                 if proc.returncode not in (0, 1):
                     raise SystemExit(f"{name} failed: {proc.stderr.decode()[-500:]}")
         _report(args, a.stat().st_size, dumped.stat().st_size, times, cpu, baseline)
+        print(
+            f"lock bytes per layer (one target, recorded times): {a.stat().st_size / args.layers:.0f}"
+        )
 
 
 def _report(
