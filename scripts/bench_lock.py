@@ -118,9 +118,8 @@ def main() -> None:
                 if proc.returncode not in (0, 1):
                     raise SystemExit(f"{name} failed: {proc.stderr.decode()[-500:]}")
         _report(args, a.stat().st_size, dumped.stat().st_size, times, cpu, baseline)
-        print(
-            f"lock bytes per layer (one target, recorded times): {a.stat().st_size / args.layers:.0f}"
-        )
+        per_layer = a.stat().st_size / args.layers
+        print(f"lock bytes per layer (one target, recorded times): {per_layer:.0f}")
 
 
 def _report(
