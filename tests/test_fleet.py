@@ -146,12 +146,12 @@ def test_other_bits_than_recorded_are_not_reproducible(fleet, tmp_path: Path) ->
         if t.environment.identity_dict()["blas_kernels"] == _arch(families[0])
     )
     recorded = mine.outputs[0].sha256
-    text = (work / "fleet.lock").read_text().replace(recorded, "0" * 64)
+    text = (work / "fleet.lock").read_text().replace(recorded, "e" * 64)
     (tmp_path / "t.lock").write_text(text)
     p = _run(tmp_path, families[0], "verify", "--lock", "t.lock", "-n", "1", *REF)
     assert p.returncode == EXIT_DIFFERENT, p.stderr
     assert f"OTHER BITS than recorded for target {mine.name}" in p.stdout
-    assert "NOT REPRODUCIBLE" in p.stdout and "recorded 0000000000000000" in p.stdout
+    assert "NOT REPRODUCIBLE" in p.stdout and "recorded eeeeeeeeeeeeeeee" in p.stdout
 
 
 def test_advisory_edit_warns_identity_edit_selects_no_target(fleet, tmp_path: Path) -> None:
@@ -238,13 +238,15 @@ def test_pin_edits_one_target_only(fleet, tmp_path: Path) -> None:
     shutil.copy(work / "fleet.lock", tmp_path / "t.lock")
     before = {t.name: t for t in load_lock(tmp_path / "t.lock").targets()}
     name = sorted(before)[1]
-    entry = before[name].layers[0]
+    entry = next(e for e in before[name].layers if len(e.candidates) > 1)
     other = next(c for c in entry.candidates if c.tactic != entry.tactic)
     p = run_cli("pin", f"key={entry.key}", f"tactic=0x{other.tactic:x}", "--lock",
                 str(tmp_path / "t.lock"), "--target", name)  # fmt: skip
     assert p.returncode == 0, p.stderr
     after = {t.name: t for t in load_lock(tmp_path / "t.lock").targets()}
-    assert after[name].layers[0].tactic == other.tactic and after[name].layers[0].pinned
+    pinned = next(e for e in after[name].layers if e.key == entry.key)
+    assert pinned.tactic == other.tactic and pinned.pinned
+    assert not after[name].outputs  # the recorded bits were the old tactics'; cleared
     untouched = sorted(before)[0]
     assert after[untouched] == before[untouched]
 

@@ -876,9 +876,7 @@ def test_doctor_without_tensorrt(no_tensorrt: None, cli, tmp_path: Path) -> None
     assert report["cuda"]["gpus"] == []
     res = cli("doctor")
     assert "TensorRT: not installed" in res.out and "GPUs: none visible" in res.out
-    lock = _trt_lock(
-        tmp_path / "t.lock", MLP, [], trt_env(gpu="NVIDIA A100")
-    )
+    lock = _trt_lock(tmp_path / "t.lock", MLP, [], trt_env(gpu="NVIDIA A100"))
     res = cli("doctor", "--lock", str(lock))
     assert res.code == EXIT_ENV, res
     assert "tensorrt_version: lock '10.13.3.9', here None" in res.out + res.err
@@ -894,9 +892,7 @@ def test_doctor_with_tensorrt_and_a_matching_lock(trt: ModuleType, cli, tmp_path
     assert report["tensorrt"]["editable_timing_cache"] is True
     assert report["lock"]["matches"] is True
     assert report["cuda"]["gpus"][0]["name"] == "NVIDIA A100-SXM4-80GB"
-    other = _trt_lock(
-        tmp_path / "o.lock", MLP, [], _with_identity(env, gpu="NVIDIA H100")
-    )
+    other = _trt_lock(tmp_path / "o.lock", MLP, [], _with_identity(env, gpu="NVIDIA H100"))
     res = cli("doctor", "--lock", str(other))
     assert (
         res.code == EXIT_ENV and "gpu: lock 'NVIDIA H100', here 'NVIDIA A100-SXM4-80GB'" in res.out

@@ -10,7 +10,6 @@ what ``--max-output 1.0`` below cuts at.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from reprobuild.lock.yamlio import load_lock, save_lock
 from reprobuild.precision.calibration import load_calibration
 from reprobuild.precision.ops import MATRIX_OPS
 from reprobuild.precision.rules import derive_plan
+from reprobuild.types import Environment
 from reprobuild.workflow.outputs import load_inputs
 
 from .conftest import EXAMPLES
@@ -393,18 +393,23 @@ def test_precision_on_lock_without_plan(cli, tmp: Path) -> None:
     assert not (tmp / "b.engine").exists()
 
 
-def test_allow_env_change_keeps_precision_plan(cli, tmp: Path) -> None:
+def test_another_target_keeps_the_precision_plan(cli, tmp: Path) -> None:
+    """The plan is decided on the CPU and shared by every target: a machine of another
+    target records its own section and builds with the same plan."""
     assert _build(cli, tmp, CNN, *RULE_OPTS, lock="a", out="a").code == 0
     lock = load_lock(tmp / "a.lock")
     plan = lock.precision
-    lock.environment = dataclasses.replace(lock.environment, gpu="another device")
+    env = lock.environment
+    lock.environment = Environment.make(
+        env.backend, {**env.identity_dict(), "blas_kernels": "Elsewhere"}, env.advisory_dict()
+    )
     save_lock(lock, tmp / "a.lock")
-    r = _build(cli, tmp, CNN, lock="a", out="b")
+    r = _build(cli, tmp, CNN, "--frozen", lock="a", out="b")
     assert r.code == 3, r
-    r = _build(cli, tmp, CNN, "--allow-env-change", lock="a", out="b")
+    r = _build(cli, tmp, CNN, lock="a", out="b")
     assert r.code == 0, r
-    # The plan is decided on the CPU, independent of the GPU: re-recording keeps it.
-    assert load_lock(tmp / "a.lock").precision == plan
+    after = load_lock(tmp / "a.lock")
+    assert after.precision == plan and len(after.targets()) == 2
     assert "_f16_" in _kernels(tmp / "b.engine")["conv2"]
 
 
