@@ -31,7 +31,8 @@ def precision_request(
                 "leaves in float); use it with --precision int8"
             )
         values = (*rules.values(), *calib.values(), calibration, seed)
-        if any(v is not None and v is not False and v != () and v != [] for v in values):
+        given = rules["keep_io_types"] is not None  # the one tri-state flag: None = not given
+        if given or any(v is not None and v is not False and v != () and v != [] for v in values):
             raise UsageError("precision options need --precision fp16, bf16 or int8")
         return None
     from reprobuild.precision.options import validate_options
