@@ -103,7 +103,7 @@ def test_bf16_on_an_opset_17_cnn_converts_and_runs_its_convs_in_bf16(cli, tmp: P
 
 OPTIONS = (
     "--precision", "fp16", "--data-max", "1.0", "--nodes-to-include", "^conv1$",
-    "--op-types-to-include", "MaxPool", "--magnitude-inputs", "--init-max", "60000",
+    "--op-types-to-include", "MaxPool", "--magnitude-io", "--init-max", "60000",
     "--init-conversion-max-bytes", "256", "--no-keep-io-types", "--calibration-seed", "3",
 )  # fmt: skip
 
@@ -120,7 +120,7 @@ def test_options_are_recorded_and_a_locked_build_honours_them(cli, tmp: Path) ->
         "op_types_to_include": ["MaxPool"],
         "init_max": 60000.0,
         "init_conversion_max_bytes": 256,
-        "magnitude_inputs": True,
+        "magnitude_io": True,
     }
     rules = {n.node: (n.precision, n.rule) for n in plan.nodes}
     assert rules["conv1"] == ("fp16", "include")  # over the 1.0 output limit
@@ -132,7 +132,7 @@ def test_options_are_recorded_and_a_locked_build_honours_them(cli, tmp: Path) ->
     assert (
         "settings: keep_io_types: False  nodes_to_include: ['^conv1$']  "
         "op_types_to_include: ['MaxPool']  init_max: 60000.0  init_conversion_max_bytes: 256  "
-        "magnitude_inputs: True\n"
+        "magnitude_io: True\n"
     ) in shown.out
     assert "forced to FP16: --nodes-to-include '^conv1$' overrides magnitude: |output| max" in (
         shown.out

@@ -123,10 +123,11 @@ def build(
         help="Keep nodes whose outputs exceed this in FP32 [default: 512]. "
         "Torch-TensorRT: autocast_max_output_threshold.",
     ),
-    magnitude_inputs: bool = typer.Option(
+    magnitude_io: bool = typer.Option(
         False,
-        "--magnitude-inputs",
-        help="The --max-output rule reads node inputs too, as ModelOpt's data_max does.",
+        "--magnitude-io",
+        help="The --max-output rule reads every input and output of a node, of any type, "
+        "as ModelOpt's data_max does [default: float outputs].",
     ),
     init_max: float | None = typer.Option(
         None,
@@ -233,7 +234,7 @@ def build(
         op_types_to_include=op_types_to_include,
         init_max=init_max,
         init_conversion_max_bytes=init_conversion_max_bytes,
-        magnitude_inputs=magnitude_inputs,
+        magnitude_io=magnitude_io,
         opset=opset,
     )
     result = with_progress(

@@ -56,7 +56,7 @@ class PrecisionSettings:
     init_max: float | None = field(default=None, repr=False)  # None: the type's largest value
     # initializers larger than this (bytes, as FP32) are cast by a Cast node at run time
     init_conversion_max_bytes: int | None = field(default=None, repr=False)
-    magnitude_inputs: bool = field(default=False, repr=False)  # the magnitude rule reads inputs
+    magnitude_io: bool = field(default=False, repr=False)  # magnitude: every input/output
     opset: int | None = field(default=None, repr=False)  # --opset: convert the model to it
 
     def values(self) -> dict[str, Any]:
@@ -72,7 +72,7 @@ class PrecisionSettings:
             "op_types_to_include": list(self.op_types_to_include),
             "init_max": None if self.init_max is None else float(self.init_max),
             "init_conversion_max_bytes": self.init_conversion_max_bytes,
-            "magnitude_inputs": self.magnitude_inputs,
+            "magnitude_io": self.magnitude_io,
             "opset": self.opset,
         }
 
@@ -90,7 +90,7 @@ _LATER: dict[str, Any] = {
     "op_types_to_include": [],
     "init_max": None,
     "init_conversion_max_bytes": None,
-    "magnitude_inputs": False,
+    "magnitude_io": False,
     "opset": None,
 }
 
@@ -188,9 +188,7 @@ def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
                 True,
                 minimum=0,
             ),
-            magnitude_inputs=doc.boolean(
-                s.get("magnitude_inputs", False), sp + ("magnitude_inputs",)
-            ),
+            magnitude_io=doc.boolean(s.get("magnitude_io", False), sp + ("magnitude_io",)),
             opset=doc.integer(s.get("opset"), sp + ("opset",), True, minimum=1),
         )
     nodes: list[NodePrecision] = []

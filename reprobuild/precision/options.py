@@ -32,7 +32,7 @@ def validate_options(
     op_types_to_include: Sequence[str] = (),
     init_max: float | None = None,
     init_conversion_max_bytes: int | None = None,
-    magnitude_inputs: bool = False,
+    magnitude_io: bool = False,
     opset: int | None = None,
 ) -> PrecisionSettings:
     """Check the user's options before any model work, so mistakes fail fast with exit 2."""
@@ -91,7 +91,7 @@ def validate_options(
         op_types_to_include=tuple(op_types_to_include),
         init_max=None if init_max is None else float(init_max),
         init_conversion_max_bytes=init_conversion_max_bytes,
-        magnitude_inputs=bool(magnitude_inputs),
+        magnitude_io=bool(magnitude_io),
         opset=opset,
     )
 

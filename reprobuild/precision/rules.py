@@ -60,8 +60,9 @@ Rules (the first that applies decides; documented for ``reprobuild show --precis
     precision has a value with ``|x| > --max-output``, or a NaN/Inf; or a float32 input it
     would take in low precision exceeds that type's largest finite value (the Cast feeding
     it would overflow).
-    With ``--magnitude-inputs`` (ModelOpt's data_max reads node inputs and outputs) a float32
-    input that is not constant data with ``|x| > --max-output`` keeps the node too.
+    With ``--magnitude-io`` the rule reads what ModelOpt's data_max reads: every tensor the
+    node reads or writes on the calibration run, whatever its type (an int64 shape of 1000
+    keeps its Reshape) and at any position, graph inputs included, initializers not.
 ``include``
     ``--nodes-to-include`` (a regex, searched in the node key) or ``--op-types-to-include``
     matches a node that one of ``name``, ``op``, ``initializer-range``, ``reduction-depth``
@@ -183,16 +184,21 @@ class _Measured:
             return numpy_helper.to_array(self.an.inits[name])
         return self.values.get(name)
 
-    def input_max(self, name: str) -> float:
+    def input_max(self, name: str, any_type: bool = False) -> float:
+        """max |x| of a measured tensor or a graph input; ``any_type``: integer inputs too."""
         if name in self.stats:
             return self.stats[name].max_abs
-        return max(_feed_max(f, name) for f in (self.feeds, *self.more_feeds))
+        return max(_feed_max(f, name, any_type) for f in (self.feeds, *self.more_feeds))
 
 
-def _feed_max(feeds: dict[str, np.ndarray], name: str) -> float:
-    if name in feeds and feeds[name].size and np.issubdtype(feeds[name].dtype, np.floating):
-        arr = feeds[name]
+def _feed_max(feeds: dict[str, np.ndarray], name: str, any_type: bool = False) -> float:
+    arr = feeds.get(name)
+    if arr is None or not arr.size:
+        return 0.0
+    if np.issubdtype(arr.dtype, np.floating):
         return float(np.abs(arr).max()) if np.isfinite(arr).all() else float("inf")
+    if any_type and np.issubdtype(arr.dtype, np.integer):
+        return max(float(arr.max()), -float(arr.min())) + 0.0
     return 0.0
 
 
@@ -399,13 +405,15 @@ def _kept(
             # feeds this node (inf, then NaN downstream): the node stays in FP32.
             why = f"|input| {x!r} max {reasons.num(top, LOW_MAX[low])} > {LOW_MAX[low]:g} {on}"
             return ("magnitude", why, True)
-    if settings.magnitude_inputs:
+    if settings.magnitude_io:  # every tensor the node reads or writes, as ModelOpt reads them
         for x in node.input:
-            if x and x not in an.constant and an.types.get(x) == FLOAT:
-                top = m.input_max(x)
-                if top > limit:
-                    why = f"|input| {x!r} max {reasons.num(top, limit)} > {limit:g} {on}"
-                    return ("magnitude", why, not np.isfinite(top))
+            if x and x not in an.inits and (top := m.input_max(x, any_type=True)) > limit:
+                why = f"|input| {x!r} max {reasons.num(top, limit)} > {limit:g} {on}"
+                return ("magnitude", why, not np.isfinite(top))
+        for o in node.output:
+            if o and o in m.stats and (top := m.stats[o].max_abs) > limit:
+                why = f"|output| {o!r} max {reasons.num(top, limit)} > {limit:g} {on}"
+                return ("magnitude", why, not np.isfinite(top))
     return None
 
 

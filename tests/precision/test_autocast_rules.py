@@ -96,7 +96,7 @@ CASES = [
         ("fp32", "magnitude", "|output| max 1.3 > 1 on 2 calibration samples"),
     ),
     (
-        "magnitude-input",  # ModelOpt's data_max reads inputs too: --magnitude-inputs
+        "magnitude-input",  # ModelOpt's data_max reads inputs too: --magnitude-io
         lambda: _model(
             [helper.make_node("Sigmoid", ["x"], ["y"], name="sig")],
             [_vi("x", [2, 8])],
@@ -104,7 +104,7 @@ CASES = [
             [],
         ),
         2000.0,  # x up to 2000, Sigmoid's output at most 1
-        {"magnitude_inputs": True},
+        {"magnitude_io": True},
         "sig",
         ("fp32", "magnitude", "|input| 'x' max 1.9e3 > 512 on 2 calibration samples"),
     ),
@@ -294,7 +294,7 @@ def test_new_settings_are_written_only_when_set() -> None:
         "op_types_to_include": ["Relu"],
         "init_max": 65504.0,
         "init_conversion_max_bytes": 4096,
-        "magnitude_inputs": True,
+        "magnitude_io": True,
         "opset": 17,
     }
     new = _plan(model, **options)
