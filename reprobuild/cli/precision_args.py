@@ -55,7 +55,7 @@ def precision_request(
         mode,
         settings,
         calibration,
-        seed,
+        seed=seed,
         **calib_options(
             mode, calib["method"], calib["batch_size"], calib["samples"], float_precision
         ),

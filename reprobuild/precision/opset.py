@@ -154,12 +154,15 @@ def convert_for_float(
         target = max([*need.values(), MIN_OPSET[mode] if source < MIN_OPSET[mode] else 0])
         if target <= source:
             return model, None, []
-        ops = sorted(need, key=lambda op: (need[op], op))
+        top = sorted(op for op in need if need[op] == target)
+        rest = sorted((need[op], op) for op in need if need[op] < target)
         reason = (
-            f"{mode} {', '.join(ops)} need{'s' if len(ops) == 1 else ''} opset {target}"
-            if ops
+            f"{mode} {', '.join(top)} need{'s' if len(top) == 1 else ''} opset {target}"
+            if top
             else f"a Cast to {mode} needs opset {target}"
         )
+        if rest:
+            reason += f" (also {', '.join(f'{op} {v}' for v, op in rest)})"
     from onnx import version_converter
 
     try:

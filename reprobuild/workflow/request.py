@@ -20,10 +20,10 @@ class PrecisionRequest:
     mode: str
     settings: PrecisionSettings
     calibration: str | None = None  # .npz / Polygraphy JSON path; None = seeded inputs
-    seed: int | None = None  # fp16/bf16 without --calibration: the seeded inputs' seed (0)
     calib_method: str = "entropy"  # int8 only: ONNX Runtime's calibration method
     calib_batch_size: int = 1  # int8 only: samples per calibration batch (torch2trt's default)
     calib_samples: int | None = None  # int8 only: the first N samples; None = all
     # int8 only (--float): what stays float runs in fp32, fp16 or bf16; None = not given
     # (fp32 when recording, the lock's own when applying a lock)
     float_precision: str | None = None
+    seed: int | None = None  # fp16/bf16 without --calibration: the seeded inputs' seed (0)
