@@ -229,9 +229,10 @@ def test_show_precision_lists_quantized_nodes_and_scales(recorded, cli) -> None:
     assert plan is not None and plan.quantization is not None
     r = cli("show", "--lock", str(tmp / "a.lock"), "--precision")
     assert r.code == 0, r
-    rows = [line.split() for line in r.out.splitlines()]
+    rows = [line.split()[:4] for line in r.out.splitlines()]
     for n in plan.nodes:
         assert [n.node, n.op, n.precision, n.rule] in rows
+    assert "kept FP32: INT8 quantizes only Conv, Gemm and MatMul" in r.out
     q = plan.quantization
     for a in q.activations:
         assert [a.tensor, a.scale.hex(), f"{a.scale:.6g}"] in rows
@@ -281,8 +282,20 @@ def test_diff_shows_scale_and_quantized_node_changes(recorded, cli, kind: str) -
         assert (got["a_decimal"], got["b_decimal"]) == (sa[t], sb[t])
     else:
         node = [c for c in changes if c["kind"] == "node"]
-        assert node == [{"kind": "node", "name": first.node, "a": "int8/default", "b": "fp32/name"}]
-        assert f"node {first.node}: int8/default -> fp32/name" in text.out
+        detail = (
+            f"decided by name (kept FP32: name matches --keep-fp32 '^{first.node}$'), "
+            "was default (runs in INT8: no rule kept it in float)"
+        )
+        assert node == [
+            {
+                "kind": "node",
+                "name": first.node,
+                "a": "int8/default",
+                "b": "fp32/name",
+                "detail": detail,
+            }
+        ]
+        assert f"node {first.node}: int8/default -> fp32/name\n      {detail}\n" in text.out
 
 
 @pytest.mark.parametrize("recorded", ["squeezenet"], indirect=True)

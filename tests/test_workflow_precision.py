@@ -11,6 +11,7 @@ what ``--max-output 1.0`` below cuts at.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -148,8 +149,21 @@ def test_build_records_per_node_rules_and_show_prints_them(cli, tmp: Path) -> No
         "fp32_accumulate:",
         "False",
     ]
-    assert lines[1].split() == ["node", "op", "precision", "rule"]
-    assert [tuple(line.split()) for line in lines[3:-1]] == RULE_PLAN
+    assert lines[1].split() == ["node", "op", "precision", "rule", "why"]
+    assert [tuple(line.split()[:4]) for line in lines[3:-1]] == RULE_PLAN
+    # every node's deciding rule in words, with what the rule measured or matched
+    why = {line.split()[0]: line.split(None, 4)[4] for line in lines[3:-1]}
+    assert why["conv2"] == "runs in FP16: no rule kept it in FP32"
+    assert why["gap"] == "kept FP32: GlobalAveragePool is in --keep-fp32-op"
+    assert why["fc"] == "kept FP32: name matches --keep-fp32 '^fc$'"
+    # the seeded input has the model's static batch of 2
+    words = re.fullmatch(
+        r"kept FP32: \|output\| max (\S+) > 1 on 2 calibration samples", why["conv1"]
+    )
+    assert words is not None and float(words.group(1)) > 1.0
+    assert (
+        next(n for n in plan.nodes if n.node == "conv1").why == why["conv1"][len("kept FP32: ") :]
+    )
     counts = {p: sum(1 for row in RULE_PLAN if row[2] == p) for p in ("fp16", "fp32")}
     assert lines[-1] == f"{len(RULE_PLAN)} nodes: {counts['fp16']} fp16, {counts['fp32']} fp32"
 
@@ -501,7 +515,7 @@ def test_mixed_precision_model_records_observed_plan(cli, tmp: Path) -> None:
     shown = cli("show", "--precision", "--lock", str(tmp / "m.lock"))
     assert shown.code == 0, shown
     assert shown.out.splitlines()[0].split()[:2] == ["mode:", "observed"]
-    assert [tuple(line.split()) for line in shown.out.splitlines()[3:-1]] == OBSERVED
+    assert [tuple(line.split()[:4]) for line in shown.out.splitlines()[3:-1]] == OBSERVED
     assert shown.out.splitlines()[-1].startswith(f"{len(OBSERVED)} nodes: ")
 
     # Rebuilding from the lock checks the model against the observed plan and changes nothing.

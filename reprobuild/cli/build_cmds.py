@@ -97,24 +97,89 @@ def build(
     precision: str | None = typer.Option(
         None,
         "--precision",
-        help="Convert to mixed precision: fp16, bf16, or int8 (Q/DQ by calibration).",
+        "--low-precision-type",
+        help="Convert to mixed precision: fp16, bf16, or int8 (Q/DQ by calibration). "
+        "Torch-TensorRT: enable_autocast + autocast_low_precision_type.",
     ),
     keep_fp32: list[str] = typer.Option(
-        [], "--keep-fp32", help="Regex of node names kept in FP32 (repeatable)."
+        [],
+        "--keep-fp32",
+        "--nodes-to-exclude",
+        help="Regex searched in node names; matches stay FP32 (repeatable). "
+        "Torch-TensorRT: autocast_excluded_nodes.",
     ),
     keep_fp32_op: list[str] = typer.Option(
-        [], "--keep-fp32-op", help="Op type kept in FP32 (repeatable)."
+        [],
+        "--keep-fp32-op",
+        "--op-types-to-exclude",
+        help="Op type kept in FP32 (repeatable). Torch-TensorRT: autocast_excluded_ops.",
+    ),
+    nodes_to_include: list[str] = typer.Option(
+        [],
+        "--nodes-to-include",
+        help="Regex searched in node names; matches run in low precision even where a rule "
+        "would keep them FP32, never over an overflow (repeatable).",
+    ),
+    op_types_to_include: list[str] = typer.Option(
+        [],
+        "--op-types-to-include",
+        help="Op type run in low precision even where a rule would keep it FP32 (repeatable).",
     ),
     max_output: float | None = typer.Option(
-        None, "--max-output", help="Keep nodes whose outputs exceed this in FP32 [default: 512]."
+        None,
+        "--max-output",
+        "--data-max",
+        help="Keep nodes whose outputs exceed this in FP32 [default: 512]. "
+        "Torch-TensorRT: autocast_max_output_threshold.",
+    ),
+    magnitude_io: bool = typer.Option(
+        False,
+        "--magnitude-io",
+        help="The --max-output rule reads every input and output of a node, of any type, "
+        "as ModelOpt's data_max does [default: float outputs].",
+    ),
+    init_max: float | None = typer.Option(
+        None,
+        "--init-max",
+        help="Keep nodes with a weight beyond this magnitude in FP32 "
+        "[default: the type's largest value, FP16 65504].",
     ),
     max_reduction_depth: int | None = typer.Option(
-        None, "--max-reduction-depth", help="Keep reductions deeper than this in FP32."
+        None,
+        "--max-reduction-depth",
+        "--max-depth-of-reduction",
+        help="Keep reductions deeper than this in FP32. "
+        "Torch-TensorRT: autocast_max_depth_of_reduction.",
     ),
     fp32_accumulate: bool = typer.Option(
         False, "--fp32-accumulate", help="FP32 accumulation for MatMul/Gemm/Conv."
     ),
-    calibration: Path | None = typer.Option(None, "--calibration", help=CALIBRATION_HELP),
+    keep_io_types: bool | None = typer.Option(
+        None,
+        "--keep-io-types/--no-keep-io-types",
+        help="Graph inputs and outputs keep FP32 [default: keep].",
+    ),
+    init_conversion_max_bytes: int | None = typer.Option(
+        None,
+        "--init-conversion-max-bytes",
+        help="Weights larger than this (bytes, as FP32) are cast at run time, not stored "
+        "converted.",
+    ),
+    opset: int | None = typer.Option(
+        None,
+        "--opset",
+        help="fp16/bf16: convert the model to this ONNX opset first [default: only when the "
+        "precision needs it, e.g. BF16 Conv needs 22; the model's own opset turns that off].",
+    ),
+    calibration: Path | None = typer.Option(
+        None, "--calibration", "--calibration-data", help=CALIBRATION_HELP
+    ),
+    calibration_seed: int | None = typer.Option(
+        None,
+        "--calibration-seed",
+        help="fp16/bf16 without --calibration: seed of the random reference inputs "
+        "[default: 0]; the lock records it.",
+    ),
     calib_method: str | None = typer.Option(
         None, "--calib-method", help="INT8: entropy (default), minmax or percentile."
     ),
@@ -149,8 +214,8 @@ def build(
       reprobuild build model.onnx --lock tactics.lock --backend reference
       reprobuild build model.onnx --lock tactics.lock --frozen          # in CI
     """
+    from reprobuild.cli.precision_args import precision_request
     from reprobuild.workflow.build import build as build_engine
-    from reprobuild.workflow.request import PrecisionRequest
 
     settings = _settings(
         opt_level,
@@ -164,42 +229,25 @@ def build(
         max_tactics,
         avg_timing,
     )
-    request = None
-    if precision is not None:
-        from reprobuild.precision.options import validate_options
-
-        request = PrecisionRequest(
-            precision,
-            validate_options(
-                precision,
-                keep_fp32,
-                keep_fp32_op,
-                512.0 if max_output is None else max_output,
-                max_reduction_depth,
-                fp32_accumulate,
-            ),
-            None if calibration is None else str(calibration),
-            **calib_options(
-                precision, calib_method, calib_batch_size, calib_samples, float_precision
-            ),
-        )
-    elif float_precision is not None:
-        raise UsageError(
-            f"--float {float_precision} is an INT8 option (the precision of what INT8 leaves "
-            "in float); use it with --precision int8"
-        )
-    elif (
-        keep_fp32
-        or keep_fp32_op
-        or fp32_accumulate
-        or calibration is not None
-        or max_reduction_depth is not None
-        or max_output is not None
-        or calib_method is not None
-        or calib_batch_size is not None
-        or calib_samples is not None
-    ):
-        raise UsageError("precision options need --precision fp16, bf16 or int8")
+    request = precision_request(
+        precision,
+        None if calibration is None else str(calibration),
+        calibration_seed,
+        {"method": calib_method, "batch_size": calib_batch_size, "samples": calib_samples},
+        float_precision,
+        keep_fp32=keep_fp32,
+        keep_fp32_ops=keep_fp32_op,
+        max_output=max_output,
+        max_reduction_depth=max_reduction_depth,
+        fp32_accumulate=fp32_accumulate,
+        keep_io_types=keep_io_types,
+        nodes_to_include=nodes_to_include,
+        op_types_to_include=op_types_to_include,
+        init_max=init_max,
+        init_conversion_max_bytes=init_conversion_max_bytes,
+        magnitude_io=magnitude_io,
+        opset=opset,
+    )
     result = with_progress(
         build_engine,
         quiet or as_json,
@@ -358,57 +406,6 @@ def print_sample_accuracy(accuracy: dict[str, Any] | None) -> None:
 
     for label, acc in accuracy.items():
         echo(describe(label, acc))
-
-
-def calib_options(
-    mode: str,
-    method: str | None,
-    batch_size: int | None,
-    samples: int | None,
-    float_precision: str | None = None,
-) -> dict[str, Any]:
-    """The INT8 calibration options as PrecisionRequest fields; refused for other modes."""
-    if mode != "int8" and float_precision is not None:
-        raise UsageError(
-            f"--float {float_precision} is an INT8 option (the precision of what INT8 leaves "
-            f"in float); with --precision {mode} every converted node is already {mode}"
-        )
-    given = [
-        n
-        for n, v in (
-            ("--calib-method", method),
-            ("--calib-batch-size", batch_size),
-            ("--calib-samples", samples),
-        )
-        if v is not None
-    ]
-    if mode != "int8":
-        if given:
-            raise UsageError(
-                f"{given[0]} is an INT8 calibration option; use it with --precision int8"
-            )
-        return {}
-    from reprobuild.lock.qplan import CALIB_METHODS, FLOAT_PRECISIONS
-
-    if method is not None and method not in CALIB_METHODS:
-        raise UsageError(
-            f"--calib-method {method!r}: unknown method; use {', '.join(CALIB_METHODS)}"
-        )
-    if float_precision is not None and float_precision not in FLOAT_PRECISIONS:
-        raise UsageError(
-            f"--float {float_precision!r}: unknown precision; use {', '.join(FLOAT_PRECISIONS)}"
-        )
-    for name, value in (("--calib-batch-size", batch_size), ("--calib-samples", samples)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} {value}: must be a positive integer")
-    out: dict[str, Any] = {
-        "calib_method": method or "entropy",
-        "calib_samples": samples,
-        "float_precision": float_precision,
-    }
-    if batch_size is not None:
-        out["calib_batch_size"] = batch_size
-    return out
 
 
 def register(app: typer.Typer) -> None:

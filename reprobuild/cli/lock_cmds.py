@@ -225,7 +225,12 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
         echo_lines(table_lines(["", "layer", "key", str(a), str(b)], rows))
     if d.precision_changed:
         echo(f"precision plan changed ({len(d.precision_changed)}):")
-        echo_lines([f"  {c.line()}" for c in d.precision_changed])
+        echo_lines(
+            [
+                f"  {c.line()}" + (f"\n      {c.detail}" if c.detail else "")
+                for c in d.precision_changed
+            ]
+        )
     summary = f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
     if d.precision_changed:
         summary += f", {len(d.precision_changed)} precision plan changes"
@@ -259,6 +264,10 @@ def _show_targets(lock: Path, data: Lock, as_json: bool) -> None:
     echo(f"{n} target{'s' if n != 1 else ''}")
 
 
+_FIRST_SETTINGS = ("keep_fp32", "keep_fp32_ops", "max_output", "max_reduction_depth",
+                   "fp32_accumulate", "keep_io_types")  # fmt: skip
+
+
 def _show_precision(lock: Path, data: Lock, as_json: bool) -> None:
     plan = data.precision
     if as_json:
@@ -266,21 +275,32 @@ def _show_precision(lock: Path, data: Lock, as_json: bool) -> None:
     elif plan is None:
         echo(f"{lock}: no precision plan (the model was built as it is)")
     else:
+        from reprobuild.lock.planwords import sentence
+
         s = plan.settings
         echo(
             f"mode: {plan.mode}  calibration: {plan.calibration}  "
             f"max_output: {s.max_output}  fp32_accumulate: {s.fp32_accumulate}"
         )
+        later = {k: v for k, v in s.to_dict().items() if k not in _FIRST_SETTINGS}
+        if not s.keep_io_types:
+            later = {"keep_io_types": False, **later}
+        if later:
+            echo("settings: " + "  ".join(f"{k}: {v}" for k, v in later.items()))
+        if plan.opset is not None:
+            o = plan.opset
+            echo(f"opset: {o.source} -> {o.target} (onnx {o.onnx}): {o.reason}")
         rows = [
             [
                 n.node,
                 n.op,
                 n.precision + (f" (acc {n.accumulate})" if n.accumulate else ""),
                 n.rule,
+                sentence(plan, n),
             ]
             for n in plan.nodes
         ]
-        echo(format_table(["node", "op", "precision", "rule"], rows))
+        echo(format_table(["node", "op", "precision", "rule", "why"], rows))
         counts: dict[str, int] = {}
         for n in plan.nodes:
             counts[n.precision] = counts.get(n.precision, 0) + 1

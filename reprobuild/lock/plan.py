@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from reprobuild.lock.schema import Doc, Path_
 
-if TYPE_CHECKING:  # read only for INT8 plans: most locks never load it
-    from reprobuild.lock.qplan import QuantPlan
+if TYPE_CHECKING:  # read only for INT8 plans and converted models: most locks never load it
+    from reprobuild.lock.qplan import OpsetConversion, QuantPlan
 
 MODES = ("fp16", "bf16", "int8", "observed")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "other")
@@ -28,19 +28,39 @@ RULES = (
     "unsupported",  # op has no low-precision form; stays as is
     "constant",  # constant data (Constant, ConstantOfShape, moved constants): follows consumers
     "observed",  # already mixed precision: types read from the graph
+    "include",  # --nodes-to-include / --op-types-to-include overrode a rule that kept it FP32
+    "always-fp32",  # on the always-FP32 op list (Upsample, NonMaxSuppression, Celu)
 )
 
 
 @dataclass(frozen=True)
 class PrecisionSettings:
+    """The rule options a plan was decided with (``reprobuild build --precision`` options).
+
+    The fields after ``keep_io_types`` came later: ``to_dict`` writes each only when it is
+    not at its default, and a lock without one reads as the default, so older locks keep
+    their bytes and build what they built. ``repr=False`` keeps them out of ``repr()``, which
+    tests/lock/test_golden.py holds to what the loader gave for those locks.
+    """
+
     keep_fp32: tuple[str, ...] = ()
     keep_fp32_ops: tuple[str, ...] = ()
     max_output: float = 512.0
     max_reduction_depth: int | None = None
     fp32_accumulate: bool = False
     keep_io_types: bool = True
+    # regexes / op types forced into low precision over the name, op, magnitude,
+    # reduction-depth and initializer-range rules (never over an overflow)
+    nodes_to_include: tuple[str, ...] = field(default=(), repr=False)
+    op_types_to_include: tuple[str, ...] = field(default=(), repr=False)
+    init_max: float | None = field(default=None, repr=False)  # None: the type's largest value
+    # initializers larger than this (bytes, as FP32) are cast by a Cast node at run time
+    init_conversion_max_bytes: int | None = field(default=None, repr=False)
+    magnitude_io: bool = field(default=False, repr=False)  # magnitude: every input/output
+    opset: int | None = field(default=None, repr=False)  # --opset: convert the model to it
 
-    def to_dict(self) -> dict[str, Any]:
+    def values(self) -> dict[str, Any]:
+        """Every setting, defaults included: what comparisons read."""
         return {
             "keep_fp32": list(self.keep_fp32),
             "keep_fp32_ops": list(self.keep_fp32_ops),
@@ -48,7 +68,31 @@ class PrecisionSettings:
             "max_reduction_depth": self.max_reduction_depth,
             "fp32_accumulate": self.fp32_accumulate,
             "keep_io_types": self.keep_io_types,
+            "nodes_to_include": list(self.nodes_to_include),
+            "op_types_to_include": list(self.op_types_to_include),
+            "init_max": None if self.init_max is None else float(self.init_max),
+            "init_conversion_max_bytes": self.init_conversion_max_bytes,
+            "magnitude_io": self.magnitude_io,
+            "opset": self.opset,
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the lock holds: the first six always, the later ones only when set."""
+        d = self.values()
+        for k in _LATER:
+            if d[k] == _LATER[k]:
+                del d[k]
+        return d
+
+
+_LATER: dict[str, Any] = {
+    "nodes_to_include": [],
+    "op_types_to_include": [],
+    "init_max": None,
+    "init_conversion_max_bytes": None,
+    "magnitude_io": False,
+    "opset": None,
+}
 
 
 @dataclass(frozen=True)
@@ -58,6 +102,9 @@ class NodePrecision:
     precision: str
     rule: str
     accumulate: str | None = None  # "fp32" for a matrix product kept on FP32 accumulation
+    # What decided it, in words ("|output| max 1.3e3 > 512 on 1 calibration sample"):
+    # written only when recorded (older locks have none); out of repr() as above.
+    why: str | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -68,6 +115,8 @@ class NodePrecision:
         }
         if self.accumulate is not None:
             d["accumulate"] = self.accumulate
+        if self.why is not None:
+            d["why"] = self.why
         return d
 
 
@@ -80,6 +129,9 @@ class PrecisionPlan:
     # mode int8: calibration and every scale. Left out of repr() so that the loader's
     # output for existing locks stays what tests/lock/test_golden.py holds it to.
     quantization: QuantPlan | None = field(default=None, repr=False)
+    # fp16/bf16: the model was converted to a newer opset before planning (``--opset``, or
+    # automatically when the precision needs it); a locked build converts it again.
+    opset: OpsetConversion | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -87,6 +139,8 @@ class PrecisionPlan:
             "settings": self.settings.to_dict(),
             "calibration": self.calibration,
         }
+        if self.opset is not None:  # absent otherwise: older locks keep their bytes
+            d["opset"] = self.opset.to_dict()
         if self.quantization is not None:  # absent otherwise: older locks keep their bytes
             d["quantization"] = self.quantization.to_dict()
         d["nodes"] = [n.to_dict() for n in self.nodes]
@@ -97,7 +151,9 @@ class PrecisionPlan:
 
 
 def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
-    m = doc.mapping(value, path, ("mode", "nodes"), ("settings", "calibration", "quantization"))
+    m = doc.mapping(
+        value, path, ("mode", "nodes"), ("settings", "calibration", "opset", "quantization")
+    )
     mode = doc.choice(m["mode"], path + ("mode",), MODES)
     settings = PrecisionSettings()
     if m.get("settings") is not None:
@@ -106,14 +162,7 @@ def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
             m["settings"],
             sp,
             (),
-            (
-                "keep_fp32",
-                "keep_fp32_ops",
-                "max_output",
-                "max_reduction_depth",
-                "fp32_accumulate",
-                "keep_io_types",
-            ),
+            tuple(PrecisionSettings().values()),
         )
         settings = PrecisionSettings(
             keep_fp32=tuple(doc.str_list(s.get("keep_fp32", []), sp + ("keep_fp32",)) or ()),
@@ -126,12 +175,27 @@ def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
             ),
             fp32_accumulate=doc.boolean(s.get("fp32_accumulate", False), sp + ("fp32_accumulate",)),
             keep_io_types=doc.boolean(s.get("keep_io_types", True), sp + ("keep_io_types",)),
+            nodes_to_include=tuple(
+                doc.str_list(s.get("nodes_to_include", []), sp + ("nodes_to_include",)) or ()
+            ),
+            op_types_to_include=tuple(
+                doc.str_list(s.get("op_types_to_include", []), sp + ("op_types_to_include",)) or ()
+            ),
+            init_max=doc.number(s.get("init_max"), sp + ("init_max",), True),
+            init_conversion_max_bytes=doc.integer(
+                s.get("init_conversion_max_bytes"),
+                sp + ("init_conversion_max_bytes",),
+                True,
+                minimum=0,
+            ),
+            magnitude_io=doc.boolean(s.get("magnitude_io", False), sp + ("magnitude_io",)),
+            opset=doc.integer(s.get("opset"), sp + ("opset",), True, minimum=1),
         )
     nodes: list[NodePrecision] = []
     seen: set[str] = set()
     for i, item in enumerate(doc.seq(m["nodes"], path + ("nodes",))):
         p = path + ("nodes", i)
-        n = doc.mapping(item, p, ("node", "op", "precision", "rule"), ("accumulate",))
+        n = doc.mapping(item, p, ("node", "op", "precision", "rule"), ("accumulate", "why"))
         name = doc.string(n["node"], p + ("node",))
         if name in seen:
             doc.fail(p + ("node",), f"node {name!r} appears twice", "keep one entry per node")
@@ -146,8 +210,14 @@ def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
                 accumulate=None
                 if acc is None
                 else doc.choice(acc, p + ("accumulate",), ("fp32", "fp16")),
+                why=doc.string(n.get("why"), p + ("why",), optional=True),
             )
         )
+    opset = None
+    if m.get("opset") is not None:
+        from reprobuild.lock.qplan import opset_from_data
+
+        opset = opset_from_data(doc, m["opset"], path + ("opset",))
     quantization = None
     if m.get("quantization") is not None:
         from reprobuild.lock.qplan import quant_from_data
@@ -159,4 +229,5 @@ def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
         calibration=doc.string(m.get("calibration"), path + ("calibration",), optional=True),
         nodes=nodes,
         quantization=quantization,
+        opset=opset,
     )

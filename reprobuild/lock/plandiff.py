@@ -2,8 +2,9 @@
 
 A scale is a build decision like a tactic (it changes the output bits), so a diff of two
 INT8 locks that only compares tactics would call two different builds equivalent. This
-module lists every plan difference as a :class:`PlanChange`: the mode, each setting, each
-node's precision and deciding rule, the calibration settings and data, every activation
+module lists every plan difference as a :class:`PlanChange`: the mode, each setting, the
+opset conversion, each node's precision and deciding rule (with which rule decides it now
+and which did, in words: :mod:`.planwords`), the calibration settings and data, every activation
 scale (hex float, exact, beside its decimal value) and every weight's per-channel scales.
 It works on :class:`PrecisionPlan` values only, so ``diff`` never imports numpy or onnx.
 """
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan
+from reprobuild.lock.planwords import decision_change
 
-KINDS = ("plan", "mode", "setting", "node", "quantization", "scale", "weight_scales")
+KINDS = ("plan", "mode", "setting", "opset", "node", "quantization", "scale", "weight_scales")
 _QUANT_KEYS = ("method", "batch_size", "samples", "data_sha256", "onnxruntime", "float", "opset")
 _QUANT_DEFAULTS = {"float": "fp32"}  # written only when not the default: older locks
 
@@ -29,6 +31,9 @@ class PlanChange:
     name: str
     a: str | None
     b: str | None
+    # a node whose decision changed: which rule decides it now and which did, in words
+    # (printed under the line by ``diff``; the line itself keeps its form)
+    detail: str | None = None
 
     def line(self) -> str:
         """The change as one line of text, e.g. ``scale relu1_out: 0x1.8p-4 (0.09375) -> ...``."""
@@ -38,6 +43,8 @@ class PlanChange:
             return f"mode: {self.a} -> {self.b}"
         if self.kind == "setting":
             return f"settings.{self.name}: {self.a} -> {self.b}"
+        if self.kind == "opset":
+            return f"opset conversion: {self.a or 'none'} -> {self.b or 'none'}"
         if self.kind == "node":
             if self.b is None:
                 return f"node {self.name}: removed"
@@ -52,6 +59,8 @@ class PlanChange:
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "name": self.name, "a": self.a, "b": self.b}
+        if self.detail is not None:
+            d["detail"] = self.detail
         if self.kind == "scale":  # the decimal value beside the exact one, for people
             d["a_decimal"] = None if self.a is None else float.fromhex(self.a)
             d["b_decimal"] = None if self.b is None else float.fromhex(self.b)
@@ -70,6 +79,13 @@ def _node_text(n: NodePrecision) -> str:
     return f"{n.precision}/{n.rule}" + (f" (acc {n.accumulate})" if n.accumulate else "")
 
 
+def _opset_text(plan: PrecisionPlan) -> str | None:
+    o = plan.opset
+    if o is None:
+        return None
+    return f"{o.source} to {o.target}" + (f" ({o.reason})" if o.reason else "")
+
+
 def plan_changes(old: PrecisionPlan | None, new: PrecisionPlan | None) -> list[PlanChange]:
     """Every difference between two plans (either may be absent: a build as it is)."""
     if old is None or new is None:
@@ -83,8 +99,10 @@ def plan_changes(old: PrecisionPlan | None, new: PrecisionPlan | None) -> list[P
     out: list[PlanChange] = []
     if old.mode != new.mode:
         out.append(PlanChange("mode", "", old.mode, new.mode))
-    a, b = old.settings.to_dict(), new.settings.to_dict()
+    a, b = old.settings.values(), new.settings.values()
     out.extend(PlanChange("setting", k, repr(a[k]), repr(b[k])) for k in a if a[k] != b[k])
+    if old.opset != new.opset:
+        out.append(PlanChange("opset", "", _opset_text(old), _opset_text(new)))
     before, after = old.by_node(), new.by_node()
     for n in old.nodes:
         m = after.get(n.node)
@@ -93,7 +111,8 @@ def plan_changes(old: PrecisionPlan | None, new: PrecisionPlan | None) -> list[P
         elif m.op != n.op:
             out.append(PlanChange("node", n.node, n.op, m.op))
         elif (m.precision, m.rule, m.accumulate) != (n.precision, n.rule, n.accumulate):
-            out.append(PlanChange("node", n.node, _node_text(n), _node_text(m)))
+            detail = decision_change(old, n, new, m)
+            out.append(PlanChange("node", n.node, _node_text(n), _node_text(m), detail))
     out.extend(
         PlanChange("node", n.node, None, _node_text(n)) for n in new.nodes if n.node not in before
     )

@@ -48,16 +48,21 @@ class WeightScale:
 
 @dataclass(frozen=True)
 class OpsetConversion:
-    """The model's opset was older than per-channel Q/DQ needs: ``onnx.version_converter``
-    (a pure function of the model, per onnx version) converted it before calibrating, and
-    converts it again before every locked build applies the plan."""
+    """The model's opset was older than the plan needs (per-channel Q/DQ; a BF16 Conv; an
+    ``--opset``): ``onnx.version_converter`` (a pure function of the model, per onnx
+    version) converted it before planning, and converts it again before every locked build
+    applies the plan."""
 
     source: int
     target: int
     onnx: str  # the onnx version that converted it when the plan was recorded
+    reason: str | None = None  # fp16/bf16 plans: why ("--opset 22", "bf16 Conv needs 22")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"from": self.source, "to": self.target, "onnx": self.onnx}
+        d: dict[str, Any] = {"from": self.source, "to": self.target, "onnx": self.onnx}
+        if self.reason is not None:
+            d["reason"] = self.reason
+        return d
 
 
 @dataclass
@@ -151,14 +156,22 @@ def quant_from_data(doc: Doc, value: Any, path: Path_) -> QuantPlan:
         float_precision="fp32"
         if m.get("float") is None
         else doc.choice(m["float"], path + ("float",), FLOAT_PRECISIONS),
-        opset=None if m.get("opset") is None else _opset(doc, m["opset"], path + ("opset",)),
+        opset=None
+        if m.get("opset") is None
+        else opset_from_data(doc, m["opset"], path + ("opset",)),
     )
 
 
-def _opset(doc: Doc, value: Any, path: Path_) -> OpsetConversion:
-    m = doc.mapping(value, path, ("from", "to", "onnx"), ())
+def opset_from_data(doc: Doc, value: Any, path: Path_) -> OpsetConversion:
+    """An ``opset`` mapping (an INT8 plan's ``quantization.opset``, a float plan's ``opset``)."""
+    m = doc.mapping(value, path, ("from", "to", "onnx"), ("reason",))
     source = doc.integer(m["from"], path + ("from",), minimum=1)
     target = doc.integer(m["to"], path + ("to",), minimum=1)
     if target <= source:
         doc.fail(path + ("to",), f"opset {target} is not newer than {source}", "re-record")
-    return OpsetConversion(source, target, doc.string(m["onnx"], path + ("onnx",)))
+    return OpsetConversion(
+        source,
+        target,
+        doc.string(m["onnx"], path + ("onnx",)),
+        doc.string(m.get("reason"), path + ("reason",), optional=True),
+    )

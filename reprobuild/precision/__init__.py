@@ -16,6 +16,8 @@ One job per module, each importing only those above it:
 - :mod:`.analysis`: node keys, inferred types and shapes, reduction depths;
 - :mod:`.calibration`: seeded, ``.npz`` and Polygraphy JSON inputs (never unpickled);
 - :mod:`.measure`: the ONNX Runtime session helper, running a model, the FP16 error figure;
+- :mod:`.opset`: converting a model to the opset a plan needs (INT8: 13; BF16 Conv: 22);
+- :mod:`.reasons`: what decided a node, in the words the plan records beside its rule;
 - :mod:`.rules`: deriving a plan (the rules are documented there) and matching it to a graph;
 - :mod:`.apply`: the graph rewrite (Cast insertion).
 

@@ -145,7 +145,9 @@ def apply_plan(model: onnx.ModelProto, plan: PrecisionPlan) -> onnx.ModelProto:
     Low-precision nodes get their float32 initializers converted (in place when every use
     is low precision and the initializer is not a graph input, else as a ``<name>__fp16``
     copy) and Casts on their other float32 inputs; nodes the plan keeps in FP32 get Casts
-    back. With ``keep_io_types`` the graph's inputs and outputs keep their types (an output
+    back; with ``init_conversion_max_bytes``, an initializer larger than that (as FP32)
+    stays FP32 and a Cast converts it at run time. With ``keep_io_types`` the graph's
+    inputs and outputs keep their types (an output
     produced in low precision is computed into ``<name>__fp16`` and cast back). A node with
     ``accumulate: fp32`` takes its low-precision inputs cast up to FP32, computes in FP32,
     and its result is cast back to low precision.
@@ -201,10 +203,18 @@ def apply_plan(model: onnx.ModelProto, plan: PrecisionPlan) -> onnx.ModelProto:
         cur[x] = (x, an.types.get(x))
     new_inits: list[onnx.TensorProto] = []
     init_by_name = {t.name: t for t in g.initializer}
+    limit = plan.settings.init_conversion_max_bytes
+
+    def stored_low(name: str) -> bool:
+        """Whether a float32 initializer taken in low precision is stored converted; one
+        over ``init_conversion_max_bytes`` (its FP32 size) is cast at run time instead."""
+        return limit is None or 4 * int(np.prod(an.inits[name].dims, dtype=np.int64)) <= limit
+
     for name, t in an.inits.items():
         cur[name] = (name, t.data_type)
         if (
             t.data_type == FLOAT
+            and stored_low(name)
             and name not in an.input_names
             and wanted.get(name) == {low}
             and name not in pinned
@@ -243,7 +253,12 @@ def apply_plan(model: onnx.ModelProto, plan: PrecisionPlan) -> onnx.ModelProto:
             return now
         if (x, t) in cache:
             return cache[(x, t)]
-        if x in an.inits and an.inits[x].data_type == FLOAT and t in (FLOAT16, BFLOAT16):
+        if (
+            x in an.inits
+            and an.inits[x].data_type == FLOAT
+            and t in (FLOAT16, BFLOAT16)
+            and stored_low(x)
+        ):
             dst = names.fresh(f"{x}__{TYPE_NAME[t]}")
             arr = round_to(numpy_helper.to_array(an.inits[x]), t)
             new_inits.append(numpy_helper.from_array(arr, dst))

@@ -29,7 +29,7 @@ class Stat:
     """What the magnitude and reduction-depth rules read from one tensor."""
 
     shape: tuple[int, ...]
-    max_abs: float  # inf when any value is NaN or Inf; 0.0 for non-float tensors
+    max_abs: float  # inf when any value is NaN or Inf; integers too; 0.0 for other types
 
 
 def _first_line(err: BaseException) -> str:
@@ -91,12 +91,13 @@ def _run_in_place(sess: Any, names: list[str], feeds: dict[str, np.ndarray]) -> 
 
 
 def _max_abs(v: np.ndarray) -> float:
-    """max |x| of a float tensor (inf when any value is NaN or Inf); 0.0 for other types.
+    """max |x| of a float tensor (inf when any value is NaN or Inf) or an integer one (what
+    ``--magnitude-io`` reads, as ModelOpt's data_max does); 0.0 for other types.
 
     Read as max(max x, -min x): two passes over the data and no |x| temporary as large as
     the tensor. Exactly ``np.max(np.abs(v))`` (``+ 0.0`` turns a -0.0 into 0.0).
     """
-    if v.dtype.kind != "f" or not v.size:
+    if v.dtype.kind not in "fiu" or not v.size:
         return 0.0
     hi, lo = float(v.max()), float(v.min())
     mag = max(hi, -lo) + 0.0

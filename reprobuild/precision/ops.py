@@ -58,6 +58,12 @@ UNSUPPORTED_OPS = frozenset(
 )
 """Ops kept as they are even when their schema has a float16/bfloat16 form."""
 
+ALWAYS_FP32_OPS = frozenset({"Upsample", "NonMaxSuppression", "Celu"})
+"""Kept in FP32 whatever the options say, as ModelOpt AutoCast keeps them: NonMaxSuppression
+and Celu take FP32 inputs in ONNX (Celu gains float16 only in opset 28), and Upsample's
+scales stay FP32, which a node-level precision cannot express (its successor Resize can be
+converted: its scales have a type of their own)."""
+
 CONSTANT_FOLLOW_OPS = frozenset(
     {
         "Constant",

@@ -7,6 +7,10 @@ stored plan must name exactly the model's nodes, with the same op types.
 
 Rules (the first that applies decides; documented for ``reprobuild show --precision``):
 
+``always-fp32``
+    A float32 node whose op is on :data:`ALWAYS_FP32_OPS` (Upsample, NonMaxSuppression,
+    Celu: the ops ModelOpt AutoCast always keeps in FP32) stays in FP32, whatever the
+    include options say.
 ``unsupported``
     The node stays as it is. Precision ``other``: it has no float tensor at all, or it is a
     Cast/CastLike/Shape/Size, which reads its input in whatever float type it arrives (a
@@ -56,9 +60,25 @@ Rules (the first that applies decides; documented for ``reprobuild show --precis
     precision has a value with ``|x| > --max-output``, or a NaN/Inf; or a float32 input it
     would take in low precision exceeds that type's largest finite value (the Cast feeding
     it would overflow).
+    With ``--magnitude-io`` the rule reads what ModelOpt's data_max reads: every tensor the
+    node reads or writes on the calibration run, whatever its type (an int64 shape of 1000
+    keeps its Reshape) and at any position, graph inputs included, initializers not.
+``include``
+    ``--nodes-to-include`` (a regex, searched in the node key) or ``--op-types-to-include``
+    matches a node that one of ``name``, ``op``, ``initializer-range``, ``reduction-depth``
+    or ``magnitude`` would keep in FP32: it runs in FP16/BF16 anyway, as ModelOpt's include
+    options force it. Never over an overflow: a weight, input or output beyond the type's
+    largest finite value (or a NaN/Inf on the calibration inputs) keeps its rule, as the
+    converted node would compute inf.
 ``default``
     No rule kept it: the node runs in FP16/BF16. With ``--fp32-accumulate``, a converted
     MatMul/Gemm/Conv/ConvTranspose records ``accumulate: fp32``.
+
+``initializer-range`` reads ``--init-max`` (ModelOpt's init_max) when given: a weight with
+``|w| > init-max`` keeps its node, besides the overflow and flush-to-zero checks.
+
+With ``explain``, every node a rule decided records what decided it in words (``why``,
+:mod:`.reasons`): the pattern or op that matched, the measured magnitude or depth.
 """
 
 from __future__ import annotations
@@ -73,6 +93,7 @@ from onnx import numpy_helper
 
 from reprobuild.errors import UsageError
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
+from reprobuild.precision import reasons
 from reprobuild.precision.analysis import (
     Analysis,
     NodeInfo,
@@ -85,6 +106,7 @@ from reprobuild.precision.analysis import (
 from reprobuild.precision.calibration import check_feeds
 from reprobuild.precision.measure import Stat, measure
 from reprobuild.precision.ops import (
+    ALWAYS_FP32_OPS,
     BFLOAT16,
     CONSTANT_FOLLOW_OPS,
     FLOAT,
@@ -108,8 +130,9 @@ STALE = (
 _LOW_NORMAL = {FLOAT16: 2.0**-14, BFLOAT16: 2.0**-126}
 
 
-def range_problem(arr: np.ndarray, low: int) -> str | None:
-    """Why ``arr`` does not fit ``low`` (see ``initializer-range`` in the module docs).
+def range_problem(arr: np.ndarray, low: int, limit: float | None = None) -> str | None:
+    """Why ``arr`` does not fit ``low`` (see ``initializer-range`` in the module docs);
+    ``limit``: ``--init-max``, a magnitude bound below the type's own.
 
     Reads the largest magnitude as max(max x, -min x) and rounds only the values below the
     type's smallest normal: no copy of the whole tensor unless it holds NaN/Inf.
@@ -124,6 +147,8 @@ def range_problem(arr: np.ndarray, low: int) -> str | None:
         top = max(float(a.max()), -float(a.min())) + 0.0  # + 0.0: never -0.0
         if top > LOW_MAX[low]:
             return f"max |w| {top:g} > {LOW_MAX[low]:g}"
+        if limit is not None and top > limit:
+            return f"max |w| {reasons.num(top, limit)} > {limit:g} (--init-max)"
         edge = _LOW_NORMAL[low]
         mag = np.abs(a[(a > -edge) & (a < edge)])
     nonzero = mag[mag > 0]
@@ -143,6 +168,7 @@ class _Measured:
     stats: dict[str, Stat]
     values: dict[str, np.ndarray]
     more_feeds: Sequence[dict[str, np.ndarray]] = ()
+    samples: int = 1
 
     def shape_of(self, name: str) -> tuple[int, ...] | None:
         if name in self.stats:
@@ -158,16 +184,21 @@ class _Measured:
             return numpy_helper.to_array(self.an.inits[name])
         return self.values.get(name)
 
-    def input_max(self, name: str) -> float:
+    def input_max(self, name: str, any_type: bool = False) -> float:
+        """max |x| of a measured tensor or a graph input; ``any_type``: integer inputs too."""
         if name in self.stats:
             return self.stats[name].max_abs
-        return max(_feed_max(f, name) for f in (self.feeds, *self.more_feeds))
+        return max(_feed_max(f, name, any_type) for f in (self.feeds, *self.more_feeds))
 
 
-def _feed_max(feeds: dict[str, np.ndarray], name: str) -> float:
-    if name in feeds and feeds[name].size and np.issubdtype(feeds[name].dtype, np.floating):
-        arr = feeds[name]
+def _feed_max(feeds: dict[str, np.ndarray], name: str, any_type: bool = False) -> float:
+    arr = feeds.get(name)
+    if arr is None or not arr.size:
+        return 0.0
+    if np.issubdtype(arr.dtype, np.floating):
         return float(np.abs(arr).max()) if np.isfinite(arr).all() else float("inf")
+    if any_type and np.issubdtype(arr.dtype, np.integer):
+        return max(float(arr.max()), -float(arr.min())) + 0.0
     return 0.0
 
 
@@ -178,18 +209,21 @@ def derive_plan(
     feeds: dict[str, np.ndarray],
     calibration: str,
     more_feeds: Sequence[dict[str, np.ndarray]] = (),
+    explain: bool = False,
 ) -> PrecisionPlan:
     """Decide every node's precision by the rules (module docstring); never changes ``model``.
 
     ``more_feeds``: further batches of calibration inputs (an INT8 build's calibration set,
-    run batch by batch); the magnitude rule reads the largest value over all of them."""
+    run batch by batch); the magnitude rule reads the largest value over all of them.
+    ``explain``: record each decision's words (``why``) in the plan, as builds do; without
+    it the plan is what it was before the words existed, byte for byte."""
     check_mode(mode)
     low = LOW_TYPES[mode]
     an = analyze(model)
     check_opset(an, mode)
     for f in (feeds, *more_feeds):
         check_feeds("calibration inputs", f, an.real_inputs)
-    patterns = [re.compile(p) for p in settings.keep_fp32]
+    rx = _Patterns(settings)
 
     conv = [info.convertible(low) for info in an.infos]
     follow = [
@@ -207,21 +241,22 @@ def derive_plan(
             if x and x in an.constant and x not in an.inits and info.in_params[pos] in conv[i]:
                 keep_values.add(x)
     m = _Measured(an, feeds, *measure(an, feeds, keep_values, more_feeds), more_feeds=more_feeds)
+    m.samples = sum(_samples(f) for f in (feeds, *more_feeds))
 
-    decided: list[tuple[str, str] | None] = [None] * len(an.infos)
+    decided: list[_Decision | None] = [None] * len(an.infos)
     for i, info in enumerate(an.infos):
         if not follow[i]:
-            decided[i] = _decide(info, conv[i], mode, low, settings, patterns, m)
+            decided[i] = _decide(info, conv[i], mode, low, settings, rx, m)
     # constant producers follow their consumers; consumers come later in graph order
     for i in reversed(range(len(an.infos))):
         if follow[i]:
-            decided[i] = _decide_constant(an, i, conv, decided, mode, settings, patterns)
+            decided[i] = _decide_constant(an, i, conv, decided, mode, rx)
 
     nodes: list[NodePrecision] = []
     for i, info in enumerate(an.infos):
         d = decided[i]
         assert d is not None  # every node is decided by one of the two passes
-        precision, rule = d
+        precision, rule, why = d
         accumulate = (
             "fp32"
             if settings.fp32_accumulate
@@ -230,8 +265,48 @@ def derive_plan(
             and info.node.op_type in MATRIX_OPS
             else None
         )
-        nodes.append(NodePrecision(info.key, info.node.op_type, precision, rule, accumulate))
+        why = why if explain else None
+        nodes.append(NodePrecision(info.key, info.node.op_type, precision, rule, accumulate, why))
     return PrecisionPlan(mode=mode, settings=settings, calibration=calibration, nodes=nodes)
+
+
+def _samples(feeds: dict[str, np.ndarray]) -> int:
+    """Samples in one feed dict: the first axis of its first input that has one."""
+    for arr in feeds.values():
+        if getattr(arr, "ndim", 0) >= 1:
+            return int(arr.shape[0])
+    return 1
+
+
+_Decision = tuple[str, str, str | None]  # (precision, rule, why)
+
+
+class _Patterns:
+    """The name and op options, compiled once: which pattern matched is part of the why."""
+
+    def __init__(self, settings: PrecisionSettings) -> None:
+        self.keep = [re.compile(p) for p in settings.keep_fp32]
+        self.include = [re.compile(p) for p in settings.nodes_to_include]
+        self.keep_ops = settings.keep_fp32_ops
+        self.include_ops = settings.op_types_to_include
+
+    def kept(self, info: NodeInfo) -> tuple[str, str] | None:
+        """(rule, why) when ``--keep-fp32`` or ``--keep-fp32-op`` keeps the node."""
+        hit = next((p.pattern for p in self.keep if p.search(info.key)), None)
+        if hit is not None:
+            return "name", f"name matches --keep-fp32 {hit!r}"
+        if info.node.op_type in self.keep_ops:
+            return "op", f"{info.node.op_type} is in --keep-fp32-op"
+        return None
+
+    def included(self, info: NodeInfo) -> str | None:
+        """The include option that forces the node into low precision, in words."""
+        hit = next((p.pattern for p in self.include if p.search(info.key)), None)
+        if hit is not None:
+            return f"--nodes-to-include {hit!r}"
+        if info.node.op_type in self.include_ops:
+            return f"--op-types-to-include {info.node.op_type}"
+        return None
 
 
 def _decide(
@@ -240,91 +315,135 @@ def _decide(
     mode: str,
     low: int,
     settings: PrecisionSettings,
-    patterns: list[re.Pattern[str]],
+    rx: _Patterns,
     m: _Measured,
-) -> tuple[str, str]:
-    """(precision, rule) of a node that computes: the first rule that applies decides."""
+) -> _Decision:
+    """(precision, rule, why) of a node that computes: the first rule that applies decides,
+    and an include option overrides any rule that kept it short of an overflow."""
     node = info.node
     an = m.an
     floats = info.float_types()
+    if FLOAT in floats and node.op_type in ALWAYS_FP32_OPS and info.known_op:
+        return ("fp32", "always-fp32", reasons.always_fp32(node.op_type))
     if not conv:
         if not info.known_op:
             obs = observed_precision(info, an.types)
-            return (obs, "observed" if obs in ("fp16", "bf16") else "unsupported")
-        if node.op_type in TYPE_AGNOSTIC_INPUT0:
-            return ("other", "unsupported")  # reads any float type as it comes
+            if obs in ("fp16", "bf16"):
+                return (obs, "observed", f"already {obs} in the model")
+            return (obs, "unsupported", reasons.unsupported(info, mode, an.opsets.get("", 0)))
+        if node.op_type in TYPE_AGNOSTIC_INPUT0:  # reads any float type as it comes
+            return ("other", "unsupported", f"{node.op_type} reads its input in any float type")
         if FLOAT in floats:
-            return ("fp32", "unsupported")
+            return ("fp32", "unsupported", reasons.unsupported(info, mode, an.opsets.get("", 0)))
         if floats:
-            return (observed_precision(info, an.types), "observed")
-        return ("other", "unsupported")
-    if any(p.search(info.key) for p in patterns):
-        return ("fp32", "name")
-    if node.op_type in settings.keep_fp32_ops:
-        return ("fp32", "op")
-    if any(
-        x
-        and info.in_params[pos] in conv
-        and x in an.constant
-        and an.types.get(x) == FLOAT
-        and (v := m.const_value(x)) is not None
-        and range_problem(v, low) is not None
-        for pos, x in enumerate(node.input)
-    ):
-        return ("fp32", "initializer-range")
+            obs = observed_precision(info, an.types)
+            return (obs, "observed", f"already {obs} in the model")
+        return ("other", "unsupported", "no float tensors")
+    kept = _kept(info, conv, low, settings, rx, m)
+    if kept is None:
+        return (mode, "default", None)
+    rule, why, overflow = kept
+    forced = None if overflow else rx.included(info)
+    if forced is not None:
+        return (mode, "include", f"{forced} overrides {rule}: {why}")
+    return ("fp32", rule, why)
+
+
+def _kept(
+    info: NodeInfo,
+    conv: frozenset[str],
+    low: int,
+    settings: PrecisionSettings,
+    rx: _Patterns,
+    m: _Measured,
+) -> tuple[str, str, bool] | None:
+    """(rule, why, overflow) of the first rule that keeps a convertible node in FP32;
+    ``overflow``: the node would compute inf in low precision (no include overrides it)."""
+    node = info.node
+    an = m.an
+    hit = rx.kept(info)
+    if hit is not None:
+        return (*hit, False)
+    for pos, x in enumerate(node.input):
+        if (
+            x
+            and info.in_params[pos] in conv
+            and x in an.constant
+            and an.types.get(x) == FLOAT
+            and (v := m.const_value(x)) is not None
+            and (problem := range_problem(v, low, settings.init_max)) is not None
+        ):
+            overflow = problem.startswith("max |w|") and "--init-max" not in problem
+            return ("initializer-range", f"weight {x!r}: {problem}", overflow)
     if settings.max_reduction_depth is not None and (
         (depth := reduction_depth(node, m.shape_of, an.opsets.get("", 1))) is not None
         and depth > settings.max_reduction_depth
     ):
-        return ("fp32", "reduction-depth")
-    if any(
-        o
-        and info.out_params[pos] in conv
-        and o in m.stats
-        and m.stats[o].max_abs > settings.max_output
-        for pos, o in enumerate(node.output)
-    ):
-        return ("fp32", "magnitude")
-    if any(
-        x
-        and info.in_params[pos] in conv
-        and x not in an.constant
-        and an.types.get(x) == FLOAT
-        and m.input_max(x) > LOW_MAX[low]
-        for pos, x in enumerate(node.input)
-    ):
-        # An FP32 value beyond the low-precision range would overflow in the Cast that
-        # feeds this node (inf, then NaN downstream): the node stays in FP32.
-        return ("fp32", "magnitude")
-    return (mode, "default")
+        return (
+            "reduction-depth",
+            f"reduces {depth} elements > {settings.max_reduction_depth}",
+            False,
+        )
+    on = f"on {reasons.samples_text(m.samples)}"
+    limit = settings.max_output
+    for pos, o in enumerate(node.output):
+        if o and info.out_params[pos] in conv and o in m.stats and m.stats[o].max_abs > limit:
+            top = m.stats[o].max_abs
+            if not np.isfinite(top):
+                return ("magnitude", f"output has NaN or Inf {on}", True)
+            why = f"|output| max {reasons.num(top, limit)} > {limit:g} {on}"
+            return ("magnitude", why, top > LOW_MAX[low])
+    for pos, x in enumerate(node.input):
+        if (
+            x
+            and info.in_params[pos] in conv
+            and x not in an.constant
+            and an.types.get(x) == FLOAT
+            and (top := m.input_max(x)) > LOW_MAX[low]
+        ):
+            # An FP32 value beyond the low-precision range would overflow in the Cast that
+            # feeds this node (inf, then NaN downstream): the node stays in FP32.
+            why = f"|input| {x!r} max {reasons.num(top, LOW_MAX[low])} > {LOW_MAX[low]:g} {on}"
+            return ("magnitude", why, True)
+    if settings.magnitude_io:  # every tensor the node reads or writes, as ModelOpt reads them
+        for x in node.input:
+            if x and x not in an.inits and (top := m.input_max(x, any_type=True)) > limit:
+                why = f"|input| {x!r} max {reasons.num(top, limit)} > {limit:g} {on}"
+                return ("magnitude", why, not np.isfinite(top))
+        for o in node.output:
+            if o and o in m.stats and (top := m.stats[o].max_abs) > limit:
+                why = f"|output| {o!r} max {reasons.num(top, limit)} > {limit:g} {on}"
+                return ("magnitude", why, not np.isfinite(top))
+    return None
 
 
 def _decide_constant(
     an: Analysis,
     i: int,
     conv: list[frozenset[str]],
-    decided: list[tuple[str, str] | None],
+    decided: list[_Decision | None],
     mode: str,
-    settings: PrecisionSettings,
-    patterns: list[re.Pattern[str]],
-) -> tuple[str, str]:
+    rx: _Patterns,
+) -> _Decision:
     """A constant producer is low precision only when every consumer takes it so."""
     info = an.infos[i]
-    if any(p.search(info.key) for p in patterns):
-        return ("fp32", "name")
-    if info.node.op_type in settings.keep_fp32_ops:
-        return ("fp32", "op")
+    hit = rx.kept(info)
+    if hit is not None and rx.included(info) is None:
+        return ("fp32", *hit)
     for o in info.node.output:
         if not o or an.types.get(o) != FLOAT:
             continue
         uses = an.consumers.get(o, [])
-        if not uses or o in an.output_names or o in an.subgraph_refs:
-            return ("fp32", "constant")
+        if o in an.output_names or o in an.subgraph_refs:
+            return ("fp32", "constant", "constant data that is a graph output")
+        if not uses:
+            return ("fp32", "constant", "constant data no node reads")
         for j, pos in uses:
             d = decided[j]
             if d is None or d[0] != mode or an.infos[j].in_params[pos] not in conv[j]:
-                return ("fp32", "constant")
-    return (mode, "constant")
+                who = an.infos[j].key
+                return ("fp32", "constant", f"constant data; {who} takes it in FP32")
+    return (mode, "constant", f"constant data; every consumer takes it in {mode}")
 
 
 def match_plan(an: Analysis, plan: PrecisionPlan) -> list[NodePrecision]:

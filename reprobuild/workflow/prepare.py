@@ -40,11 +40,19 @@ def prepare_model(
 
             proto, conv = int8_opset(proto, model_path, notes)
             notes += check_locked_int8(proto, locked, request, frozen, lock_path, conv)
-        elif request is not None and request.calibration is not None:
-            notes.append(
-                f"--calibration {request.calibration} ignored: the lock's plan (calibrated on "
-                f"{locked.calibration}) is applied as recorded"
-            )
+        else:
+            from reprobuild.precision.opset import reconvert
+
+            proto, more = reconvert(proto, model_path, locked.opset, lock_path)
+            notes += more
+            given = request.calibration if request is not None else None
+            if request is not None and given is None and request.seed is not None:
+                given = f"seeded:{request.seed}"
+            if given is not None and given != locked.calibration:
+                notes.append(
+                    f"--calibration {given} ignored: the lock's plan (calibrated on "
+                    f"{locked.calibration}) is applied as recorded"
+                )
     elif request is not None:
         if lock is not None and frozen:
             raise DriftError(f"{lock_path}: has no precision plan; --frozen refuses to add one")
@@ -61,10 +69,16 @@ def prepare_model(
             notes += more
         else:
             from reprobuild.precision.calibration import load_calibration
+            from reprobuild.precision.opset import convert_for_float
             from reprobuild.precision.rules import derive_plan
 
-            feeds, desc = load_calibration(request.calibration, proto)
-            plan = derive_plan(proto, request.mode, request.settings, feeds, desc)
+            proto, conv, more = convert_for_float(
+                proto, model_path, request.mode, request.settings.opset
+            )
+            notes += more
+            feeds, desc = load_calibration(request.calibration, proto, request.seed or 0)
+            plan = derive_plan(proto, request.mode, request.settings, feeds, desc, explain=True)
+            plan.opset = conv
     else:
         plan = observe_plan(proto)
         if lock is not None and lock.precision is None and plan is not None:
@@ -93,8 +107,8 @@ def _check_request(
     """Options given with a locked plan must be the plan's own."""
     if request is None or (request.mode == locked.mode and request.settings == locked.settings):
         return
-    was = {"mode": locked.mode, **locked.settings.to_dict()}
-    now = {"mode": request.mode, **request.settings.to_dict()}
+    was = {"mode": locked.mode, **locked.settings.values()}
+    now = {"mode": request.mode, **request.settings.values()}
     changed = ", ".join(f"{k}: {was[k]!r} -> {now[k]!r}" for k in was if was[k] != now[k])
     msg = f"{lock_path}: the precision options differ from the lock's plan ({changed})"
     if frozen:

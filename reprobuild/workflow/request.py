@@ -26,3 +26,4 @@ class PrecisionRequest:
     # int8 only (--float): what stays float runs in fp32, fp16 or bf16; None = not given
     # (fp32 when recording, the lock's own when applying a lock)
     float_precision: str | None = None
+    seed: int | None = None  # fp16/bf16 without --calibration: the seeded inputs' seed (0)

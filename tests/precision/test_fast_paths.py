@@ -75,11 +75,16 @@ def test_range_problem_reports_both_kinds_of_problem() -> None:
         hnp.arrays(np.float16, st.integers(0, 20)),
         hnp.arrays(np.float64, st.integers(0, 20)),
         hnp.arrays(np.int64, st.integers(0, 20)),
+        hnp.arrays(np.int8, st.integers(0, 20)),
+        hnp.arrays(np.bool_, st.integers(0, 20)),
     )
 )
 def test_max_abs_is_max_of_abs_with_nonfinite_as_inf(v: np.ndarray) -> None:
-    if v.dtype.kind != "f" or not v.size:
+    """Integers count too (``--magnitude-io`` reads them, as ModelOpt does), -128 as 128."""
+    if v.dtype.kind not in "fi" or not v.size:
         expected = 0.0
+    elif v.dtype.kind == "i":
+        expected = float(max(abs(int(x)) for x in v.ravel()))
     else:
         with np.errstate(all="ignore"):
             expected = float(np.max(np.abs(v)))
