@@ -378,7 +378,10 @@ def _fresh_clone_rebuilds(tmp_path: Path, rounds: int) -> list[bool | None]:
     tmp_path.mkdir()
     shutil.copy(EXAMPLES / "cnn.onnx", tmp_path / "cnn.onnx")
     lock, caches = tmp_path / "t.lock", tmp_path / "caches"
-    reprobuild.build(tmp_path / "cnn.onnx", lock=lock, backend="tensorrt", cache_dir=caches)
+    reprobuild.build(
+        tmp_path / "cnn.onnx", lock=lock, out=tmp_path / "cnn.engine", backend="tensorrt",
+        cache_dir=caches,
+    )  # fmt: skip
     assert load_lock(lock).outputs  # the recording stored its engine's digest
     matches = []
     for _ in range(rounds):
