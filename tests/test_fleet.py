@@ -260,3 +260,52 @@ def _arch(coretype: str) -> str:
     return subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
+
+
+def test_a_schema_1_tensorrt_lock_builds_the_same_engine(monkeypatch, tmp_path: Path) -> None:
+    """A lock written before targets existed (one flat environment, no times, no digests)
+    loads as one target, matches this machine on the fields it records, builds the engine
+    it locks, and is rewritten as schema 2 only when it changes (--frozen: never)."""
+    import yaml
+
+    import reprobuild
+    from tests.test_trt_variants import install_standin
+
+    install_standin(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(EXAMPLES / "cnn.onnx", "cnn.onnx")
+    kw = {"backend": "tensorrt", "cache_dir": tmp_path / "caches"}
+    first = reprobuild.build("cnn.onnx", lock="new.lock", out="a.engine", **kw)
+    new = yaml.safe_load(Path("new.lock").read_text())
+    (target,) = new["targets"]
+    identity, advisory = target["identity"], target["advisory"]
+    old = {
+        "schema": 1,
+        "model": new["model"],
+        "environment": {
+            "backend": "tensorrt",
+            "tensorrt_version": identity["tensorrt_version"],
+            "gpu": identity["gpu"],
+            "compute_capability": identity["compute_capability"],
+            "cuda_version": advisory.get("cuda_runtime"),
+            "driver_version": advisory.get("driver_version"),
+        },
+        "settings": new["settings"],  # (no precision section: the model is built as is)
+        "layers": [{k: v for k, v in e.items() if k != "time"} for e in target["layers"]],
+    }
+    Path("old.lock").write_text(yaml.safe_dump(old, sort_keys=False))
+    before = Path("old.lock").read_bytes()
+    from reprobuild.backends.tensorrt.backend import TensorRTBackend
+    from reprobuild.workflow.existing import expected_bits
+
+    def bits(engine: str) -> str:  # the engine's outputs on the seeded inputs
+        return expected_bits(TensorRTBackend(), Path(engine).read_bytes(), Path("cnn.onnx")).sha256
+
+    frozen = reprobuild.build("cnn.onnx", lock="old.lock", out="b.engine", frozen=True, **kw)
+    assert frozen.tactic_map == first.tactic_map and not frozen.recorded
+    assert bits("b.engine") == bits("a.engine") == new["targets"][0]["outputs"][0]["sha256"]
+    assert Path("old.lock").read_bytes() == before  # --frozen never rewrites
+    again = reprobuild.build("cnn.onnx", lock="old.lock", out="c.engine", **kw)
+    assert again.tactic_map == first.tactic_map and bits("c.engine") == bits("a.engine")
+    rewritten = load_lock("old.lock")  # it gained the target's expected bits: schema 2 now
+    assert again.lock_written and rewritten.schema == 2 and rewritten.outputs
