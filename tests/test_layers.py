@@ -15,7 +15,17 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "reprobuild"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("__init__", "errors", "types", "events", "fileio", "accuracy", "transaction", "limits"),
+    (
+        "__init__",
+        "errors",
+        "types",
+        "events",
+        "fileio",
+        "accuracy",
+        "transaction",
+        "limits",
+        "gcpause",
+    ),
     ("lock",),
     ("logs",),
     ("precision",),

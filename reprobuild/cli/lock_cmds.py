@@ -6,15 +6,13 @@ the lock modules they use are imported inside the commands, each only where it i
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from reprobuild.cli.render import echo, echo_lines, format_table, print_json, table_lines
+from reprobuild.gcpause import paused_gc
 from reprobuild.lock.model import DEFAULT_LOCK
 
 if TYPE_CHECKING:
@@ -53,20 +51,6 @@ def _chosen(lock: Path, target: str | None) -> Lock:
     return choose(load_lock(lock), str(lock), target, this_machine)
 
 
-@contextmanager
-def _without_cyclic_gc() -> Iterator[None]:
-    """Everything a lock command makes (a lock is ~150,000 objects for 10,000 layers, then
-    table rows) is acyclic and freed by reference counting, so the cyclic collector's
-    passes over it would only cost time (~20 ms for ``diff``)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def pin(
     selections: list[str] = typer.Argument(
         ..., metavar="layer=NAME tactic=TACTIC ...", help="Pairs of layer=/key= and tactic=."
@@ -86,7 +70,7 @@ def pin(
     Example:
       reprobuild pin layer=conv1 tactic=0x665ded9abbf88 layer=fc tactic=ref_gemm_blas
     """
-    with _without_cyclic_gc():
+    with paused_gc():
         from reprobuild.lock.edit import edit_lock
 
         changes = edit_lock(lock, selections, force=force, target=target, here=this_machine)
@@ -113,7 +97,7 @@ def unpin(
     Example:
       reprobuild unpin layer=conv1 key=0x1814870c44ff0f8574df6e3dda04cbd7
     """
-    with _without_cyclic_gc():
+    with paused_gc():
         from reprobuild.lock.edit import edit_lock
 
         changes = edit_lock(lock, selections, unpin=True, target=target, here=this_machine)
@@ -138,7 +122,7 @@ def show(
       reprobuild show --lock tactics.lock --json
       reprobuild show --targets
     """
-    with _without_cyclic_gc():
+    with paused_gc():
         if targets:
             from reprobuild.lock.yamlio import load_lock
 
@@ -187,7 +171,7 @@ def diff(
     Example:
       reprobuild diff main.lock tactics.lock --json
     """
-    with _without_cyclic_gc():
+    with paused_gc():
         from reprobuild.lock.diff import diff_locks
 
         d = diff_locks(_chosen(a, target), _chosen(b, target))

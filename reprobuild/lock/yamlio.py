@@ -7,32 +7,14 @@ gives every error its ``file:line:column``; writing goes through PyYAML's emitte
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 from reprobuild.errors import LockError
+from reprobuild.gcpause import paused_gc
 from reprobuild.limits import check_size
 from reprobuild.lock.model import DEFAULT_LOCK, Lock
 from reprobuild.lock.yamlparse import emit_lock, strict_lock
 from reprobuild.transaction import Outputs
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """A lock is hundreds of thousands of small acyclic objects; the cyclic collector
-    rescanning them as they are made costs more than the parse itself. Whatever is
-    still alive when it is enabled again gets walked once, so callers free the bulk
-    (node trees, event lists) inside."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
 
 # ---------------------------------------------------------------------------- writing
 
@@ -40,7 +22,7 @@ def _gc_paused() -> Iterator[None]:
 def dumps_lock(lock: Lock) -> str:
     """Serialize canonically (sorts ``lock`` in place first)."""
     lock.canonicalize()
-    with _gc_paused():
+    with paused_gc():
         return emit_lock(lock)
 
 
@@ -83,5 +65,5 @@ def loads_lock(data: bytes | str, filename: str = DEFAULT_LOCK) -> Lock:
             ) from None
     else:
         text = data
-    with _gc_paused():
+    with paused_gc():
         return strict_lock(text, filename)
