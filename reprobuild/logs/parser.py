@@ -48,7 +48,7 @@ from reprobuild.logs.lines import (
     warning_kind,
     writing_parts,
 )
-from reprobuild.logs.records import Candidate, TacticRecord
+from reprobuild.logs.records import Candidate, LogWarning, TacticRecord
 from reprobuild.logs.values import U64, split_onnx_layers
 
 __all__ = ["LogParser"]
@@ -348,7 +348,10 @@ class LogParser(BlockState):
         kind = warning_kind(line)
         if kind is None:
             return False
-        self._warn(kind, strip_prefix(line))
+        if len(self.warnings) < self._max_warnings:
+            self.warnings.append(LogWarning(self.lineno, kind, strip_prefix(line)))
+        else:  # past the cap only counted: no message cut out for nothing
+            self.warnings_dropped += 1
         return True
 
     def _cached(self, line: str) -> bool:
