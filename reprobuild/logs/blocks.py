@@ -202,12 +202,6 @@ class BlockState:
             )
         )
 
-    def _warn(self, kind: str, message: str) -> None:
-        if len(self.warnings) < self._max_warnings:
-            self.warnings.append(LogWarning(self.lineno, kind, message))
-        else:
-            self.warnings_dropped += 1
-
     def _add_engine_layer(self, layer: EngineLayer) -> None:
         if not self._layers_open:
             self.engine_layers = []

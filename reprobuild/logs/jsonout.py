@@ -1,12 +1,12 @@
 """``reprobuild log FILE --json`` written as a stream, without a dict per record.
 
 Why: a 1 GB log holds millions of records and candidates; building ``to_json()`` dicts and
-handing them to ``json.dumps`` cost three quarters of the run (43 MB/s against a 270 MB/s
-parse). Here each record is written as text straight from its fields, strings are escaped
-once (kernel, runner and format names repeat across a log, so their escaped forms are
-memoised), and records go out in batches as they are parsed. The text is the one
-``json.dumps(rec.to_json(), ensure_ascii=False)`` gives, byte for byte, so the document and
-its values are unchanged (tests/logs/test_jsonout.py holds the two together).
+handing them to ``json.dumps`` cost more than parsing the log. Here each record is written
+as text straight from its fields, strings are escaped once (kernel, runner and format names
+repeat across a log, so their escaped forms are memoised), and records go out in batches as
+they are parsed. The text is the one ``json.dumps(rec.to_json(), ensure_ascii=False)``
+gives, byte for byte, so the document and its values are unchanged (tests/logs/test_jsonout.py
+holds the two together).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ class RecordWriter:
 
     def __init__(self) -> None:
         self._memo: dict[str, str] = {}
-        self._templates: dict[tuple[str | None, str | None], str] = {}
 
     def string(self, text: str | None) -> str:
         """A JSON string (or ``null``), escaped as ``json.dumps(..., ensure_ascii=False)``."""
@@ -56,33 +55,22 @@ class RecordWriter:
             return float.__repr__(value) if math.isfinite(value) else "null"
         return int.__repr__(value)
 
-    def _template(self, kernel: str | None, runner: str | None) -> str:
-        """A %-template of one candidate's JSON with its escaped kernel and runner filled in:
-        candidates of a log share a few thousand (kernel, runner) pairs."""
-        k = self.string(kernel).replace("%", "%%")
-        r = self.string(runner).replace("%", "%%")
-        tmpl = (
-            '{"tactic_id": %s, "tactic_hash": "0x%x", "kernel": ' + k + ', "cost_ms": %s, '
-            '"runner": ' + r + "}"
-        )
-        if len(self._templates) < _MEMO_MAX:
-            self._templates[(kernel, runner)] = tmpl
-        return tmpl
-
     def candidates(self, cands: list[Candidate]) -> str:
-        """The ``candidates`` array's items; the hot loop of a big log, so kept inline."""
-        templates = self._templates
+        """The ``candidates`` array's items; the hot loop of a big log, so kept inline: an
+        f-string per candidate (compiled, where a ``%`` template is parsed on every use)
+        with its escaped kernel and runner looked up in the memo."""
+        memo = self._memo
+        string = self.string
         parts = []
         for tid, thash, kernel, cost, runner in cands:
-            tmpl = templates.get((kernel, runner)) or self._template(kernel, runner)
+            k = memo.get(kernel) or string(kernel)  # type: ignore[arg-type]  # None: "null"
+            r = memo.get(runner) or string(runner)  # type: ignore[arg-type]
+            i = "null" if tid is None else int.__repr__(tid)
             # cost - cost is 0.0 only for finite numbers: inf and nan become null
+            c = "null" if cost is None or cost - cost != 0 else repr(cost)
             parts.append(
-                tmpl
-                % (
-                    "null" if tid is None else int.__repr__(tid),
-                    thash,
-                    "null" if cost is None or cost - cost != 0 else repr(cost),
-                )
+                f'{{"tactic_id": {i}, "tactic_hash": "0x{thash:x}", "kernel": {k}, '
+                f'"cost_ms": {c}, "runner": {r}}}'
             )
         return ", ".join(parts)
 

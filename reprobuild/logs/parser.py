@@ -48,7 +48,7 @@ from reprobuild.logs.lines import (
     warning_kind,
     writing_parts,
 )
-from reprobuild.logs.records import Candidate, TacticRecord
+from reprobuild.logs.records import Candidate, LogWarning, TacticRecord
 from reprobuild.logs.values import U64, split_onnx_layers
 
 __all__ = ["LogParser"]
@@ -102,20 +102,22 @@ class LogParser(BlockState):
         lineno = self.lineno
         for line in lines:
             lineno += 1
-            if line[:2] == "# ":
+            if line and line[0] == "#" and line[:2] == "# ":  # line[0]: no new string
                 self.lineno = lineno
                 self._separator()
                 continue
             if "Tactic" in line:
                 # "Tactic Name: K Tactic: 0x.. Time: t" and "Tactic: 0x.. Time: t" (8.6+):
-                # the first "Tactic: ", the first " Time: " after it (one right after the
-                # colon, "Tactic: Time: ", leaves an empty tactic), no "Fastest " before it
+                # the first "Tactic: ", the first " Time: " after it, no "Fastest " before
+                # it. (A " Time: " right after the colon, "Tactic: Time: 5", leaves no
+                # tactic; here the token then starts with "Time: ", which int() refuses.)
                 head, found, rest = line.partition("Tactic: ")
-                if found and rest[:6] != "Time: " and head[-8:] != "Fastest ":
+                if found and head[-8:] != "Fastest ":
                     tok, found, tail = rest.partition(" Time: ")
                     if found:
+                        hexed = tok[:2] == "0x"
                         try:
-                            tac = int(tok, 16) if tok[:2] == "0x" else int(tok)
+                            tac = int(tok, 16) if hexed else int(tok)
                         except ValueError:
                             tac = -1
                         if 0 <= tac < U64:
@@ -127,23 +129,24 @@ class LogParser(BlockState):
                                 cost = cost_of(tail)
                             blk = self._blk
                             if blk is not None and self._op is None and self._pending is None:
-                                if tok[1:2] != "x":
+                                if not hexed:  # a decimal tactic: 7.x/8.0 print
                                     self._legacy = True
                                 if len(blk.cands) < MAX_CANDIDATES:
                                     cand = (None, tac, kernel, cost, blk.runner)
                                     blk.cands.append(new(Candidate, cand))
                             else:
-                                self._candidate(tac, tok[:2] in ("0x", "0X"), kernel, cost)
+                                self._candidate(tac, hexed, kernel, cost)
                             continue
                 self.lineno = lineno
                 if self._tactic_rest(line):
                     continue
             op = self._op
-            if op is not None and ", 0x" in line:
+            if op is not None:
                 # a sorted-table row: "<id>, <cost>, <ratio>, <correlation>, <kernel>,
                 # 0x<hash>, [<tunable>]", the hash after the last ", 0x"
-                before, _, after = line.rpartition(", 0x")
-                digits, found, _ = after.partition(",")
+                before, found, after = line.rpartition(", 0x")
+                if found:
+                    digits, found, _ = after.partition(",")
                 if found:
                     parts = before.rsplit(",", 4)
                     if len(parts) == 5:
@@ -345,7 +348,10 @@ class LogParser(BlockState):
         kind = warning_kind(line)
         if kind is None:
             return False
-        self._warn(kind, strip_prefix(line))
+        if len(self.warnings) < self._max_warnings:
+            self.warnings.append(LogWarning(self.lineno, kind, strip_prefix(line)))
+        else:  # past the cap only counted: no message cut out for nothing
+            self.warnings_dropped += 1
         return True
 
     def _cached(self, line: str) -> bool:
