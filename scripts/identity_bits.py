@@ -30,7 +30,7 @@ import hashlib, json, sys
 sys.path.insert(0, sys.argv[1])
 from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import ReferenceBackend
-from reprobuild.workflow.outputs import load_inputs, outputs_digest
+from reprobuild.workflow.outputs import load_inputs, output_hashes, outputs_digest
 import numpy, threadpoolctl
 from pathlib import Path
 threads = int(sys.argv[2])
@@ -39,7 +39,7 @@ for i, path in enumerate(sys.argv[3:]):
     be = ReferenceBackend(timing="seed:1", threads=threads)
     built = be.build(path, BuildSettings(), be.create_timing_cache(), lambda _l: None)
     feeds, _ = load_inputs(None, Path(path), 0)
-    out[str(i)] = outputs_digest(be.run(built.engine, feeds))[:12]
+    out[str(i)] = outputs_digest(output_hashes(be.run(built.engine, feeds)))[:12]
 out["target"] = be.environment().name
 print(json.dumps(out))
 """

@@ -88,10 +88,16 @@ def expected_bits(be: Backend, engine: bytes, model_path: Path, seed: int = 0) -
     """What a recording stores for its target: the digest of the engine's outputs on the
     seeded inputs ``verify`` uses by default, so ``verify`` on any machine of the target
     can prove its bits equal the recording machine's."""
-    from reprobuild.workflow.outputs import inputs_label, load_inputs, outputs_digest
+    from reprobuild.workflow.outputs import (
+        inputs_label,
+        load_inputs,
+        output_hashes,
+        outputs_digest,
+    )
 
     feeds, _ = load_inputs(None, model_path, seed)
-    return OutputDigest(inputs_label(None, seed), outputs_digest(be.run(engine, feeds)))
+    digest = outputs_digest(output_hashes(be.run(engine, feeds)))
+    return OutputDigest(inputs_label(None, seed), digest)
 
 
 def carry_pins(old: list[LayerEntry], new: list[LayerEntry]) -> tuple[list[str], list[str]]:

@@ -230,7 +230,7 @@ def verify(
         differing = sorted(
             {n for c in checks for n, h in c.output_sha256.items() if ref.get(n) != h}
         )
-        digest = outputs_digest(first_outputs or {})
+        digest = outputs_digest(ref)  # the first rebuild's own hashes, not hashed again
         ok = not differing and not any(c.drift or c.problems for c in checks)
         ok = ok and recorded in (None, digest)
         ctx = ProbeContext(
