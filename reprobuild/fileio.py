@@ -91,9 +91,10 @@ def read_regular(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
         raise UsageError(f"{path}: no such {what}; check the path") from None
     except OSError as err:
         raise UsageError(f"{path}: cannot read the {what} ({err.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder
+        os.close(fd)
+        raise UsageError(f"{path}: not a regular file; give the {what} file itself")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UsageError(f"{path}: not a regular file; give the {what} file itself")
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise UsageError(f"{path}: larger than {limit >> 20} MiB; is this the {what}?")

@@ -190,6 +190,10 @@ def test_fleet_names_the_odd_machine(fleet, tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{}")
     p = run_cli("fleet", str(tmp_path / "bad.json"))
     assert p.returncode == EXIT_USAGE and "not a `reprobuild verify --json` report" in p.stderr
+    os.mkfifo(tmp_path / "pipe.json")  # a FIFO or a folder is refused before any read
+    for odd in (tmp_path / "pipe.json", tmp_path):
+        p = run_cli("fleet", str(odd))
+        assert p.returncode == EXIT_USAGE and "not a regular file" in p.stderr, p.stderr
 
 
 def test_merge_refuses_another_model_and_conflicting_sections(fleet, tmp_path: Path) -> None:
