@@ -77,6 +77,12 @@ class Backend(Protocol):
         """The fingerprint of this machine for this backend (GPU, versions)."""
         ...
 
+    def for_target(self, target: Environment) -> Backend:
+        """This backend building the timing-cache keys a lock target was recorded with:
+        itself, unless the backend's own key scheme changed since that target was recorded
+        (TensorRT's keys are TensorRT's, so its backend always returns itself)."""
+        ...
+
     def check_settings(self, settings: BuildSettings) -> None:
         """Raise ``UsageError`` for a setting this backend cannot build or lock with.
 

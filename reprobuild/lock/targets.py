@@ -123,7 +123,8 @@ def notes(recorded: Environment, here: Environment) -> list[str]:
     if missing:
         out.append(
             f"target {recorded.name} does not record {', '.join(missing)} (a lock from an older "
-            "reprobuild): it matches on the fields it has, and the next write records them"
+            "reprobuild): it matches on the fields it has and keeps the keys it was recorded "
+            "with; `reprobuild build --re-record` records it anew, keeping its pins"
         )
     return out
 

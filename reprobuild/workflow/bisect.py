@@ -60,6 +60,7 @@ def bisect(
     announce_backend(backend, be, progress)
     a, lock_path, model_path = open_lock(lock, model, be)
     b, _, _ = open_lock(against, model_path, be)
+    be = be.for_target(a.environment)  # the keys this target was recorded with
     base = a.tactic_map()
     other = b.tactic_map()
     names = {e.key: e.layer for e in a.layers}

@@ -165,6 +165,8 @@ def build(
         existing, rerecord = check_existing(
             existing, lock_path, info, settings, be, frozen, warnings
         )
+        if not rerecord:  # the keys this target was recorded with
+            be = be.for_target(existing.environment)
     settings = settings or BuildSettings()
     check_profiles(settings)
     be.check_settings(settings)

@@ -69,7 +69,8 @@ def start_over(
         info.sha256 == existing.model.sha256
         and (settings or existing.settings) == existing.settings
     )
-    others = [t for t in existing.targets() if t is not mine and t.name != here.name]
+    gone = {here.name} | ({mine.name} if mine is not None else set())  # an old target too
+    others = [t for t in existing.targets() if t.name not in gone]
     if others and not same:
         warnings.append(
             f"the model or settings changed: targets dropped from {lock_path}: "

@@ -52,6 +52,11 @@ class CapturingBackend:
     def environment(self) -> Environment:
         return self.inner.environment()
 
+    def for_target(self, target: Environment) -> CapturingBackend:
+        """Captures the wrapped backend building ``target``'s keys (one probe, one capture)."""
+        self.inner = self.inner.for_target(target)
+        return self
+
     def check_settings(self, settings: BuildSettings) -> None:
         self.inner.check_settings(settings)
 

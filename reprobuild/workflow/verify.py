@@ -157,6 +157,7 @@ def verify(
     announce_backend(backend, be, progress)
     notes: list[str] = []
     data, lock_path, model_path = open_lock(lock, model, be, notes, target=target)
+    be = be.for_target(data.environment)  # the keys this target was recorded with
     for note in notes:
         progress(Step(f"warning: {note}"))
     feeds, inputs_desc = load_inputs(inputs, model_path, seed)

@@ -4,7 +4,10 @@ backend stays cheap."""
 
 from __future__ import annotations
 
+import copy
 import functools
+import hashlib
+import json
 import platform
 from collections.abc import Mapping
 from typing import Any
@@ -53,6 +56,25 @@ def _numpy_simd() -> str | None:
     return " ".join(sorted(enabled)) or "baseline"
 
 
+def legacy_key_scheme(target: Environment) -> str | None:
+    """The environment fingerprint a schema-1 reference target's keys were hashed with, or
+    None for a target of today's scheme. Such a target records no identity (schema 1 had
+    none); its flat environment survives as the advisory CPU name and numerics versions,
+    which are exactly what that fingerprint hashed."""
+    if target.backend != "reference" or target.identity_dict():
+        return None
+    advisory = target.advisory_dict()
+    flat = {
+        "backend": "reference",
+        "tensorrt_version": None,
+        "gpu": advisory.get("cpu"),
+        "compute_capability": None,
+        "cuda_version": None,
+        "driver_version": advisory.get("numerics"),
+    }
+    return hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=8)
 def machine_environment(threads: int = 1) -> Environment:
     """This machine's reference-backend target with ``threads`` BLAS threads (0: the BLAS
@@ -99,6 +121,20 @@ class ReferenceBackend:
 
         self.timing = parse_timing_knob(timing)
         self.threads = resolve(threads)
+        self.legacy_keys: str | None = None
+
+    def for_target(self, target: Environment) -> ReferenceBackend:
+        """This backend building the keys ``target`` was recorded with. A target from a
+        schema-1 lock (no identity recorded) was keyed by the flat environment of that time,
+        with one key per Conv: building it with today's keys would re-time every layer and
+        could give another engine, so such a target keeps its scheme (:func:`legacy_key_scheme`)
+        until ``build --re-record`` moves it to today's."""
+        scheme = legacy_key_scheme(target)
+        if scheme is None:
+            return self
+        twin = copy.copy(self)
+        twin.legacy_keys = scheme
+        return twin
 
     def environment(self) -> Environment:
         return machine_environment(self.threads)
@@ -139,7 +175,13 @@ class ReferenceBackend:
         forget_engine_bytes()  # an engine the caller dropped must not live through the build
         with limited(self.threads) as used:
             out = build_engine(
-                str(model_path), settings, cache, log, self.environment(), self.timing
+                str(model_path),
+                settings,
+                cache,
+                log,
+                self.environment(),
+                self.timing,
+                legacy_keys=self.legacy_keys,
             )
         out.extra["blas_threads"] = used
         return out

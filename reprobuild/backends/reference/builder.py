@@ -152,11 +152,13 @@ class Builder:
         log: BuildLog,
         environment: Environment,
         knob: TimingKnob,
+        legacy_keys: str | None = None,
     ) -> None:
         reps = settings.avg_timing_iterations
         self.stats = AutotuneStats(AutotunePolicy(reps) if reps else AutotunePolicy())
-        fingerprints = (environment.fingerprint(), settings.fingerprint())
+        fingerprints = (legacy_keys or environment.fingerprint(), settings.fingerprint())
         self.tuner = LayerTuner(settings, cache, log, fingerprints, knob, self.stats)
+        self.tuner.one_key_per_layer = legacy_keys is not None
         self.choices: list[LayerChoice] = []
         self.layer_info: list[dict[str, Any]] = []
 
@@ -230,7 +232,11 @@ def build_engine(
     sink: LogSink,
     environment: Environment,
     knob: TimingKnob | None = None,
+    *,
+    legacy_keys: str | None = None,
 ) -> BuildOutput:
+    """``legacy_keys``: build a schema-1 target's keys (its environment fingerprint, one
+    key per Conv), see :meth:`ReferenceBackend.for_target`."""
     started = time.perf_counter()
     check_settings(settings)
     knob = knob or TimingKnob()
@@ -254,7 +260,7 @@ def build_engine(
             "(test knob)"
         )
     log.verbose(f"Folded {prepared.folded} constant nodes; {len(prepared.layers)} layers remain")
-    builder = Builder(settings, cache, log, environment, knob)
+    builder = Builder(settings, cache, log, environment, knob, legacy_keys)
     try:
         builder.run(prepared, feeds)
     except MemoryError:

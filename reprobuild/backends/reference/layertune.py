@@ -185,6 +185,7 @@ class LayerTuner:
         self.settings, self.cache, self.log = settings, cache, log
         self.env_fp, self.settings_fp = fingerprints
         self.knob, self.stats = knob, stats
+        self.one_key_per_layer = False  # a schema-1 target's scheme: every format in one key
 
     def candidates(
         self, layer: Layer, geo: kernels.Geometry
@@ -210,7 +211,7 @@ class LayerTuner:
                     f"{self.settings.workspace} bytes (the smallest needs {need}): raise workspace"
                 )
             specs = fitting
-        groups = by_format(specs)
+        groups = [(LINEAR, list(specs))] if self.one_key_per_layer else by_format(specs)
         if self.settings.max_num_tactics is not None:
             groups = [(fmt, group[: self.settings.max_num_tactics]) for fmt, group in groups]
         return groups
