@@ -35,9 +35,9 @@ HELD_OUT_HELP = (
     "FP32 on them (INT8: also on the calibration set)."
 )
 CALIBRATION_HELP = (
-    "fp16/bf16: inputs for the magnitude rule (.npz or Polygraphy JSON, first feed). "
-    "INT8: the calibration samples: a .npz (one array per input, first axis = samples), a "
-    "folder of .npy/.npz files (name order; one sample or a batch each), Polygraphy "
+    "Calibration samples (fp16/bf16: for the magnitude rules, every sample read, in the "
+    "model's batch size; INT8: calibrated on): a .npz (one array per input, first axis = "
+    "samples), a folder of .npy/.npz files (name order; one sample or a batch each), Polygraphy "
     "--save-inputs JSON (feeds concatenated), or a dataset FILE.py:NAME / MODULE:NAME "
     "(torch2trt's int8_calib_dataset: len(ds), ds[i] -> list of input tensors)."
 )

@@ -97,3 +97,38 @@ def _read_file(path: str, model: onnx.ModelProto) -> dict[str, np.ndarray]:
     for where, feed in parts:
         check_samples(where, feed, model)
     return concat_parts(path, parts)
+
+
+def rule_batches(spec: str, model: onnx.ModelProto) -> tuple[list[dict[str, np.ndarray]], str]:
+    """The fp16/bf16 rules' calibration inputs: every sample of ``spec`` (any source INT8
+    reads), in batches of the model's own batch size, and how the plan names them.
+
+    ModelOpt AutoCast reads every batch of its calibration data and Torch-TensorRT every
+    batch of its DataLoader, so a node kept FP32 for a large activation is kept whichever
+    sample shows it. The batch is the first input's fixed first dimension (1 where it is
+    dynamic), so the model runs exactly as exported; samples past the last whole batch are
+    left out, as INT8 calibration leaves them. The name is the samples' hash (the same
+    samples in another form name the same data).
+    """
+    data = load_calib_data(spec, model, None)
+    size = _model_batch(model)
+    batches = data.batches(size)
+    if not batches:
+        raise UsageError(
+            f"{spec}: holds {data.count} samples, fewer than the model's batch of {size}; "
+            f"give at least {size}"
+        )
+    return batches, f"sha256:{data.sha256} ({data.source})"
+
+
+def _model_batch(model: onnx.ModelProto) -> int:
+    """The first graph input's fixed first dimension, 1 when it is dynamic or absent."""
+    inits = {i.name for i in model.graph.initializer}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+            return int(dims[0].dim_value)
+        return 1
+    return 1

@@ -76,8 +76,16 @@ def prepare_model(
                 proto, model_path, request.mode, request.settings.opset
             )
             notes += more
-            feeds, desc = load_calibration(request.calibration, proto, request.seed or 0)
-            plan = derive_plan(proto, request.mode, request.settings, feeds, desc, explain=True)
+            if request.calibration is None:
+                feeds, desc = load_calibration(None, proto, request.seed or 0)
+                batches = [feeds]
+            else:
+                from reprobuild.precision.calibdata import rule_batches
+
+                batches, desc = rule_batches(request.calibration, proto)
+            plan = derive_plan(
+                proto, request.mode, request.settings, batches[0], desc, batches[1:], explain=True
+            )
             plan.opset = conv
     else:
         plan = observe_plan(proto)
