@@ -102,7 +102,7 @@ def diff_locks(a: Lock, b: Lock) -> LockDiff:
         added=only_b,
         removed=only_a,
         changed=sorted(changed, key=lambda p: (p[1].layer, p[1].key)),
-        settings_changed=[k for k in ad if ad[k] != bd.get(k)],
+        settings_changed=[k for k in {**ad, **bd} if ad.get(k) != bd.get(k)],
         model_changed=a.model.sha256 != b.model.sha256,
         environment_changed=sorted(k for k in {*ai, *bi} if ai.get(k) != bi.get(k)),
         advisory_changed=sorted(k for k in {*aa, *ba} if aa.get(k) != ba.get(k)),
