@@ -66,6 +66,7 @@ class TieDecision:
     noise_rel: float | None  # measured; None when no candidate was timed twice
     ties: tuple[int, ...]  # tactics within the band, in rule order (chosen first)
     chosen_ms: float
+    outside_ms: float | None = None  # the fastest candidate outside the band, if any
 
     @property
     def near_tie(self) -> bool:
@@ -82,6 +83,7 @@ class TieDecision:
             "band_rel": self.band_rel,
             "noise_rel": self.noise_rel,
             "ties": [f"0x{t:x}" for t in self.ties],
+            "outside_ms": self.outside_ms,
         }
 
 
@@ -123,6 +125,7 @@ def decide(
     width = rel * best.cost
     near = sorted((c for c in timed if c.cost <= best.cost + width), key=rule_key)
     chosen = near[0] if rel > 0 else best
+    outside = [c.cost for c in timed if c.cost > best.cost + width]
     return TieDecision(
         fastest=best.tactic,
         chosen=chosen.tactic,
@@ -133,6 +136,7 @@ def decide(
         noise_rel=noise,
         ties=tuple(c.tactic for c in near),
         chosen_ms=chosen.cost,
+        outside_ms=outside[0] if outside else None,
     )
 
 

@@ -15,6 +15,15 @@ from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.lock.plandiff import PlanChange, plan_changes
 
 
+def in_band(a: LayerEntry, b: LayerEntry) -> bool | None:
+    """Was a changed tactic a draw inside the tie band (noise) rather than a real change?
+    True when either recording timed the other's tactic within its band of the best; None
+    when neither entry recorded a near-tie (a clear winner, or a lock older than the band)."""
+    if not a.ties and not b.ties:
+        return None
+    return b.tactic in a.ties or a.tactic in b.ties
+
+
 @dataclass
 class LockDiff:
     added: list[LayerEntry]
@@ -56,6 +65,7 @@ class LockDiff:
                     "kernel_a": a.kernel,
                     "kernel_b": b.kernel,
                     "pinned_b": b.pinned,
+                    "in_band": bool(in_band(a, b)),
                 }
                 for a, b in self.changed
             ],

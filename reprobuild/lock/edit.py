@@ -258,6 +258,7 @@ def show_rows(lock: Lock) -> list[dict[str, Any]]:
             "kernel": e.kernel,
             "pinned": e.pinned,
             "candidates": len(e.candidates),
+            "near_tie": e.near_tie,
         }
         for e in lock.layers
     ]

@@ -43,6 +43,7 @@ from reprobuild.workflow.pinned import (
 from reprobuild.workflow.prepare import prepare_model
 from reprobuild.workflow.record import Built, record, repin
 from reprobuild.workflow.request import PrecisionRequest
+from reprobuild.workflow.ties import apply_to_entries, decide_recording
 
 __all__ = ["BuildResult", "PrecisionRequest", "build"]
 
@@ -335,6 +336,8 @@ def _locked(
             rec.log.records, {k: recorded[k] for k in extra}, rec.log.layer_info
         )
         fresh = with_recorded_times(fresh, rec.cache)
+        # the new layers' near-ties are decided by the rule too (from the log's costs)
+        apply_to_entries(fresh, decide_recording(rec.log.records, None, settings))
         warnings += w
         if existing.schema == 1 and gone:  # keys of an older reprobuild: keep its pins
             kept, dropped = carry_pins([e for e in new_lock.layers if e.key in gone], fresh)

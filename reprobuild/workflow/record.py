@@ -58,6 +58,9 @@ def record(
     warnings += w
     new_lock.layers = with_recorded_times(entries, cache)
     timed = sum(1 for r in log.records if r.key is not None and not r.from_cache)
+    # the recording cache is kept as the builder wrote it: a locked build update()s every
+    # key from the lock anyway, and the rebuild below works on a copy
+    recorded = bytes(cache.serialize())
     ties = decide_recording(log.records, output.extra.get("autotune"), new_lock.settings)
     apply_to_entries(new_lock.layers, ties)
     log_warnings = list(log.parser.warnings)
@@ -65,7 +68,7 @@ def record(
         progress(Step(f"tie rule: {len(ties.moved)} keys take the rule's tactic; rebuilding"))
         pb = pinned_build(
             be, built_model, new_lock.settings, new_lock.tactic_map(), None, progress, warnings,
-            entries=new_lock.layers, recording=Recording(cache),
+            entries=new_lock.layers, recording=Recording(be.create_timing_cache(recorded)),
         )  # fmt: skip
         # the report's timing is the recording's (the second build timed nothing)
         pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
@@ -80,7 +83,7 @@ def record(
         timed,
         True,
         [f"recorded {len(entries)} layers"],
-        bytes(cache.serialize()),
+        recorded,
         ties,
     )
 
