@@ -65,7 +65,8 @@ class LockDiff:
                     "kernel_a": a.kernel,
                     "kernel_b": b.kernel,
                     "pinned_b": b.pinned,
-                    "in_band": bool(in_band(a, b)),
+                    # only where either side recorded near-ties (docs/stability.md)
+                    **({} if (v := in_band(a, b)) is None else {"in_band": v}),
                 }
                 for a, b in self.changed
             ],
