@@ -22,6 +22,18 @@ class TimingValue:
     time_ms: float
 
 
+DEFAULT_TIE_BAND = 0.05
+"""A recording's tie band, as a fraction of a key's best time: candidates timed within it
+of the best are near-ties, chosen between by :data:`DEFAULT_TIE_RULE` (``docs/stability.md``)."""
+
+DEFAULT_TIE_RULE = "steady-then-hash"
+TIE_RULES = (DEFAULT_TIE_RULE,)
+TIE_FIELDS = ("tie_band", "tie_rule")
+"""Settings that decide between timed candidates, not which ones exist: never in a
+fingerprint (keys and cache names), and written only where they are not the defaults, so
+a lock that does not name them (every lock older than them) reads as the default policy."""
+
+
 @dataclass(frozen=True)
 class BuildSettings:
     """Every builder setting that changes which kernels are candidates.
@@ -41,10 +53,17 @@ class BuildSettings:
     hardware_compatibility_level: str | None = None
     # name -> (min, opt, max) shapes; a static shape has min == opt == max
     input_shapes: tuple[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...] = ()
+    tie_band: float = DEFAULT_TIE_BAND  # 0: the builder's choice, the fastest as measured
+    tie_rule: str = DEFAULT_TIE_RULE
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON/YAML-friendly dict with stable key order (used by the lock)."""
+        """A JSON/YAML-friendly dict with stable key order (used by the lock); the tie
+        settings only where they differ from the defaults (:data:`TIE_FIELDS`)."""
         d = asdict(self)
+        if self.tie_band == DEFAULT_TIE_BAND:
+            del d["tie_band"]
+        if self.tie_rule == DEFAULT_TIE_RULE:
+            del d["tie_rule"]
         d["tactic_sources"] = list(self.tactic_sources) if self.tactic_sources is not None else None
         d["input_shapes"] = {
             name: {"min": list(mn), "opt": list(opt), "max": list(mx)}
@@ -66,7 +85,9 @@ class BuildSettings:
         return cls(**d)
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        """Hashes what shapes the candidates; the tie settings only decide between them."""
+        d = {k: v for k, v in self.to_dict().items() if k not in TIE_FIELDS}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
 Fields = tuple[tuple[str, str], ...]

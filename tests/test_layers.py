@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
         "transaction",
         "limits",
         "gcpause",
+        "tiebreak",
     ),
     ("lock",),
     ("logs",),

@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "trt_cmds",
     "log": "log_cmds",
     "layers": "layers_cmds",
+    "stability": "stability_cmds",
 }
 """Command name -> its module under ``reprobuild.cli`` (which has ``register(app)``), in the
 order ``--help`` lists them."""

@@ -94,6 +94,13 @@ def build(
     avg_timing: int | None = typer.Option(
         None, "--avg-timing", help="Timing iterations per tactic."
     ),
+    tie_band: float | None = typer.Option(
+        None,
+        "--tie-band",
+        help="Recording: candidates within this fraction of a key's best time are near-ties, "
+        "decided by a fixed rule (docs/stability.md) [default: 0.05; 0 = the fastest as "
+        "measured].",
+    ),
     precision: str | None = typer.Option(
         None,
         "--precision",
@@ -228,6 +235,7 @@ def build(
         no_tf32,
         max_tactics,
         avg_timing,
+        tie_band,
     )
     request = precision_request(
         precision,
@@ -354,16 +362,20 @@ def _settings(
     no_tf32,
     max_tactics,
     avg_timing,
+    tie_band=None,
 ):
     from reprobuild.backends.base import BuildSettings
+    from reprobuild.types import DEFAULT_TIE_BAND
 
-    given = [opt_level, workspace, tactic_sources, max_tactics, avg_timing]
+    given = [opt_level, workspace, tactic_sources, max_tactics, avg_timing, tie_band]
     if all(v is None for v in given) and not (
         shapes or min_shapes or opt_shapes or max_shapes or no_tf32
     ):
         return None  # use the lock's settings (or the defaults when recording)
     if opt_level is not None and not 0 <= opt_level <= 5:
         raise UsageError(f"--opt-level {opt_level}: must be 0 to 5 (TensorRT's range; default 3)")
+    if tie_band is not None and not 0.0 <= tie_band <= 1.0:
+        raise UsageError(f"--tie-band {tie_band}: must be a fraction from 0 to 1 (default 0.05)")
     static = _shapes("--shapes", shapes)
     mins, opts, maxs = (
         _shapes(o, v)
@@ -395,6 +407,7 @@ def _settings(
         max_num_tactics=max_tactics,
         avg_timing_iterations=avg_timing,
         input_shapes=tuple(profiles),
+        tie_band=DEFAULT_TIE_BAND if tie_band is None else tie_band,
     )
 
 

@@ -154,9 +154,16 @@ def show(
             [e.layer, e.key, f"0x{e.tactic:x}", e.kernel or "-", "yes" if e.pinned else "no"]
             for e in data.layers
         ]
-        echo_lines(table_lines(["layer", "key", "tactic", "kernel", "pinned"], table))
+        head = ["layer", "key", "tactic", "kernel", "pinned"]
+        near = sum(1 for e in data.layers if e.near_tie)
+        if near:  # a column only where the recording saw near-ties (docs/stability.md)
+            head.append("near-tie")
+            for row, e in zip(table, data.layers, strict=True):
+                row.append(f"{len(e.ties)} within {e.band_ms:.3g} ms" if e.near_tie else "")
+        echo_lines(table_lines(head, table))
         pinned = sum(1 for e in data.layers if e.pinned)
-        echo(f"{len(data.layers)} layers, {pinned} pinned")
+        tail = f", {near} near-tie (rule-decided)" if near else ""
+        echo(f"{len(data.layers)} layers, {pinned} pinned{tail}")
 
 
 def diff(
@@ -205,8 +212,19 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
         ]
         for ea, eb in d.changed
     ]
+    head = ["", "layer", "key", str(a), str(b)]
+    from reprobuild.lock.diff import in_band
+
+    verdicts = [in_band(ea, eb) for ea, eb in d.changed]
+    if any(v is not None for v in verdicts):  # a column only where a band was recorded
+        head.append("change")
+        words = {True: "noise (in band)", False: "real", None: "real"}
+        for row in rows:
+            row.append("")
+        for row, v in zip(rows[len(rows) - len(verdicts) :], verdicts, strict=True):
+            row[-1] = words[v]
     if rows:
-        echo_lines(table_lines(["", "layer", "key", str(a), str(b)], rows))
+        echo_lines(table_lines(head, rows))
     if d.precision_changed:
         echo(f"precision plan changed ({len(d.precision_changed)}):")
         echo_lines(
@@ -216,6 +234,9 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
             ]
         )
     summary = f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
+    noise = sum(1 for v in verdicts if v)
+    if noise:
+        summary += f" ({noise} inside the tie band: noise)"
     if d.precision_changed:
         summary += f", {len(d.precision_changed)} precision plan changes"
     echo(summary if d.differs else "locks are equivalent")

@@ -15,6 +15,15 @@ from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.lock.plandiff import PlanChange, plan_changes
 
 
+def in_band(a: LayerEntry, b: LayerEntry) -> bool | None:
+    """Was a changed tactic a draw inside the tie band (noise) rather than a real change?
+    True when either recording timed the other's tactic within its band of the best; None
+    when neither entry recorded a near-tie (a clear winner, or a lock older than the band)."""
+    if not a.ties and not b.ties:
+        return None
+    return b.tactic in a.ties or a.tactic in b.ties
+
+
 @dataclass
 class LockDiff:
     added: list[LayerEntry]
@@ -56,6 +65,8 @@ class LockDiff:
                     "kernel_a": a.kernel,
                     "kernel_b": b.kernel,
                     "pinned_b": b.pinned,
+                    # only where either side recorded near-ties (docs/stability.md)
+                    **({} if (v := in_band(a, b)) is None else {"in_band": v}),
                 }
                 for a, b in self.changed
             ],
@@ -102,7 +113,7 @@ def diff_locks(a: Lock, b: Lock) -> LockDiff:
         added=only_b,
         removed=only_a,
         changed=sorted(changed, key=lambda p: (p[1].layer, p[1].key)),
-        settings_changed=[k for k in ad if ad[k] != bd.get(k)],
+        settings_changed=[k for k in {**ad, **bd} if ad.get(k) != bd.get(k)],
         model_changed=a.model.sha256 != b.model.sha256,
         environment_changed=sorted(k for k in {*ai, *bi} if ai.get(k) != bi.get(k)),
         advisory_changed=sorted(k for k in {*aa, *ba} if aa.get(k) != ba.get(k)),

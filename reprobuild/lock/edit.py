@@ -258,6 +258,8 @@ def show_rows(lock: Lock) -> list[dict[str, Any]]:
             "kernel": e.kernel,
             "pinned": e.pinned,
             "candidates": len(e.candidates),
+            # only where the recording saw near-ties: other rows keep the fields they had
+            **({"near_tie": True, "ties": len(e.ties)} if e.near_tie else {}),
         }
         for e in lock.layers
     ]

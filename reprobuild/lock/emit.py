@@ -55,7 +55,18 @@ _TRUE = ScalarEvent(None, None, (True, False), "true")
 _FALSE = ScalarEvent(None, None, (True, False), "false")
 _K = {
     k: ScalarEvent(None, None, (True, False), k)
-    for k in ("layer", "key", "tactic", "time", "kernel", "pinned", "candidates", "layers")
+    for k in (
+        "layer",
+        "key",
+        "tactic",
+        "time",
+        "band",
+        "ties",
+        "kernel",
+        "pinned",
+        "candidates",
+        "layers",
+    )  # fmt: skip
 }
 
 
@@ -145,6 +156,11 @@ def _layer_events(layers: list[LayerEntry], out: list[Any]) -> None:
         out += (k["tactic"], _hex(e.tactic))
         if e.time_ms is not None:
             out += (k["time"], text_event(time_text(e.time_ms)))
+        if e.near_tie and e.band_ms is not None:
+            out += (k["band"], text_event(time_text(e.band_ms)), k["ties"], _FLOW_SEQ)
+            for t in e.ties:
+                out.append(_hex(t))
+            add(_SEQ_END)
         out += (k["kernel"], kernel)
         out += (k["pinned"], _TRUE if e.pinned else _FALSE, k["candidates"], _BLOCK_SEQ)
         for c in e.candidates:

@@ -46,7 +46,10 @@ _NULL = "tag:yaml.org,2002:null"
 _BOOL = "tag:yaml.org,2002:bool"
 _MERGE = "tag:yaml.org,2002:merge"
 # Every layer field name is one no YAML 1.1 resolver matches: plain or quoted, it is a str.
-_ENTRY_FIELDS = frozenset(("layer", "key", "tactic", "time", "kernel", "pinned", "candidates"))
+_ENTRY_FIELDS = frozenset(
+    ("layer", "key", "tactic", "time", "kernel", "pinned", "candidates", "band", "ties")
+)
+_TIMED_ONLY = frozenset(("time", "band", "ties"))  # schema 2 fields
 _MAX_DEPTH = 32  # a lock's head nests four levels; deeper is for the composing path
 _MISSING: Any = object()
 
@@ -191,11 +194,13 @@ class _Reader:
                 if k.__class__ is not ScalarEvent or k.anchor is not None or k.tag is not None:
                     raise _Decline
                 name = k.value
-                if name not in _ENTRY_FIELDS or name in f or (name == "time" and not timed):
+                if name not in _ENTRY_FIELDS or name in f or (name in _TIMED_ONLY and not timed):
                     raise _Decline
                 v = nxt()
                 if name == "candidates":
                     f[name] = self.candidates(v)
+                elif name == "ties":
+                    f[name] = self.ties(v)
                 elif v.__class__ is ScalarEvent:
                     f[name] = v  # read below, in the order of LayerEntry's fields
                 else:
@@ -220,9 +225,21 @@ class _Reader:
                     False if pinned is None else self.boolean(pinned),
                     f.get("candidates") or [],
                     None if time is None else self.time(time),
+                    None if f.get("band") is None else self.time(f["band"]),
+                    f.get("ties") or [],
                 )
             )
         return entries
+
+    def ties(self, ev: Any) -> list[int]:
+        """A near-tie's tactics: a sequence of hex scalars."""
+        _collection(ev, SequenceStartEvent)
+        out: list[int] = []
+        while (t := self.next()).__class__ is not SequenceEndEvent:
+            if t.__class__ is not ScalarEvent:
+                raise _Decline
+            out.append(self.tactic(t))
+        return out
 
     def time(self, ev: Any) -> float:
         """A recorded time as the writer writes it: ``float.hex`` text, or ``inf``."""

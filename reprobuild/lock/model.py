@@ -55,6 +55,14 @@ class LayerEntry:
     pinned: bool = False
     candidates: list[LockCandidate] = field(default_factory=list)
     time_ms: float | None = None  # the key's recorded time (None: a schema-1 lock's entry)
+    # A near-tie (docs/stability.md): the recording's tie band in ms and the tactics timed
+    # within it of the best, the chosen one included; empty where one candidate stood clear.
+    band_ms: float | None = None
+    ties: list[int] = field(default_factory=list)
+
+    @property
+    def near_tie(self) -> bool:
+        return len(self.ties) > 1
 
     def candidate(self, tactic: int) -> LockCandidate | None:
         return next((c for c in self.candidates if c.tactic == tactic), None)

@@ -22,7 +22,16 @@ from reprobuild.lock.model import (
 )
 from reprobuild.lock.plan import plan_from_data
 from reprobuild.lock.schema import Doc, Path_
-from reprobuild.types import LEGACY_ENV_FIELDS, BuildSettings, Environment, legacy_environment
+from reprobuild.types import (
+    DEFAULT_TIE_BAND,
+    DEFAULT_TIE_RULE,
+    LEGACY_ENV_FIELDS,
+    TIE_FIELDS,
+    TIE_RULES,
+    BuildSettings,
+    Environment,
+    legacy_environment,
+)
 
 FIX = "fix the value, or delete the lock and re-record it with `reprobuild build`"
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
@@ -167,7 +176,9 @@ def _legacy_environment(doc: Doc, value: Any, path: Path_) -> Environment:
 
 
 def _settings(doc: Doc, value: Any, path: Path_) -> BuildSettings:
-    optional = ("tactic_sources", "tf32", "input_shapes", *_INT_SETTINGS, *_STR_SETTINGS)
+    optional = (
+        "tactic_sources", "tf32", "input_shapes", *_INT_SETTINGS, *_STR_SETTINGS, *TIE_FIELDS
+    )  # fmt: skip
     m = doc.mapping(value, path, ("optimization_level",), optional)
     kw: dict[str, Any] = {
         "optimization_level": doc.integer(
@@ -182,6 +193,15 @@ def _settings(doc: Doc, value: Any, path: Path_) -> BuildSettings:
     kw["tactic_sources"] = tuple(srcs) if srcs is not None else None
     kw["tf32"] = doc.boolean(m.get("tf32", True), path + ("tf32",))
     kw["input_shapes"] = _input_shapes(doc, m.get("input_shapes") or {}, path + ("input_shapes",))
+    # Absent (every lock older than the tie settings): the default policy, docs/stability.md.
+    band = doc.number(m.get("tie_band", DEFAULT_TIE_BAND), path + ("tie_band",))
+    if not 0.0 <= band <= 1.0:
+        doc.fail(path + ("tie_band",), f"expected a fraction from 0 to 1, got {band!r}")
+    kw["tie_band"] = band
+    rule = doc.string(m.get("tie_rule", DEFAULT_TIE_RULE), path + ("tie_rule",))
+    if rule not in TIE_RULES:
+        doc.fail(path + ("tie_rule",), f"unknown tie rule {rule!r}: use {', '.join(TIE_RULES)}")
+    kw["tie_rule"] = rule
     return BuildSettings(**kw)
 
 
@@ -209,7 +229,7 @@ def _layers(doc: Doc, value: Any, path: Path_, *, timed: bool) -> list[LayerEntr
     seen: dict[str, int] = {}
     for i, item in enumerate(doc.seq(value, path)):
         p = path + (i,)
-        optional = ("kernel", "pinned", "candidates", *(("time",) if timed else ()))
+        optional = ("kernel", "pinned", "candidates", *(("time", "band", "ties") if timed else ()))
         m = doc.mapping(item, p, ("layer", "key", "tactic"), optional)
         key = doc.key(m["key"], p + ("key",))
         if key in seen:
@@ -238,6 +258,11 @@ def _layers(doc: Doc, value: Any, path: Path_, *, timed: bool) -> list[LayerEntr
                 pinned=doc.boolean(m.get("pinned", False), p + ("pinned",)),
                 candidates=cands,
                 time_ms=_time(doc, m.get("time"), p + ("time",)),
+                band_ms=_time(doc, m.get("band"), p + ("band",)),
+                ties=[
+                    doc.tactic(t, p + ("ties", j))
+                    for j, t in enumerate(doc.seq(m.get("ties") or [], p + ("ties",)))
+                ],
             )
         )
     return entries

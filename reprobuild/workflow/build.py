@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.accuracy import json_safe
-from reprobuild.backends.base import Backend, BuildOutput
+from reprobuild.backends.base import Backend
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
@@ -35,15 +35,15 @@ from reprobuild.workflow.context import (
 )
 from reprobuild.workflow.existing import carry_pins, check_existing, expected_bits, start_over
 from reprobuild.workflow.pinned import (
-    Recording,
     entries_from_records,
     pinned_build,
     recording_cache,
-    run_build,
     with_recorded_times,
 )
 from reprobuild.workflow.prepare import prepare_model
+from reprobuild.workflow.record import Built, record, repin
 from reprobuild.workflow.request import PrecisionRequest
+from reprobuild.workflow.ties import apply_to_entries, decide_recording
 
 __all__ = ["BuildResult", "PrecisionRequest", "build"]
 
@@ -86,21 +86,6 @@ class BuildResult:
         d["tactic_map"] = {k: f"0x{v:x}" for k, v in sorted(self.tactic_map.items())}
         d["warnings"] = self.warnings + d.pop("log_warnings")
         return d
-
-
-@dataclass
-class _Built:
-    """One build's product before anything is written."""
-
-    lock: Lock
-    output: BuildOutput
-    records: list[Any]
-    log_warnings: list[Any]
-    cache_hits: int
-    timed: int
-    recorded: bool
-    changes: list[str]
-    cache_bytes: bytes | None = None  # a recording build's cache, written with the outputs
 
 
 def build(
@@ -186,11 +171,11 @@ def build(
             others = [] if existing is None else existing.targets()
             others = [t for t in others if t.name != env.name and t.layers]
             fresh = Lock(info, env, settings, [], plan, others=others)
-            done = _record(be, built_model, fresh, cfile, progress, warnings)
+            done = record(be, built_model, fresh, cfile, progress, warnings)
             if others:
                 done.changes.append(f"added target {env.name} beside {len(others)}")
             if pins:
-                done = _repin(done, pins, be, built_model, settings, cfile, progress, warnings)
+                done = repin(done, pins, be, built_model, settings, cfile, progress, warnings)
         else:
             done = _locked(
                 existing, be, built_model, settings, cfile, progress, warnings, frozen, lock_path
@@ -235,6 +220,8 @@ def build(
         # How the tactics were timed (the reference backend's policy, kernel runs, candidates
         # dropped early: reprobuild/backends/reference/autotune.py); None for TensorRT.
         rep["autotune"] = done.output.extra.get("autotune")
+        # The tie band per key, how it was measured, and what the rule changed (recordings).
+        rep["tie_break"] = None if done.ties is None else done.ties.to_json()
         rep["precision_error"] = precision_error
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
@@ -259,7 +246,7 @@ def build(
 
 def _sample_accuracy(
     be: Backend,
-    done: _Built,
+    done: Built,
     model_path: Path,
     request: PrecisionRequest | None,
     held_out: str | os.PathLike[str] | None,
@@ -289,7 +276,7 @@ def _sample_accuracy(
     return compare_sets(model_path, sets, outputs, settings)
 
 
-def _plan_check(done: _Built, built_model: Path, warnings: list[str]) -> Any:
+def _plan_check(done: Built, built_model: Path, warnings: list[str]) -> Any:
     """Does the engine run each layer in the precision the lock's plan says? A locked build
     that does not is drift (exit 1, nothing written); a recording build warns, as the plan
     it just made is what the lock will hold. None without a plan (nothing to import)."""
@@ -310,64 +297,6 @@ def _plan_check(done: _Built, built_model: Path, warnings: list[str]) -> Any:
     return check
 
 
-def _record(
-    be: Backend,
-    built_model: Path,
-    new_lock: Lock,
-    cfile: Path,
-    progress: Progress,
-    warnings: list[str],
-) -> _Built:
-    """A recording build: every candidate timed, every choice becomes a lock entry. Its
-    timing cache is written with the other outputs, so a failed build leaves the old one."""
-    progress(Step("recording build (timing every candidate)"))
-    cache = be.create_timing_cache(b"")
-    output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
-    entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
-    warnings += w
-    new_lock.layers = with_recorded_times(entries, cache)
-    timed = sum(1 for r in log.records if r.key is not None and not r.from_cache)
-    return _Built(
-        new_lock,
-        output,
-        log.records,
-        list(log.parser.warnings),
-        0,
-        timed,
-        True,
-        [f"recorded {len(entries)} layers"],
-        bytes(cache.serialize()),
-    )
-
-
-def _repin(
-    done: _Built,
-    pins: list[LayerEntry],
-    be: Backend,
-    built_model: Path,
-    settings: BuildSettings,
-    cfile: Path,
-    progress: Progress,
-    warnings: list[str],
-) -> _Built:
-    """``--re-record``: the old pins that still apply, built from the new recording's cache
-    (so the engine runs the pinned tactics); the others are listed as dropped."""
-    kept, dropped = carry_pins(pins, done.lock.layers)
-    if dropped:
-        warnings.append(f"pins dropped by the re-recording: {', '.join(dropped)}")
-    if not kept:
-        return done
-    assert done.cache_bytes is not None  # a recording build keeps its cache
-    recording = Recording(be.create_timing_cache(done.cache_bytes))
-    pb = pinned_build(
-        be, built_model, settings, done.lock.tactic_map(), cfile, progress, warnings,
-        entries=done.lock.layers, recording=recording,
-    )  # fmt: skip
-    done.output, done.records, done.log_warnings = pb.output, pb.records, pb.log_warnings
-    done.changes.append(f"kept {len(kept)} pins: {', '.join(kept)}")
-    return done
-
-
 def _locked(
     existing: Lock,
     be: Backend,
@@ -378,7 +307,7 @@ def _locked(
     warnings: list[str],
     frozen: bool,
     lock_path: Path,
-) -> _Built:
+) -> Built:
     """Apply the lock; reconcile keys the lock lacks or has extra (a stale lock)."""
     new_lock = copy.deepcopy(existing)
     expected = existing.tactic_map()
@@ -409,6 +338,8 @@ def _locked(
             rec.log.records, {k: recorded[k] for k in extra}, rec.log.layer_info
         )
         fresh = with_recorded_times(fresh, rec.cache)
+        # the new layers' near-ties are decided by the rule too (from the log's costs)
+        apply_to_entries(fresh, decide_recording(rec.log.records, None, settings))
         warnings += w
         if existing.schema == 1 and gone:  # keys of an older reprobuild: keep its pins
             kept, dropped = carry_pins([e for e in new_lock.layers if e.key in gone], fresh)
@@ -430,13 +361,13 @@ def _locked(
         entries=new_lock.layers,
         recording=rec,
     )
-    return _Built(
+    return Built(
         new_lock, pb.output, pb.records, pb.log_warnings, pb.cache_hits, pb.timed, False, changes
     )
 
 
 def _result(
-    done: _Built,
+    done: Built,
     be: Backend,
     env: dict[str, Any],
     engine_path: Path,

@@ -17,7 +17,7 @@ from reprobuild.fileio import sha256_file
 from reprobuild.limits import check_size
 from reprobuild.lock.model import ExternalFile, Lock, ModelInfo
 from reprobuild.lock.yamlio import load_lock
-from reprobuild.types import BuildSettings
+from reprobuild.types import TIE_FIELDS, BuildSettings
 
 
 def resolve_backend(backend: str | Backend) -> Backend:
@@ -194,8 +194,13 @@ def check_lock_matches(
             f"{lock_path}: the model's external data changed; delete the lock to re-record"
         )
     if lock.settings != settings:
-        a, b = lock.settings.to_dict(), settings.to_dict()
-        diff = ", ".join(f"{k}: {a[k]!r} -> {b[k]!r}" for k in a if a[k] != b[k])
+        a, b = (
+            {**s.to_dict(), **{f: getattr(s, f) for f in TIE_FIELDS}}
+            for s in (lock.settings, settings)
+        )
+        diff = ", ".join(
+            f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in {**a, **b} if a.get(k) != b.get(k)
+        )
         raise UsageError(
             f"{lock_path}: builder settings differ from the lock ({diff}); drop the options "
             "to use the lock's, or delete the lock to re-record"

@@ -52,9 +52,11 @@ def _old_repr(lock) -> str:
         f"kernel={e.kernel!r}, pinned={e.pinned!r}, candidates={e.candidates!r})"
         for e in lock.layers
     )
+    # the tie settings came later (absent: the default policy); the old loader had none
+    settings = re.sub(r", tie_band=[^,]*, tie_rule='[^']*'", "", repr(lock.settings))
     return (
         f"Lock(model={lock.model!r}, environment=Environment({env_text}), "
-        f"settings={lock.settings!r}, layers=[{layers}], precision={lock.precision!r}, "
+        f"settings={settings}, layers=[{layers}], precision={lock.precision!r}, "
         f"schema={lock.schema!r})"
     )
 

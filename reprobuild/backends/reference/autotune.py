@@ -72,6 +72,7 @@ class Tuning:
     best: int
     output: Any
     extra_runs: int = 0  # a dropped winner computed once more
+    samples: list[list[float]] = field(default_factory=list)  # every timed run, raw ms
 
     @property
     def kernel_runs(self) -> int:
@@ -92,6 +93,7 @@ def tune(
     if count < 1:
         raise ValueError("a layer needs at least one candidate")
     best_raw = [math.inf] * count
+    samples: list[list[float]] = [[] for _ in range(count)]
     runs = [0] * count
     outputs: list[Any] = [None] * count
     racing = list(range(count))
@@ -100,6 +102,7 @@ def tune(
         for i in racing:
             ms, outputs[i] = measure(i)
             best_raw[i] = min(best_raw[i], ms)
+            samples[i].append(ms)
             runs[i] += 1
         if round_no >= policy.drop_after and round_no < policy.reps:
             costs = perceive(best_raw)
@@ -115,7 +118,7 @@ def tune(
     if outputs[best] is None:
         _ms, outputs[best] = measure(best)
         extra = 1
-    return Tuning(costs, runs, sorted(dropped), best, outputs[best], extra)
+    return Tuning(costs, runs, sorted(dropped), best, outputs[best], extra, samples)
 
 
 @dataclass
@@ -128,7 +131,16 @@ class AutotuneStats:
     candidates: int = 0
     layers: list[dict[str, Any]] = field(default_factory=list)
 
-    def add_timed(self, layer: str, key: str, names: Sequence[str], tuning: Tuning) -> None:
+    def add_timed(
+        self,
+        layer: str,
+        key: str,
+        names: Sequence[str],
+        tuning: Tuning,
+        times: Sequence[Sequence[float]] = (),
+    ) -> None:
+        """``times``: each candidate's runs as compared (the knob applied), which the
+        workflow's tie band is measured from (:mod:`reprobuild.tiebreak`)."""
         self.kernel_runs += tuning.kernel_runs
         self.timed_runs += sum(tuning.runs)
         self.candidates += len(names)
@@ -137,7 +149,12 @@ class AutotuneStats:
                 "layer": layer,
                 "key": key,
                 "candidates": [
-                    {"kernel": name, "runs": runs, "dropped": i in tuning.dropped}
+                    {
+                        "kernel": name,
+                        "runs": runs,
+                        "dropped": i in tuning.dropped,
+                        "times_ms": list(times[i]) if times else [],
+                    }
                     for i, (name, runs) in enumerate(zip(names, tuning.runs, strict=True))
                 ],
             }

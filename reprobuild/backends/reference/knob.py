@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from reprobuild.errors import UsageError
 
 _SEED_STEP = 1000.0  # each rank costs this many times the previous one: far outside any band
+_TIE_STEP = 0.004  # "tie": each rank costs 0.4 % more than the previous: inside any band
+_TIE_JITTER = 0.03  # "tie": a later run costs up to 3 % more than the candidate's first
 
 
 def seeded_ranks(seed: int, key: str, names: Sequence[str], prefer: str = "") -> list[int]:
@@ -57,7 +59,10 @@ class TimingKnob:
     choice for each (seed, key); "reverse" is seed 0's order reversed; "prefer" is seed 0's
     order with every kernel whose name contains ``prefer`` moved to the front (several
     preferred kernels keep seed 0's order among themselves) and every other kernel one rank
-    further back, so a key with a preferred kernel also beats a key without one.
+    further back, so a key with a preferred kernel also beats a key without one; "tie"
+    makes every candidate a near-tie: ``f * (1 + 0.004 * rank)`` with ``rank`` from
+    sha256(seed, key, kernel), and runs after the first up to 3 % slower (:meth:`runs`), so
+    another seed changes which candidate is fastest but not which ones are near-ties.
     """
 
     mode: str = ""
@@ -73,6 +78,7 @@ class TimingKnob:
             "reverse": "reverse",
             "seed": f"seed:{self.seed}",
             "prefer": f"prefer:{self.prefer}",
+            "tie": f"tie:{self.seed}",
         }.get(self.mode, "")
 
     def apply(self, key: str, names: Sequence[str], costs: Sequence[float]) -> list[float]:
@@ -80,8 +86,10 @@ class TimingKnob:
         else the injected ones, which ignore ``costs`` entirely."""
         if not self.mode:
             return list(costs)
-        seed = self.seed if self.mode == "seed" else 0
+        seed = self.seed if self.mode in ("seed", "tie") else 0
         ranks = seeded_ranks(seed, key, names, self.prefer)
+        if self.mode == "tie":
+            return [key_factor(key) * (1.0 + _TIE_STEP * r) for r in ranks]
         if self.mode == "reverse":
             ranks = [len(names) - 1 - r for r in ranks]
         if self.mode == "prefer":
@@ -90,9 +98,34 @@ class TimingKnob:
         factor = key_factor(key)
         return [factor * _SEED_STEP**r for r in ranks]
 
+    def runs(
+        self, key: str, names: Sequence[str], samples: Sequence[Sequence[float]]
+    ) -> list[list[float]]:
+        """Each candidate's runs as compared, for the tie band (:mod:`reprobuild.tiebreak`).
+
+        Inactive: the measured runs. "tie": injected runs, the first at the candidate's
+        cost and each later one up to 3 % above it by sha256(seed, key, kernel, run).
+        Otherwise the measured runs scaled so that their fastest is the injected cost: the
+        spread stays measured, the costs are the knob's."""
+        mins = [min(s) if len(s) else float("inf") for s in samples]
+        costs = self.apply(key, names, mins)
+        if self.mode == "tie":
+            out = []
+            for name, cost, s in zip(names, costs, samples, strict=True):
+                runs = [cost]
+                for j in range(1, len(s)):
+                    d = hashlib.sha256(f"{self.seed}\0{key}\0{name}\0{j}".encode()).digest()
+                    runs.append(cost * (1.0 + _TIE_JITTER * int.from_bytes(d[:8], "big") / 2**64))
+                out.append(runs)
+            return out
+        return [
+            [r * (c / m) if m > 0 else c for r in s]
+            for c, m, s in zip(costs, mins, samples, strict=True)
+        ]
+
 
 def parse_timing_knob(value: str) -> TimingKnob:
-    """Parse the test knob's text (``reverse``, ``seed:N``, ``prefer:SUBSTRING``)."""
+    """Parse the test knob's text (``reverse``, ``seed:N``, ``prefer:SUBSTRING``, ``tie:N``)."""
     raw = value.strip()
     if not raw:
         return TimingKnob()
@@ -103,9 +136,14 @@ def parse_timing_knob(value: str) -> TimingKnob:
             return TimingKnob("seed", seed=int(raw[5:]))
         except ValueError:
             pass
+    if raw.startswith("tie:"):
+        try:
+            return TimingKnob("tie", seed=int(raw[4:]))
+        except ValueError:
+            pass
     if raw.startswith("prefer:") and raw[7:]:
         return TimingKnob("prefer", prefer=raw[7:])
     raise UsageError(
-        f"timing knob {raw!r} is not understood: use 'reverse', 'seed:<int>' or "
-        "'prefer:<kernel-name substring>', or leave it empty"
+        f"timing knob {raw!r} is not understood: use 'reverse', 'seed:<int>', "
+        "'prefer:<kernel-name substring>' or 'tie:<int>', or leave it empty"
     )

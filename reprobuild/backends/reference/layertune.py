@@ -280,7 +280,8 @@ class LayerTuner:
         tuning = tune(
             len(specs), measure, self.stats.policy, lambda raw: self.knob.apply(key, names, raw)
         )
-        self.stats.add_timed(layer.name, key, names, tuning)
+        times = self.knob.runs(key, names, tuning.samples)
+        self.stats.add_timed(layer.name, key, names, tuning, times)
         costs = tuning.costs
         order = sorted(range(len(specs)), key=lambda i: (costs[i], i))
         for line in autotune_lines(layer.name, key, [(i, costs[i], specs[i]) for i in order]):

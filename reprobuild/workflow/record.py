@@ -1,0 +1,116 @@
+"""A recording build: every candidate timed, the tie rule applied, every choice an entry.
+
+Split from :mod:`.build` (which decides between recording and applying a lock) so each
+module keeps one job: this one makes a fresh lock's entries from one recording.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reprobuild.backends.base import Backend, BuildOutput
+from reprobuild.events import Progress, Step
+from reprobuild.lock.model import LayerEntry, Lock
+from reprobuild.types import BuildSettings
+from reprobuild.workflow.existing import carry_pins
+from reprobuild.workflow.pinned import (
+    Recording,
+    entries_from_records,
+    pinned_build,
+    run_build,
+    with_recorded_times,
+)
+from reprobuild.workflow.ties import apply_to_entries, decide_recording
+
+
+@dataclass
+class Built:
+    """One build's product before anything is written."""
+
+    lock: Lock
+    output: BuildOutput
+    records: list[Any]
+    log_warnings: list[Any]
+    cache_hits: int
+    timed: int
+    recorded: bool
+    changes: list[str]
+    cache_bytes: bytes | None = None  # a recording build's cache, written with the outputs
+    ties: Any = None  # a recording's TieOutcome (workflow/ties.py)
+
+
+def record(
+    be: Backend,
+    built_model: Path,
+    new_lock: Lock,
+    cfile: Path,
+    progress: Progress,
+    warnings: list[str],
+) -> Built:
+    """A recording build: every candidate timed, every choice becomes a lock entry. Its
+    timing cache is written with the other outputs, so a failed build leaves the old one."""
+    progress(Step("recording build (timing every candidate)"))
+    cache = be.create_timing_cache(b"")
+    output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
+    entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
+    warnings += w
+    new_lock.layers = with_recorded_times(entries, cache)
+    timed = sum(1 for r in log.records if r.key is not None and not r.from_cache)
+    # the recording cache is kept as the builder wrote it: a locked build update()s every
+    # key from the lock anyway, and the rebuild below works on a copy
+    recorded = bytes(cache.serialize())
+    ties = decide_recording(log.records, output.extra.get("autotune"), new_lock.settings)
+    apply_to_entries(new_lock.layers, ties)
+    log_warnings = list(log.parser.warnings)
+    if ties.moved:  # the rule kept another near-tie than the builder: rebuild from the cache
+        progress(Step(f"tie rule: {len(ties.moved)} keys take the rule's tactic; rebuilding"))
+        pb = pinned_build(
+            be, built_model, new_lock.settings, new_lock.tactic_map(), None, progress, warnings,
+            entries=new_lock.layers, recording=Recording(be.create_timing_cache(recorded)),
+        )  # fmt: skip
+        # the report's timing is the recording's (the second build timed nothing)
+        pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
+        output, log_warnings = pb.output, log_warnings + pb.log_warnings
+        ties.rebuilt, ties.second_build_timed = True, pb.timed
+    return Built(
+        new_lock,
+        output,
+        log.records,
+        log_warnings,
+        0,
+        timed,
+        True,
+        [f"recorded {len(entries)} layers"],
+        recorded,
+        ties,
+    )
+
+
+def repin(
+    done: Built,
+    pins: list[LayerEntry],
+    be: Backend,
+    built_model: Path,
+    settings: BuildSettings,
+    cfile: Path,
+    progress: Progress,
+    warnings: list[str],
+) -> Built:
+    """``--re-record``: the old pins that still apply, built from the new recording's cache
+    (so the engine runs the pinned tactics); the others are listed as dropped."""
+    kept, dropped = carry_pins(pins, done.lock.layers)
+    if dropped:
+        warnings.append(f"pins dropped by the re-recording: {', '.join(dropped)}")
+    if not kept:
+        return done
+    assert done.cache_bytes is not None  # a recording build keeps its cache
+    recording = Recording(be.create_timing_cache(done.cache_bytes))
+    pb = pinned_build(
+        be, built_model, settings, done.lock.tactic_map(), cfile, progress, warnings,
+        entries=done.lock.layers, recording=recording,
+    )  # fmt: skip
+    done.output, done.records, done.log_warnings = pb.output, pb.records, pb.log_warnings
+    done.changes.append(f"kept {len(kept)} pins: {', '.join(kept)}")
+    return done

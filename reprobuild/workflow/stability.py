@@ -1,0 +1,212 @@
+"""``stability``: record a model N times independently and say which layers hold still.
+
+Each recording is a whole recording build (its own lock, engine, report and cache folder,
+in a temporary folder), so no recording sees another's timing cache: N machines of one
+target recording on their own. Per timing-cache key: the tactic each recording kept, the
+flip rate (the share of recordings that kept another than the most common one), the best
+and second-best times, the band, whether the rule's choice held in every recording, and
+whether the key is *at risk*: it flipped, or in some recording a candidate outside the band
+lay within one more band width (at least ``tie_band`` of the best) of its edge, where a
+noisier machine could pull it in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprobuild.backends.base import Backend
+from reprobuild.events import Progress, Step, quiet
+from reprobuild.lock.yamlio import load_lock
+from reprobuild.types import DEFAULT_TIE_BAND, BuildSettings
+
+
+@dataclass
+class KeyStability:
+    """One key across the recordings."""
+
+    layer: str
+    key: str
+    chosen: list[int | None]  # per recording (None: the key was not recorded there)
+    fastest: list[int | None]
+    best_ms: float | None
+    second_ms: float | None
+    band_ms: float | None
+    band_rel: float | None
+    at_risk: bool
+    # per candidate tactic: its cost in each recording that timed it (for the plot)
+    costs: dict[int, list[float]] = field(default_factory=dict)
+    kernels: dict[int, str | None] = field(default_factory=dict)
+
+    @property
+    def held(self) -> bool:
+        return len(set(self.chosen)) == 1 and self.chosen[0] is not None
+
+    @property
+    def flip_rate(self) -> float:
+        most = Counter(self.chosen).most_common(1)[0][1]
+        return 1.0 - most / len(self.chosen)
+
+    @property
+    def fastest_flip_rate(self) -> float:
+        most = Counter(self.fastest).most_common(1)[0][1]
+        return 1.0 - most / len(self.fastest)
+
+    def to_json(self) -> dict[str, Any]:
+        def hx(t: int | None) -> str | None:
+            return None if t is None else f"0x{t:x}"
+
+        return {
+            "layer": self.layer,
+            "key": self.key,
+            "held": self.held,
+            "flip_rate": self.flip_rate,
+            "fastest_flip_rate": self.fastest_flip_rate,
+            "chosen": [hx(t) for t in self.chosen],
+            "best_ms": self.best_ms,
+            "second_ms": self.second_ms,
+            "band_ms": self.band_ms,
+            "band_rel": self.band_rel,
+            "at_risk": self.at_risk,
+        }
+
+
+@dataclass
+class StabilityReport:
+    model: str
+    records: int
+    backend: str
+    settings: BuildSettings
+    keys: list[KeyStability]
+    recording_s: list[float]
+    total_s: float
+
+    @property
+    def agreement(self) -> float:
+        """The share of keys whose tactic every recording kept the same."""
+        return sum(k.held for k in self.keys) / len(self.keys) if self.keys else 1.0
+
+    @property
+    def at_risk(self) -> list[KeyStability]:
+        return [k for k in self.keys if k.at_risk]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "records": self.records,
+            "backend": self.backend,
+            "tie_band": self.settings.tie_band,
+            "tie_rule": self.settings.tie_rule,
+            "keys": len(self.keys),
+            "agreement": self.agreement,
+            "held": sum(k.held for k in self.keys),
+            "layers_at_risk": [k.layer for k in self.at_risk],
+            "recording_s": self.recording_s,
+            "total_s": self.total_s,
+            "layers": [k.to_json() for k in self.keys],
+        }
+
+
+def stability(
+    model: str | os.PathLike[str],
+    *,
+    records: int = 5,
+    backend: str | Backend = "auto",
+    settings: BuildSettings | None = None,
+    progress: Progress = quiet,
+) -> StabilityReport:
+    """``records`` independent recordings of ``model``; see the module docstring."""
+    from reprobuild.errors import UsageError
+    from reprobuild.workflow.build import build
+
+    if records < 2:
+        raise UsageError(f"--records {records}: stability needs at least 2 recordings")
+    settings = settings or BuildSettings()
+    t0 = time.perf_counter()
+    runs: list[tuple[dict[str, Any], Any]] = []
+    durations: list[float] = []
+    name = backend if isinstance(backend, str) else backend.name
+    with tempfile.TemporaryDirectory(prefix="reprobuild-stability-") as tmp:
+        for i in range(records):
+            progress(Step(f"recording {i + 1} of {records} (own cache folder)"))
+            here = Path(tmp) / f"r{i}"
+            here.mkdir()
+            start = time.perf_counter()
+            result = build(
+                model,
+                lock=here / "tactics.lock",
+                out=here / "model.engine",
+                backend=backend,
+                settings=settings,
+                cache_dir=here / "caches",
+            )
+            durations.append(round(time.perf_counter() - start, 3))
+            name = result.backend
+            report = json.loads((here / "model.engine.report.json").read_text())
+            runs.append((report, load_lock(here / "tactics.lock")))
+    keys = _per_key(runs, settings)
+    return StabilityReport(
+        str(model), records, name, settings, keys, durations, round(time.perf_counter() - t0, 3)
+    )
+
+
+def _per_key(runs: list[tuple[dict[str, Any], Any]], settings: BuildSettings) -> list[KeyStability]:
+    layers: dict[str, str] = {}
+    for _report, lock in runs:
+        for e in lock.layers:
+            layers.setdefault(e.key, e.layer)
+    out = []
+    for key, layer in sorted(layers.items(), key=lambda kv: (kv[1], kv[0])):
+        chosen, fastest, best, second, band, rel = [], [], [], [], [], []
+        costs: dict[int, list[float]] = {}
+        kernels: dict[int, str | None] = {}
+        risky = False
+        for report, lock in runs:
+            entry = lock.by_key().get(key)
+            chosen.append(None if entry is None else entry.tactic)
+            d = _decision(report, key)
+            fastest.append(None if d is None else int(d["fastest"], 16))
+            if d is not None:
+                best.append(d["best_ms"])
+                if d["second_ms"] is not None:
+                    second.append(d["second_ms"])
+                band.append(d["band_ms"])
+                rel.append(d["band_rel"])
+                margin = max(d["band_ms"], DEFAULT_TIE_BAND * d["best_ms"])
+                edge = d["best_ms"] + d["band_ms"]
+                if d["outside_ms"] is not None and d["outside_ms"] <= edge + margin:
+                    risky = True
+            for rec in report.get("records") or []:
+                if rec.get("key") != key or rec.get("from_cache"):
+                    continue
+                for c in rec.get("candidates") or []:
+                    if c.get("cost_ms") is None:
+                        continue
+                    t = int(c["tactic_hash"], 16)
+                    costs.setdefault(t, []).append(float(c["cost_ms"]))
+                    kernels[t] = c.get("kernel")
+        ks = KeyStability(
+            layer, key, chosen, fastest, _median(best), _median(second), _median(band),
+            _median(rel), False, costs, kernels,
+        )  # fmt: skip
+        ks.at_risk = risky or not ks.held
+        out.append(ks)
+    return out
+
+
+def _decision(report: dict[str, Any], key: str) -> dict[str, Any] | None:
+    for row in (report.get("tie_break") or {}).get("layers") or []:
+        if row["key"] == key:
+            return row
+    return None
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

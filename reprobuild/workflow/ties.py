@@ -1,0 +1,116 @@
+"""A recording's near-ties: the rule's choice per key, written back and rebuilt from the cache.
+
+The builder has already chosen (the fastest as measured) when the recording build ends, on
+TensorRT as on the reference backend. So the workflow reads every key's candidates and
+times (the verbose log's table; the reference backend also reports each candidate's runs),
+lets :mod:`reprobuild.tiebreak` decide, writes the rule's tactic with ``update()`` where it
+differs from the builder's, and builds again from that cache: the second build times
+nothing and is checked like any pinned build (cache map and engine kernels). With
+``tie_band`` 0 nothing is decided and nothing is rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from reprobuild.lock.model import LayerEntry
+from reprobuild.tiebreak import TieCandidate, TieDecision, decide, describe_policy
+from reprobuild.types import BuildSettings
+
+MEASURED_RUNS = (
+    "each candidate's timed runs (the reference builder's rounds, up to avg_timing_iterations "
+    "runs each): noise = median over candidates of (second-fastest - fastest) / fastest"
+)
+MEASURED_LOG = (
+    "one time per candidate from the verbose log (the builder's average over "
+    "avg_timing_iterations runs): no spread measured, the band is tie_band alone; "
+    "`reprobuild stability --records N` measures it across recordings"
+)
+
+
+@dataclass
+class TieOutcome:
+    """What the rule did to one recording: its decisions per key and the rebuild."""
+
+    settings: BuildSettings
+    decisions: dict[str, TieDecision]
+    layers: dict[str, str]  # key -> layer name
+    measured: str
+    rebuilt: bool = False
+    second_build_timed: int | None = None
+    moved: list[str] = field(default_factory=list)  # keys whose tactic the rule changed
+
+    def to_json(self) -> dict[str, Any]:
+        head = describe_policy(self.settings.tie_band, self.settings.tie_rule, self.measured)
+        return {
+            **head,
+            "keys": len(self.decisions),
+            "near_ties": sum(1 for d in self.decisions.values() if d.near_tie),
+            "changed_from_fastest": len(self.moved),
+            "rebuilt_from_cache": self.rebuilt,
+            "second_build_timed": self.second_build_timed,
+            "layers": [
+                {"layer": self.layers.get(k, "?"), "key": k, **d.to_json()}
+                for k, d in sorted(self.decisions.items())
+            ],
+        }
+
+
+def candidates_by_key(
+    records: list[Any], autotune: dict[str, Any] | None
+) -> tuple[dict[str, list[TieCandidate]], dict[str, str], bool]:
+    """Each logged key's candidates with their runs: the backend's per-candidate runs where
+    it reports them (``autotune.layers[].candidates[].times_ms``), else the log's cost.
+    Also the layer name per key, and whether any candidate had repeated runs."""
+    runs: dict[tuple[str, str], list[float]] = {}
+    for entry in (autotune or {}).get("layers") or []:
+        for c in entry.get("candidates") or []:
+            if c.get("times_ms"):
+                runs[(entry["key"], c["kernel"])] = [float(t) for t in c["times_ms"]]
+    out: dict[str, list[TieCandidate]] = {}
+    names: dict[str, str] = {}
+    repeated = False
+    for rec in records:
+        if rec.key is None or rec.from_cache or not rec.candidates:
+            continue
+        cands = []
+        for c in rec.candidates:
+            times = runs.get((rec.key, c.kernel or ""))
+            if times is None:
+                times = [] if c.cost_ms is None else [float(c.cost_ms)]
+            repeated = repeated or len(times) > 1
+            cands.append(TieCandidate(c.tactic_hash, c.kernel, tuple(times)))
+        out[rec.key] = cands
+        names[rec.key] = rec.layer
+    return out, names, repeated
+
+
+def decide_recording(
+    records: list[Any], autotune: dict[str, Any] | None, settings: BuildSettings
+) -> TieOutcome:
+    """The rule's decision for every timed key of one recording build."""
+    by_key, names, repeated = candidates_by_key(records, autotune)
+    decisions = {}
+    for key, cands in by_key.items():
+        d = decide(cands, settings.tie_band, settings.tie_rule)
+        if d is not None:
+            decisions[key] = d
+    return TieOutcome(settings, decisions, names, MEASURED_RUNS if repeated else MEASURED_LOG)
+
+
+def apply_to_entries(entries: list[LayerEntry], outcome: TieOutcome) -> list[LayerEntry]:
+    """Entries with the rule's tactic, its time, the band and the near-ties; the keys
+    whose tactic changed are listed in ``outcome.moved``."""
+    for e in entries:
+        d = outcome.decisions.get(e.key)
+        if d is None:
+            continue
+        if d.near_tie:
+            e.band_ms, e.ties = d.band_ms, list(d.ties)
+        if outcome.settings.tie_band > 0 and d.chosen != e.tactic:
+            e.tactic = d.chosen
+            e.kernel = next((c.kernel for c in e.candidates if c.tactic == d.chosen), e.kernel)
+            e.time_ms = d.chosen_ms
+            outcome.moved.append(e.key)
+    return entries

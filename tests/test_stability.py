@@ -1,0 +1,94 @@
+"""``reprobuild stability``: N independent recordings, per-layer figures, JSON and the plot.
+
+Timings are injected (the ``tie:N`` knob: every candidate a near-tie), never measured; the
+per-key figures are also held on hand-made recordings, where a flip is known in advance.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reprobuild.backends.reference.knob import key_factor
+from reprobuild.types import BuildSettings
+from reprobuild.workflow.stability import _per_key
+
+from .conftest import EXAMPLES, sample_lock
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copy(EXAMPLES / "mlp.onnx", tmp_path / "mlp.onnx")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_json_per_layer_figures_from_injected_near_ties(work: Path, cli) -> None:
+    r = cli(
+        "stability", "mlp.onnx", "--records", "2", "--backend", "reference",
+        "--ref-timing", "tie:5", "--json",
+    )  # fmt: skip
+    assert r.code == 0, r
+    data = json.loads(r.out)
+    assert data["records"] == 2 and data["tie_band"] == 0.05 and data["agreement"] == 1.0
+    assert len(data["recording_s"]) == 2
+    for row in data["layers"]:
+        assert row["held"] and row["flip_rate"] == 0.0
+        # the knob's costs: the best is the key's factor, the next 0.4 % above it
+        f = key_factor(row["key"])
+        assert row["best_ms"] == pytest.approx(f) and row["second_ms"] == pytest.approx(f * 1.004)
+        assert row["band_ms"] >= 0.05 * row["best_ms"] - 1e-12
+    assert not list(work.glob("caches*"))  # each recording's folders were temporary
+
+
+def test_flip_rate_held_and_at_risk_on_hand_made_recordings() -> None:
+    def recording(tactic: int, fastest: int, outside: float | None):
+        lock = sample_lock(1)
+        lock.layers[0].tactic = tactic
+        row = {
+            "key": lock.layers[0].key, "fastest": f"0x{fastest:x}", "best_ms": 1.0,
+            "second_ms": 1.01, "band_ms": 0.05, "band_rel": 0.05, "outside_ms": outside,
+        }  # fmt: skip
+        return {"tie_break": {"layers": [row]}, "records": []}, lock
+
+    steady = [recording(0x1000, 0x1001, 2.0) for _ in range(4)]
+    (k,) = _per_key(steady, BuildSettings())
+    assert k.held and k.flip_rate == 0.0 and not k.at_risk and k.fastest_flip_rate == 0.0
+    flipped = steady[:3] + [recording(0x1002, 0x1002, 2.0)]
+    (k,) = _per_key(flipped, BuildSettings())
+    assert not k.held and k.flip_rate == 0.25 and k.at_risk
+    edge = steady[:3] + [recording(0x1000, 0x1001, 1.08)]  # 3 % past the band's edge
+    (k,) = _per_key(edge, BuildSettings())
+    assert k.held and k.at_risk
+
+
+def test_plot_without_matplotlib_is_one_line_and_exit_2(
+    work: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name)
+    )
+    r = cli("stability", "mlp.onnx", "--backend", "reference", "--plot", "s.png")
+    assert r.code == 2 and "matplotlib is not installed" in r.err
+    assert "reprobuild[plot]" in r.err and not (work / "s.png").exists()
+
+
+def test_plot_of_another_type_is_refused(work: Path, cli) -> None:
+    r = cli("stability", "mlp.onnx", "--backend", "reference", "--plot", "s.pdf")
+    assert r.code == 2 and ".png or .svg" in r.err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="plot extra")
+def test_plot_is_written(work: Path, cli) -> None:
+    r = cli(
+        "stability", "mlp.onnx", "--records", "2", "--backend", "reference",
+        "--ref-timing", "tie:1", "--plot", "s.svg", "-q",
+    )  # fmt: skip
+    assert r.code == 0, r
+    text = (work / "s.svg").read_text()
+    assert text.startswith("<?xml") and "tie band 0.05" in text
