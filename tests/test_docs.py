@@ -3,8 +3,8 @@
 The pages are run as a reader would type them: each page's fenced ```sh blocks, and its
 ```python blocks, in order, by one ``bash`` in a fresh folder that holds a copy of the
 bundled example models under ``reprobuild/examples/`` and the real TensorRT logs under
-``tests/fixtures/trt-logs/`` (as in a clone), with ``reprobuild``
-and ``python`` on PATH from this test's interpreter. Each command must exit 0, unless its
+``tests/fixtures/trt-logs/`` (as in a clone), with ``reprobuild`` and ``python`` on PATH
+from this test's interpreter. Each command must exit 0, unless its
 line carries ``# exit N``. Other blocks (``text``, ``yaml``, ``json``) are output or files
 and are not run; ```bash blocks are allowed only for the README's two set-up commands (they
 install; ``.ci/run`` runs the second).
@@ -13,8 +13,9 @@ Two things differ from a user's machine, both installed by a ``sitecustomize`` i
 of this test's own (the product has no hook for them): the reference backend's timings are
 injected (seeded, as ``tests/conftest.py`` does in-process), so no example depends on which
 kernel won a race on a busy machine; and the pages in ``STANDIN_PAGES`` run under the
-TensorRT stand-in (``tests/trt_standin``, installed as ``tests/test_trt_variants.py`` does),
-so their TensorRT commands run without a GPU.
+TensorRT stand-in (``tests/trt_standin``, installed as ``tests/test_trt_variants.py``
+does), so their TensorRT commands run without a GPU, and the others without TensorRT even
+where it is installed.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def _injected(self, key, names, costs):
 
 
 TimingKnob.apply = _injected
-if {standin!r}:
+if not {standin!r}:
+    sys.modules["tensorrt"] = None  # auto picks reference, even where TensorRT is installed
+else:
     from reprobuild.backends.tensorrt import cuda_probe
     from reprobuild.backends.tensorrt import device as device_mod
     from tests.test_trt_variants import A100

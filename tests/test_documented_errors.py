@@ -1,6 +1,6 @@
-"""The documented exit-code table and error messages (docs/exit-codes.md) match the code.
+"""The documented exit-code table and error messages match what the code does.
 
-Every message docs/exit-codes.md shows in a refusal table must be text the code can print: each
+Every message docs/exit-codes.md or docs/tensorrt.md shows in a refusal table must be text the code can print: each
 literal piece of it (the parts between ``...`` and quoted placeholders) is found in a string
 constant of the package, where implicitly concatenated pieces count as one string and an
 f-string's replacement fields split it. A reworded message fails here until the page says
@@ -19,6 +19,7 @@ from reprobuild.errors import DOCUMENTED_EXIT_CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "exit-codes.md").read_text(encoding="utf-8")
+TENSORRT_PAGE = (ROOT / "docs" / "tensorrt.md").read_text(encoding="utf-8")
 
 
 def _code_strings() -> list[str]:
@@ -40,9 +41,9 @@ CODE = "\n".join(_code_strings())
 
 
 def _messages() -> list[str]:
-    """First-column messages of the page's refusal tables (rows with an exit code)."""
+    """First-column messages of the pages' refusal tables (rows with an exit code)."""
     found = []
-    for line in PAGE.splitlines():
+    for line in (PAGE + TENSORRT_PAGE).splitlines():
         m = re.match(r"\| `(.+?)`(?: \(.*?\))? \| (\d|warning) \|", line)
         if m:
             found.append(m.group(1))
