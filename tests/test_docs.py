@@ -121,7 +121,7 @@ def script(page: Path) -> str:
             want = int(mark.group(1)) if mark else 0
             quoted = cmd.replace("'", "'\\''")
             lines += [
-                f"echo '>>> [{n}] {quoted}' >&2",
+                f"echo \">>> $EPOCHREALTIME\" '[{n}] {quoted}' >&2",
                 "{",
                 cmd,
                 "}",
@@ -222,3 +222,22 @@ def test_readme_indexes_every_page() -> None:
     text = README.read_text(encoding="utf-8")
     for page in DOCS.glob("*.md"):
         assert f"(docs/{page.name})" in text, f"README does not link docs/{page.name}"
+
+
+def test_the_runner_fails_a_page_whose_command_fails(tmp_path: Path) -> None:
+    """The runner itself: a failing command fails the page, ``# exit N`` expects N, a
+    compound command is one command, and state (variables, files) carries on in order."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```sh\nX=1\nfor i in a b; do\n  touch f.$i\ndone\nls f.a f.b\ntest $X = 1\n"
+        "false   # exit 1\n```\n\n"
+        "```python\nimport pathlib; assert pathlib.Path('f.a').exists()\n```\n"
+        "```text\nnot run\n```\n",
+        encoding="utf-8",
+    )
+    assert len(commands(blocks(page)[0][1])) == 5
+    ok = run_page(page, tmp_path / "ok")
+    assert ok.returncode == 0, ok.stderr
+    page.write_text("```sh\ntrue\nfalse\ntrue   # exit 1\n```\n", encoding="utf-8")
+    bad = run_page(page, tmp_path / "bad")
+    assert bad.returncode == 97 and "command [2] exited 1, the page says 0" in bad.stderr

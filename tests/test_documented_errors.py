@@ -1,10 +1,10 @@
 """The documented exit-code table and error messages match what the code does.
 
-Every message docs/exit-codes.md or docs/tensorrt.md shows in a refusal table must be text the code can print: each
-literal piece of it (the parts between ``...`` and quoted placeholders) is found in a string
-constant of the package, where implicitly concatenated pieces count as one string and an
-f-string's replacement fields split it. A reworded message fails here until the page says
-the same.
+Every message docs/exit-codes.md or docs/tensorrt.md shows in a refusal table must be text
+the code can print: each literal piece of it (the parts between ``...`` and quoted
+placeholders) is found in a string constant of the package, where implicitly concatenated
+pieces count as one string and an f-string's replacement fields split it. A reworded message
+fails here until the page says the same.
 """
 
 from __future__ import annotations
