@@ -149,7 +149,7 @@ def test_module_spec_imports_from_the_current_directory(tmp_path: Path, cnn, mon
 
 def test_a_dataset_that_changes_between_reads_changes_the_hash(tmp_path: Path, cnn) -> None:
     """Random augmentation in ``__getitem__``: each read is other samples, so --frozen (which
-    compares this hash with the lock's) refuses it, as the README says."""
+    compares this hash with the lock's) refuses it, as docs/int8.md says."""
     body = (
         "class Augmented:\n    def __len__(self): return 4\n"
         "    def __getitem__(self, i):\n"
