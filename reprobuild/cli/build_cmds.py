@@ -195,6 +195,12 @@ def build(
         help="INT8: what stays float runs in fp32 (default), fp16 or bf16 by the fp16 rules.",
     ),
     held_out: Path | None = typer.Option(None, "--held-out", help=HELD_OUT_HELP),
+    log: Path | None = typer.Option(
+        None,
+        "--log",
+        help="Save the verbose builder log of the build that made the engine (TensorRT's "
+        "through the backend's logger) to FILE, for `reprobuild log FILE`.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
@@ -263,6 +269,7 @@ def build(
         report=report,
         precision=request,
         held_out=held_out,
+        log=log,
     )
     if as_json:
         print_json(result.to_json())
@@ -291,6 +298,8 @@ def build(
         )
         + f")\nreport: {result.report_path}"
     )
+    if result.log_path:
+        echo(f"builder log: {result.log_path} (`reprobuild log {result.log_path}` reads it)")
     summary = result.engine_layers or {}
     if result.layers_path and "by_precision" in summary:
         counts = ", ".join(f"{p} {n}" for p, n in summary["by_precision"].items()) or "none"

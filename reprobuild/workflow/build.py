@@ -17,14 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprobuild.accuracy import json_safe
 from reprobuild.backends.base import Backend, BuildOutput
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK, LayerEntry, Lock
 from reprobuild.lock.yamlio import dumps_lock, load_lock
-from reprobuild.transaction import Outputs, check_output_path
+from reprobuild.transaction import Outputs, check_output_path, refuse_overwrite
 from reprobuild.types import BuildSettings
 from reprobuild.workflow.context import (
     announce_backend,
@@ -36,13 +35,14 @@ from reprobuild.workflow.context import (
 from reprobuild.workflow.existing import carry_pins, check_existing, expected_bits, start_over
 from reprobuild.workflow.pinned import (
     Recording,
+    SavedLog,
     entries_from_records,
     pinned_build,
     recording_cache,
     run_build,
     with_recorded_times,
 )
-from reprobuild.workflow.prepare import prepare_model
+from reprobuild.workflow.prepare import plan_error_report, prepare_model
 from reprobuild.workflow.request import PrecisionRequest
 
 __all__ = ["BuildResult", "PrecisionRequest", "build"]
@@ -80,6 +80,7 @@ class BuildResult:
     engine_layers: dict[str, Any] | None = None  # its summary (layers per precision, reformats)
     # the engine vs the FP32 model on the calibration / held-apart samples, by set
     accuracy: dict[str, Any] | None = None
+    log_path: str | None = None  # build --log: the verbose log of the engine's build
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -117,12 +118,15 @@ def build(
     report: str | os.PathLike[str] | None = None,
     precision: PrecisionRequest | None = None,
     held_out: str | os.PathLike[str] | None = None,
+    log: str | os.PathLike[str] | None = None,
     progress: Progress = quiet,
 ) -> BuildResult:
     """Build ``model`` reproducibly. See the module docstring for the locked flow.
 
     ``held_out``: samples (``.npz``, first axis = sample) not calibrated on; the engine's
     error against FP32 on them (and, for INT8, on the calibration set) is reported.
+    ``log``: where to save the verbose log of the build that made the engine (the text
+    ``reprobuild log`` reads), written with the other outputs.
     """
     from reprobuild.cachedir import cache_path
 
@@ -140,6 +144,11 @@ def build(
     check_output_path(layers_path(engine_path), "engine layer information")
     check_output_path(report_path, "build report")
     check_output_path(Path(cache_dir) / "x", "recording timing cache")
+    log_path = None if log is None else check_output_path(log, "builder log")
+    if log_path is not None:
+        others = [(model_path, "model"), (lock_path, "lock"), (engine_path, "engine")]
+        others += [(layers_path(engine_path), "engine layer information")]
+        refuse_overwrite(log_path, "builder log", [*others, (report_path, "build report")])
     be = resolve_backend(backend)
     env = be.environment()
     warnings: list[str] = []
@@ -169,7 +178,9 @@ def build(
     check_profiles(settings)
     be.check_settings(settings)
 
-    with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp:
+    # All of the outputs, or none: the log is staged as it is written, the rest at the end.
+    with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp, Outputs() as outputs:
+        save = None if log_path is None else outputs.stage_lines(log_path, "builder log")
         built_model, plan, notes = prepare_model(
             model_path, None if re_record else existing, precision, frozen, Path(tmp), lock_path
         )
@@ -177,22 +188,25 @@ def build(
         precision_error = None
         if built_model != model_path:
             progress(Step("measuring the precision plan's error against FP32 (ONNX Runtime)"))
-            precision_error = _plan_error(model_path, built_model)
+            precision_error = plan_error_report(model_path, built_model)
         built_sha = info.sha256 if built_model == model_path else sha256_file(built_model)
         cfile = cache_path(cache_dir, env, settings, built_sha)
         if existing is None or rerecord:
             others = [] if existing is None else existing.targets()
             others = [t for t in others if t.name != env.name and t.layers]
             fresh = Lock(info, env, settings, [], plan, others=others)
-            done = _record(be, built_model, fresh, cfile, progress, warnings)
+            done = _record(be, built_model, fresh, cfile, progress, warnings, save)
             if others:
                 done.changes.append(f"added target {env.name} beside {len(others)}")
             if pins:
-                done = _repin(done, pins, be, built_model, settings, cfile, progress, warnings)
+                done = _repin(
+                    done, pins, be, built_model, settings, cfile, progress, warnings, save
+                )
         else:
             done = _locked(
-                existing, be, built_model, settings, cfile, progress, warnings, frozen, lock_path
-            )
+                existing, be, built_model, settings, cfile, progress, warnings, frozen, lock_path,
+                save,
+            )  # fmt: skip
             if existing.precision is None and plan is not None:
                 if frozen:
                     raise DriftError(
@@ -237,20 +251,20 @@ def build(
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
         rep["plan_check"] = None if plan_check is None else plan_check.to_json()
+        rep["log_path"] = result.log_path = None if log_path is None else str(log_path)
         layer_text = done.output.layer_info
-        with Outputs() as outputs:  # all of them, or none
-            if result.lock_written:
-                outputs.stage_text(lock_path, dumps_lock(done.lock), "lock")
-            outputs.stage_bytes(engine_path, done.output.engine, "engine")
-            outputs.stage_text(
-                layers_file,
-                layer_text if layer_text.endswith("\n") else layer_text + "\n",
-                "engine layer information",
-            )
-            outputs.stage_text(report_path, json.dumps(rep, indent=2) + "\n", "build report")
-            if done.cache_bytes is not None:
-                outputs.stage_bytes(cfile, done.cache_bytes, "recording timing cache")
-            outputs.commit()
+        if result.lock_written:
+            outputs.stage_text(lock_path, dumps_lock(done.lock), "lock")
+        outputs.stage_bytes(engine_path, done.output.engine, "engine")
+        outputs.stage_text(
+            layers_file,
+            layer_text if layer_text.endswith("\n") else layer_text + "\n",
+            "engine layer information",
+        )
+        outputs.stage_text(report_path, json.dumps(rep, indent=2) + "\n", "build report")
+        if done.cache_bytes is not None:
+            outputs.stage_bytes(cfile, done.cache_bytes, "recording timing cache")
+        outputs.commit()
         result.report_path = str(report_path)
     return result
 
@@ -315,12 +329,15 @@ def _record(
     cfile: Path,
     progress: Progress,
     warnings: list[str],
+    save: SavedLog | None = None,
 ) -> _Built:
     """A recording build: every candidate timed, every choice becomes a lock entry. Its
     timing cache is written with the other outputs, so a failed build leaves the old one."""
     progress(Step("recording build (timing every candidate)"))
     cache = be.create_timing_cache(b"")
-    output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
+    output, log = run_build(
+        be, built_model, new_lock.settings, cache, progress, "recording", save=save
+    )
     entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
     warnings += w
     new_lock.layers = with_recorded_times(entries, cache)
@@ -347,6 +364,7 @@ def _repin(
     cfile: Path,
     progress: Progress,
     warnings: list[str],
+    save: SavedLog | None = None,
 ) -> _Built:
     """``--re-record``: the old pins that still apply, built from the new recording's cache
     (so the engine runs the pinned tactics); the others are listed as dropped."""
@@ -359,7 +377,7 @@ def _repin(
     recording = Recording(be.create_timing_cache(done.cache_bytes))
     pb = pinned_build(
         be, built_model, settings, done.lock.tactic_map(), cfile, progress, warnings,
-        entries=done.lock.layers, recording=recording,
+        entries=done.lock.layers, recording=recording, save=save,
     )  # fmt: skip
     done.output, done.records, done.log_warnings = pb.output, pb.records, pb.log_warnings
     done.changes.append(f"kept {len(kept)} pins: {', '.join(kept)}")
@@ -376,6 +394,7 @@ def _locked(
     warnings: list[str],
     frozen: bool,
     lock_path: Path,
+    save: SavedLog | None = None,
 ) -> _Built:
     """Apply the lock; reconcile keys the lock lacks or has extra (a stale lock)."""
     new_lock = copy.deepcopy(existing)
@@ -427,6 +446,7 @@ def _locked(
         warnings,
         entries=new_lock.layers,
         recording=rec,
+        save=save,
     )
     return _Built(
         new_lock, pb.output, pb.records, pb.log_warnings, pb.cache_hits, pb.timed, False, changes
@@ -471,21 +491,3 @@ def _result(
             "low_precision": sum(1 for n in plan.nodes if n.precision in ("fp16", "bf16")),
         },
     )
-
-
-def _plan_error(original: Path, converted: Path) -> dict[str, Any]:
-    """Output error of the converted model against the FP32 one, on seeded inputs."""
-    import onnx
-
-    from reprobuild.precision.calibration import load_calibration
-    from reprobuild.precision.measure import plan_error
-
-    fp32 = onnx.load(str(original))
-    feeds, desc = load_calibration(None, fp32)
-    try:
-        err = plan_error(fp32, onnx.load(str(converted)), feeds)
-    except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
-        return {"error": str(exc), "inputs": desc}
-    keep = ("max_abs", "max_rel", "cosine", "top1_agreement", "runtime")
-    clean = {k: v for k, v in err.items() if k in keep}
-    return {**json_safe(clean), "inputs": desc}
