@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
         "transaction",
         "limits",
         "gcpause",
+        "words",
     ),
     ("lock",),
     ("logs",),

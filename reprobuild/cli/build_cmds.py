@@ -16,6 +16,7 @@ import typer
 from reprobuild.cli.render import echo, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
+from reprobuild.words import count
 
 BACKEND_HELP = (
     "auto (TensorRT if importable and a GPU is visible, else reference), tensorrt, reference."
@@ -278,7 +279,7 @@ def build(
         echo(f"warning: {w}", err=True)
     kind = "recording build" if result.recorded else "locked build"
     echo(
-        f"{kind} with backend {result.backend}: {result.layers} layers, "
+        f"{kind} with backend {result.backend}: {count(result.layers, 'layer')}, "
         f"{result.pinned} pinned, {result.cache_hits} cache hits, {result.timed} timed, "
         f"{result.duration_s:.1f}s"
     )
@@ -304,8 +305,9 @@ def build(
     if result.layers_path and "by_precision" in summary:
         counts = ", ".join(f"{p} {n}" for p, n in summary["by_precision"].items()) or "none"
         echo(
-            f"layers: {result.layers_path} ({summary['layers']} layers: {counts}; "
-            f"{summary['reformat_layers']} reformat layers; `reprobuild layers` shows them)"
+            f"layers: {result.layers_path} ({count(summary['layers'], 'layer')}: {counts}; "
+            f"{count(summary['reformat_layers'], 'reformat layer')}; "
+            "`reprobuild layers` shows them)"
         )
     print_sample_accuracy(result.accuracy)
 

@@ -25,6 +25,7 @@ from reprobuild.lock.model import DEFAULT_LOCK, LayerEntry, Lock
 from reprobuild.lock.yamlio import dumps_lock, load_lock
 from reprobuild.transaction import Outputs, check_output_path, refuse_overwrite
 from reprobuild.types import BuildSettings
+from reprobuild.words import count
 from reprobuild.workflow.context import (
     announce_backend,
     check_model_file,
@@ -350,7 +351,7 @@ def _record(
         0,
         timed,
         True,
-        [f"recorded {len(entries)} layers"],
+        [f"recorded {count(len(entries), 'layer')}"],
         bytes(cache.serialize()),
     )
 
@@ -434,7 +435,7 @@ def _locked(
             if dropped:
                 warnings.append(f"pins not carried to the new keys: {', '.join(dropped)}")
         new_lock.layers = [e for e in new_lock.layers if e.key not in gone] + fresh
-        changes.append(f"added {len(fresh)} layers, removed {len(gone)}")
+        changes.append(f"added {count(len(fresh), 'layer')}, removed {len(gone)}")
         expected = new_lock.tactic_map()
     pb = pinned_build(
         be,

@@ -1,0 +1,177 @@
+"""What a new user runs into first: trtexec habits, the wrong file, counted nouns, and
+commands that should say what they did (or did not do)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from reprobuild.lock.yamlio import load_lock, save_lock
+from tests.conftest import EXAMPLES, ROOT, sample_lock
+
+
+def _built(cli, tmp_path: Path) -> tuple[Path, Path]:
+    """cnn.onnx recorded with the reference backend: (lock, engine)."""
+    model = tmp_path / "cnn.onnx"
+    shutil.copy(EXAMPLES / "cnn.onnx", model)
+    lock, engine = tmp_path / "t.lock", tmp_path / "cnn.engine"
+    res = cli("build", str(model), "--lock", str(lock), "--out", str(engine), "--backend",
+              "reference", "--cache-dir", str(tmp_path / "c"), "-q")  # fmt: skip
+    assert res.code == 0, res
+    return lock, engine
+
+
+# ------------------------------------------------------------------------- the wrong file
+
+
+def test_log_refuses_a_markdown_page_and_a_lock_by_name(cli, tmp_path: Path) -> None:
+    page = tmp_path / "notes.md"
+    shutil.copy(ROOT / "README.md", page)  # names tactics and TensorRT throughout
+    lock = tmp_path / "t.lock"
+    save_lock(sample_lock(), lock)
+    for path, what in ((page, "is a Markdown document"), (lock, "is a reprobuild lockfile")):
+        for args in (("log", str(path)), ("log", "diff", str(path), str(path))):
+            res = cli(*args)
+            assert res.code == 2, res
+            assert res.out == ""
+            assert res.err.startswith(f"error: {path}: {what}, not a builder log; ")
+            assert len(res.err.strip().splitlines()) == 1
+
+
+def test_a_real_log_starting_with_a_comment_is_still_read(cli) -> None:
+    """Fixture logs start with '# source:' lines; only a lock's 'schema:' makes a lock."""
+    log = ROOT / "tests/fixtures/trt-logs/trt108-111_sampleEditableTimingCache_readme_excerpt.log"
+    assert log.read_text().startswith("# ")
+    res = cli("log", str(log))
+    assert res.code == 0, res
+    assert "record(s)" in res.out
+
+
+# ------------------------------------------------------------------------- trtexec habits
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (("build", "m.onnx", "--fp16"), "here it is --precision fp16"),
+        (("build", "--onnx=m.onnx"), "here it is the model as the first argument"),
+        (("build", "m.onnx", "--saveEngine", "m.engine"), "here it is --out ENGINE"),
+        (("build", "m.onnx", "--minShapes", "x:1x3"), "here it is --min-shapes"),
+    ],
+)
+def test_trtexec_flags_name_ours(cli, args: tuple[str, ...], hint: str) -> None:
+    res = cli(*args)
+    assert res.code == 2, res
+    (line,) = res.err.strip().splitlines()
+    assert hint in line and line.endswith("(see 'reprobuild build -h')")
+    assert "Possible options" not in line  # click's spelling guess (--json) would mislead
+
+
+def test_a_trtexec_flag_gets_no_hint_where_the_command_has_no_such_option(cli) -> None:
+    res = cli("show", "--fp16")  # show has a --precision flag, but it builds nothing
+    assert res.code == 2
+    assert "here it is" not in res.err
+
+
+def test_precision_is_case_insensitive(cli, tmp_path: Path) -> None:
+    model = tmp_path / "mlp.onnx"
+    shutil.copy(EXAMPLES / "mlp.onnx", model)
+    lock = tmp_path / "t.lock"
+    res = cli("build", str(model), "--precision", "FP16", "--lock", str(lock), "--backend",
+              "reference", "--cache-dir", str(tmp_path / "c"), "--out", str(tmp_path / "m.engine"),
+              "-q")  # fmt: skip
+    assert res.code == 0, res
+    assert load_lock(lock).precision.mode == "fp16"
+
+
+# ------------------------------------------------------------------------- lock commands
+
+
+def test_show_candidates_lists_every_candidate_and_marks_the_locked_one(
+    cli, tmp_path: Path
+) -> None:
+    lock, _ = _built(cli, tmp_path)
+    data = load_lock(lock)
+    res = cli("show", "--lock", str(lock), "--candidates")
+    assert res.code == 0, res
+    rows = [line.split() for line in res.out.splitlines()[2:-1]]
+    expected = [
+        [e.layer, e.key, f"0x{c.tactic:x}", c.kernel, "yes" if c.tactic == e.tactic else "no"]
+        for e in data.layers
+        for c in e.candidates
+    ]
+    assert rows == expected
+    total = sum(len(e.candidates) for e in data.layers)
+    assert res.out.splitlines()[-1] == f"{total} candidates of {len(data.layers)} layers"
+    js = json.loads(cli("show", "--lock", str(lock), "--candidates", "--json").out)
+    assert [len(la["candidates"]) for la in js["layers"]] == [
+        len(e.candidates) for e in data.layers
+    ]
+
+
+def test_unpin_of_a_layer_that_is_not_pinned_says_so(cli, tmp_path: Path) -> None:
+    lock = tmp_path / "t.lock"
+    save_lock(sample_lock(2), lock)
+    res = cli("unpin", "layer=layer0", "--lock", str(lock))
+    assert res.code == 0, res
+    assert res.out.strip() == f"layer0 [{load_lock(lock).layers[0].key}] was not pinned; " + (
+        "nothing to unpin"
+    )
+    assert cli("pin", "layer=layer0", "tactic=0x1001", "--lock", str(lock)).code == 0
+    res = cli("unpin", "layer=layer0", "--lock", str(lock))
+    assert res.out.startswith("unpinned layer0 ")
+    js = json.loads(cli("unpin", "layer=layer0", "--lock", str(lock), "--json").out)
+    assert js["unpinned"][0]["was_pinned"] is False
+
+
+def test_one_layer_is_one_layer(cli, tmp_path: Path) -> None:
+    lock = tmp_path / "t.lock"
+    save_lock(sample_lock(1), lock)
+    res = cli("show", "--lock", str(lock))
+    assert res.out.splitlines()[-1] == "1 layer, 0 pinned"
+    res = cli("show", "--lock", str(lock), "--targets")
+    assert ": 1 layer, 0 pinned, 0 recorded digests" in res.out
+
+
+# ------------------------------------------------------------------------- layers --lock
+
+
+def test_layers_checks_an_fp32_lock_s_kernels_and_tactics(cli, tmp_path: Path) -> None:
+    lock, engine = _built(cli, tmp_path)
+    res = cli("layers", str(engine), "--lock", str(lock))
+    assert res.code == 0, res
+    assert "kernels and tactics: runs the locked tactics: 0 layers on another" in res.out
+    assert "precision plan" not in res.out  # an FP32 lock has none, and that is no error
+
+    # The lock now says another recorded candidate; the engine was not rebuilt.
+    data = load_lock(lock)
+    names = [e.layer for e in data.layers]  # a layer of one key: the engine runs that key
+    entry = next(e for e in data.layers if len(e.candidates) > 1 and names.count(e.layer) == 1)
+    other = next(c for c in entry.candidates if c.tactic != entry.tactic)
+    assert (
+        cli("pin", f"key={entry.key}", f"tactic=0x{other.tactic:x}", "--lock", str(lock)).code == 0
+    )
+    res = cli("layers", str(engine), "--lock", str(lock))
+    assert res.code == 1, res
+    assert f"layer {entry.layer!r}: engine layer" in res.out
+    assert f"the lock says {other.kernel!r}" in res.out
+    js = json.loads(cli("layers", str(engine), "--lock", str(lock), "--json").out)
+    assert js["kernel_check"]["follows"] is False and len(js["kernel_check"]["problems"]) == 1
+
+
+# ------------------------------------------------------------------------- verify
+
+
+def test_verify_says_where_its_report_went(cli, tmp_path: Path, monkeypatch) -> None:
+    lock, _ = _built(cli, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    report = tmp_path / "v.json"
+    res = cli("verify", "--lock", str(lock), "--rebuilds", "2", "--no-control", "--backend",
+              "reference", "--cache-dir", str(tmp_path / "c"), "--report", str(report),
+              "-q")  # fmt: skip
+    assert res.code == 0, res
+    assert res.out.splitlines()[-1] == f"report: {report}"
+    assert json.loads(report.read_text())["reproducible"] is True
