@@ -175,3 +175,27 @@ def test_verify_says_where_its_report_went(cli, tmp_path: Path, monkeypatch) -> 
     assert res.code == 0, res
     assert res.out.splitlines()[-1] == f"report: {report}"
     assert json.loads(report.read_text())["reproducible"] is True
+
+
+# ------------------------------------------------------------------------- a hand-edited lock
+
+
+def test_a_lock_entry_deleted_by_hand_blames_the_lock_not_the_cache(cli, tmp_path: Path) -> None:
+    lock, engine = _built(cli, tmp_path)
+    data = load_lock(lock)
+    data.layers = data.layers[1:]
+    save_lock(data, lock)
+    base = ("build", str(tmp_path / "cnn.onnx"), "--lock", str(lock), "--out", str(engine),
+            "--backend", "reference", "--cache-dir", str(tmp_path / "c"), "-q")  # fmt: skip
+    res = cli(*base, "--frozen")
+    assert res.code == 1, res
+    assert res.err.strip().splitlines()[-1] == (
+        f"error: {lock}: stale: 1 layer missing from the lock, 0 no longer built; "
+        "--frozen refuses to change it (run without --frozen)"
+    )
+    res = cli(*base)
+    assert res.code == 0, res
+    assert "foreign or stale" not in res.err
+    assert "has 1 key the lock lacks (an entry deleted from the lock" in res.err
+    assert "(written: added 1 layer, removed 0)" in res.out
+    assert len(load_lock(lock).layers) == len(data.layers) + 1

@@ -33,7 +33,13 @@ from reprobuild.workflow.context import (
     model_info,
     resolve_backend,
 )
-from reprobuild.workflow.existing import carry_pins, check_existing, expected_bits, start_over
+from reprobuild.workflow.existing import (
+    carry_pins,
+    check_existing,
+    expected_bits,
+    lock_keys_differ,
+    start_over,
+)
 from reprobuild.workflow.pinned import (
     Recording,
     SavedLog,
@@ -410,14 +416,14 @@ def _locked(
         cfile,
         progress,
         warnings,
-        reject=lambda c: None if set(c.tactic_map()) == set(expected) else "",
+        reject=lambda c: lock_keys_differ(set(c.tactic_map()), set(expected)),
     )
     recorded = rec.cache.tactic_map()
     extra = sorted(set(recorded) - set(expected))
     gone = sorted(set(expected) - set(recorded))
     if extra or gone:
         msg = (
-            f"{lock_path}: stale: {len(extra)} layers missing from the lock, "
+            f"{lock_path}: stale: {count(len(extra), 'layer')} missing from the lock, "
             f"{len(gone)} no longer built"
         )
         if frozen:
