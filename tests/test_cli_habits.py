@@ -199,3 +199,46 @@ def test_a_lock_entry_deleted_by_hand_blames_the_lock_not_the_cache(cli, tmp_pat
     assert "has 1 key the lock lacks (an entry deleted from the lock" in res.err
     assert "(written: added 1 layer, removed 0)" in res.out
     assert len(load_lock(lock).layers) == len(data.layers) + 1
+
+
+# ------------------------------------------------------------------------- shapes
+
+
+def _dynamic_model(path: Path) -> Path:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 4], np.ones(32, np.float32))
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ((), "input 'x' has a dynamic shape (Nx8): give it with --shapes x:1x8, or a profile "
+             "with --min-shapes, --opt-shapes and --max-shapes"),
+        (("--shapes", "x:1x8", "--shapes", "x:2x8"),
+         "--shapes gives input 'x' twice (1x8 and 2x8); give each input once"),
+        (("--min-shapes", "x:1x8,x:2x8", "--opt-shapes", "x:2x8", "--max-shapes", "x:4x8"),
+         "--min-shapes gives input 'x' twice (1x8 and 2x8); give each input once"),
+        (("--shapes", "x:1x8", "--min-shapes", "x:1x8", "--opt-shapes", "x:2x8",
+          "--max-shapes", "x:4x8"),
+         "input 'x': --shapes fixes its shape and --min-shapes/--opt-shapes/--max-shapes give "
+         "it a profile; use one or the other"),
+    ],
+)  # fmt: skip
+def test_shapes_are_asked_for_by_flag_and_contradictions_refused(
+    cli, tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    model = _dynamic_model(tmp_path / "dyn.onnx")
+    lock = tmp_path / "t.lock"
+    out = ("-q", "--out", str(tmp_path / "d.engine"), "--cache-dir", str(tmp_path / "c"))
+    res = cli("build", str(model), "--lock", str(lock), "--backend", "reference", *out, *flags)
+    assert res.code == 2, res
+    assert res.err.strip().splitlines() == [f"error: {message}"]
+    assert not lock.exists()

@@ -350,8 +350,18 @@ def _shapes(option: str, specs: list[str]) -> dict[str, tuple[int, ...]]:
                 shape = ()
             if not sep or not name or not shape or min(shape) < 0:
                 raise UsageError(f"{option} {part!r}: expected NAME:DxDxD, e.g. input:1x3x224x224")
-            out[name.strip("'\"")] = shape
+            name = name.strip("'\"")
+            if out.get(name, shape) != shape:  # trtexec keeps the last; say which one counts
+                raise UsageError(
+                    f"{option} gives input {name!r} twice ({_dims(out[name])} and "
+                    f"{_dims(shape)}); give each input once"
+                )
+            out[name] = shape
     return out
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
 
 
 def _settings(
@@ -388,6 +398,11 @@ def _settings(
     profiles = []
     for name in sorted(names):
         if name in static:
+            if name in mins or name in opts or name in maxs:
+                raise UsageError(
+                    f"input {name!r}: --shapes fixes its shape and --min-shapes/--opt-shapes/"
+                    "--max-shapes give it a profile; use one or the other"
+                )
             profiles.append((name, static[name], static[name], static[name]))
             continue
         if not (name in mins and name in opts and name in maxs):
