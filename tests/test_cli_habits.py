@@ -242,3 +242,37 @@ def test_shapes_are_asked_for_by_flag_and_contradictions_refused(
     assert res.code == 2, res
     assert res.err.strip().splitlines() == [f"error: {message}"]
     assert not lock.exists()
+
+
+# ------------------------------------------------------------------------- INT8 sample counts
+
+
+def test_a_sample_count_from_the_lock_is_not_blamed_on_a_flag(cli, tmp_path: Path) -> None:
+    import numpy as np
+
+    from tests.models import digits
+    from tests.precision.helpers import build_digits
+
+    x = digits.held_out_split()[0]
+    np.savez(tmp_path / "c.npz", input=x[:64])
+    np.savez(tmp_path / "short.npz", input=x[:16])
+    int8 = ("--precision", "int8", "--calib-batch-size", "16", "--calib-samples", "32")
+    res = build_digits(cli, tmp_path, "cnn", *int8, "--calibration", str(tmp_path / "c.npz"))
+    assert res.code == 0, res
+    assert load_lock(tmp_path / "t.lock").precision.quantization.samples == 32
+    # A frozen build checks its data against the lock's: 32 is the lock's, never typed here.
+    short = (
+        "--precision",
+        "int8",
+        "--calib-batch-size",
+        "16",
+        "--calibration",
+        str(tmp_path / "short.npz"),
+    )
+    res = build_digits(cli, tmp_path, "cnn", "--frozen", *short, out="b")
+    assert res.code == 2, res
+    assert res.err.strip().splitlines() == [
+        f"error: {tmp_path / 'short.npz'}: holds 16 samples, but the lock's INT8 plan was "
+        "calibrated on the first 32; pass the calibration data the lock was recorded with"
+    ]
+    assert "--calib-samples" not in res.err

@@ -115,7 +115,7 @@ def check_locked_int8(
         ]
     from reprobuild.precision.calibdata import load_calib_data
 
-    data = load_calib_data(request.calibration, proto, quant.samples)
+    data = load_calib_data(request.calibration, proto, quant.samples, from_lock=True)
     if data.sha256 != quant.data_sha256:
         raise DriftError(
             f"{lock_path}: the calibration data {request.calibration} "

@@ -46,7 +46,9 @@ def load_sets(
         ("held_out", held_out, None),
     ):
         if path is not None:
-            data = load_calib_data(str(path), proto, samples)
+            # the calibration count is the lock's plan's (a recording build's plan was
+            # made from --calib-samples, whose shortfall calibrating already refused)
+            data = load_calib_data(str(path), proto, samples, from_lock=label == "calibration")
             sets.append(SampleSet(label, data.arrays, data.count, data.source))
     return sets
 
