@@ -276,3 +276,39 @@ def test_a_sample_count_from_the_lock_is_not_blamed_on_a_flag(cli, tmp_path: Pat
         "calibrated on the first 32; pass the calibration data the lock was recorded with"
     ]
     assert "--calib-samples" not in res.err
+
+
+def test_int8_calibration_is_announced_and_bad_samples_are_one_line(cli, tmp_path: Path) -> None:
+    import numpy as np
+
+    from tests.models import digits
+    from tests.precision.helpers import build_digits
+
+    x = digits.held_out_split()[0][:64]
+    np.savez(tmp_path / "c.npz", input=x)
+    int8 = ("--precision", "int8", "--calib-batch-size", "16", "--calibration")
+    res = cli("build", str(digits.model_path("cnn")), "--backend", "reference", "--lock",
+              str(tmp_path / "p.lock"), "--out", str(tmp_path / "p.engine"), "--cache-dir",
+              str(tmp_path / "caches"), *int8, str(tmp_path / "c.npz"))  # fmt: skip
+    assert res.code == 0, res
+    assert (
+        "calibrating INT8 scales with ONNX Runtime (entropy): 64 samples from c.npz, "
+        "4 batches of 16"
+    ) in res.err
+
+    bad = x.copy()
+    bad[3] = np.nan
+    np.savez(tmp_path / "nan.npz", input=bad)
+    res = build_digits(cli, tmp_path, "cnn", *int8, str(tmp_path / "nan.npz"), lock="n")
+    assert res.code == 2, res
+    assert res.err.strip().splitlines() == [
+        f"error: {tmp_path / 'nan.npz'}: array 'input' holds NaN or infinite values in 1 of 64 "
+        "samples (first: sample 3); give finite samples"
+    ]
+    # finite samples whose activations overflow: ONNX Runtime's numpy warnings stay muted
+    np.savez(tmp_path / "huge.npz", input=np.full_like(x, 3e38))
+    res = build_digits(cli, tmp_path, "cnn", *int8, str(tmp_path / "huge.npz"), lock="h")
+    assert res.code == 2, res
+    (line,) = res.err.strip().splitlines()
+    assert "an activation overflows to infinity or NaN on these samples" in line
+    assert "RuntimeWarning" not in res.err

@@ -189,8 +189,9 @@ def build(
     with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp, Outputs() as outputs:
         save = None if log_path is None else outputs.stage_lines(log_path, "builder log")
         built_model, plan, notes = prepare_model(
-            model_path, None if re_record else existing, precision, frozen, Path(tmp), lock_path
-        )
+            model_path, None if re_record else existing, precision, frozen, Path(tmp), lock_path,
+            progress,
+        )  # fmt: skip
         warnings += notes
         precision_error = None
         if built_model != model_path:
@@ -235,7 +236,17 @@ def build(
                 done.lock.outputs.append(bits)
                 if not done.recorded:
                     done.changes.append("recorded the target's expected bits")
-        accuracy = _sample_accuracy(be, done, model_path, precision, held_out, settings, progress)
+        from reprobuild.workflow.sampleacc import engine_accuracy  # numpy, only when built
+
+        accuracy = engine_accuracy(
+            lambda f: be.run(done.output.engine, f),
+            done.lock.precision,
+            model_path,
+            precision,
+            held_out,
+            settings,
+            progress,
+        )
         progress(Step("checks passed; writing outputs"))
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
         result.accuracy = accuracy
@@ -274,38 +285,6 @@ def build(
         outputs.commit()
         result.report_path = str(report_path)
     return result
-
-
-def _sample_accuracy(
-    be: Backend,
-    done: _Built,
-    model_path: Path,
-    request: PrecisionRequest | None,
-    held_out: str | os.PathLike[str] | None,
-    settings: BuildSettings,
-    progress: Progress,
-) -> dict[str, Any] | None:
-    """The engine against FP32 on the calibration samples (INT8: the first ``samples`` the
-    lock's plan was calibrated on) and on ``held_out``; None when neither is given (then
-    the model is not read again, nor the sample modules imported)."""
-    plan = done.lock.precision
-    quant = None if plan is None or plan.mode != "int8" else plan.quantization
-    calib = None if quant is None or request is None else request.calibration
-    if calib is None and held_out is None:
-        return None
-    from reprobuild.workflow.sampleacc import compare_sets, load_sets, run_sets
-
-    sets = load_sets(
-        model_path,
-        calib,
-        None if quant is None else quant.samples,
-        None if held_out is None else str(held_out),
-    )
-    if not sets:
-        return None
-    progress(Step("measuring the engine's error against FP32 on the sample sets"))
-    outputs = run_sets(lambda f: be.run(done.output.engine, f), sets, model_path, settings)
-    return compare_sets(model_path, sets, outputs, settings)
 
 
 def _plan_check(done: _Built, built_model: Path, warnings: list[str]) -> Any:

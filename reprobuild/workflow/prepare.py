@@ -12,6 +12,7 @@ from typing import Any
 
 from reprobuild.accuracy import json_safe
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
+from reprobuild.events import Progress, quiet
 from reprobuild.lock.model import Lock
 from reprobuild.lock.plan import PrecisionPlan
 from reprobuild.workflow.request import PrecisionRequest
@@ -24,6 +25,7 @@ def prepare_model(
     frozen: bool,
     workdir: Path,
     lock_path: Path,
+    progress: Progress = quiet,
 ) -> tuple[Path, PrecisionPlan | None, list[str]]:
     """The model to build (``model_path`` itself, or a converted copy in ``workdir``), its
     plan, and notes for the user."""
@@ -67,7 +69,7 @@ def prepare_model(
             from reprobuild.workflow.prepare_int8 import calibrate_int8, int8_opset
 
             proto, conv = int8_opset(proto, model_path, notes)
-            plan, more = calibrate_int8(proto, request, conv)
+            plan, more = calibrate_int8(proto, request, conv, progress)
             notes += more
         else:
             from reprobuild.precision.calibration import load_calibration
