@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from reprobuild.backends.base import TimingCache
 from reprobuild.errors import BuildError, DriftError
@@ -217,7 +217,7 @@ class KernelCheck:
 
 
 def cross_check_kernels(
-    layer_info_json: str, locked_entries: Sequence[_Entry], *, pinned_only: bool = False
+    layer_info_json: str | Any, locked_entries: Sequence[_Entry], *, pinned_only: bool = False
 ) -> KernelCheck:
     """Compare the built engine's per-layer kernels with the lock.
 
@@ -231,7 +231,11 @@ def cross_check_kernels(
     """
     from reprobuild.logs.layerinfo import parse_layer_info
 
-    info = parse_layer_info(layer_info_json, "engine layer information", strict=False)
+    info = (
+        parse_layer_info(layer_info_json, "engine layer information", strict=False)
+        if isinstance(layer_info_json, str)
+        else layer_info_json  # already parsed (``reprobuild layers --lock``)
+    )
     groups: dict[str, list[_Entry]] = {}
     for entry in locked_entries:
         if pinned_only and not entry.pinned:

@@ -18,6 +18,7 @@ import os
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from typing import TextIO
 
 from reprobuild.errors import UsageError
 
@@ -60,6 +61,72 @@ def check_output_path(path: str | os.PathLike[str], what: str) -> Path:
     return target
 
 
+def refuse_overwrite(target: Path, what: str, others: list[tuple[Path | None, str]]) -> None:
+    """Refuse ``target`` when it names the same file as one of ``others`` (path, what):
+    one output written over an input or another output loses it for good."""
+    for other, other_what in others:
+        if other is not None and _same_file(target, other):
+            raise UsageError(
+                f"{target}: the {what} would overwrite the {other_what}; choose another path"
+            )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        with contextlib.suppress(OSError):
+            return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+class StagedLines:
+    """A staged output written line by line while work runs (a verbose builder log can be
+    larger than memory). Write errors are held until commit, because the writer is a
+    builder's log callback and an exception there would abort the build obscurely."""
+
+    def __init__(self, fh: TextIO, target: Path, what: str) -> None:
+        self._fh: TextIO | None = fh
+        self.target, self.what = target, what
+        self._error: OSError | None = None
+
+    def __call__(self, line: str) -> None:
+        if self._fh is None or self._error is not None:
+            return
+        try:
+            self._fh.write(line + "\n")
+        except OSError as err:
+            self._error = err
+
+    def restart(self) -> None:
+        """Start the file over (the next build's lines replace the last one's)."""
+        if self._fh is None or self._error is not None:
+            return
+        try:
+            self._fh.seek(0)
+            self._fh.truncate()
+        except OSError as err:
+            self._error = err
+
+    def close(self) -> None:
+        """Flush and fsync; raise the held write error as one line."""
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        try:
+            if self._error is None:
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:
+            self._error = err
+        finally:
+            with contextlib.suppress(OSError):
+                fh.close()
+        if self._error is not None:
+            raise UsageError(
+                f"{self.target}: cannot write the {self.what} ({_reason(self._error)}); "
+                "nothing was written"
+            )
+
+
 class Outputs:
     """Stage outputs, then ``commit`` them together; leaving the ``with`` unstaged cleans up.
 
@@ -71,6 +138,7 @@ class Outputs:
 
     def __init__(self) -> None:
         self._staged: list[tuple[Path, str]] = []  # (target, temporary file beside it)
+        self._streams: list[StagedLines] = []
 
     def __enter__(self) -> Outputs:
         return self
@@ -83,9 +151,8 @@ class Outputs:
     ) -> None:
         self.abort()
 
-    def stage_bytes(self, path: str | os.PathLike[str], data: bytes, what: str) -> None:
-        """Write ``data`` to a fsynced temporary file beside ``path`` (not yet in place)."""
-        target = Path(path)
+    def _temporary(self, target: Path, what: str) -> int:
+        """A temporary file beside ``target``, registered as staged; its descriptor."""
         directory = target.parent if str(target.parent) else Path(".")
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -95,12 +162,27 @@ class Outputs:
                 f"{target}: cannot write the {what} ({_reason(err)}); nothing was written"
             ) from None
         self._staged.append((target, tmp))
+        _copy_mode(target, tmp)
+        return fd
+
+    def stage_lines(self, path: str | os.PathLike[str], what: str) -> StagedLines:
+        """A staged text file to write line by line as work runs; moved with the others."""
+        target = Path(path)
+        fd = self._temporary(target, what)
+        fh = os.fdopen(fd, "w", encoding="utf-8", errors="replace", newline="\n")
+        stream = StagedLines(fh, target, what)
+        self._streams.append(stream)
+        return stream
+
+    def stage_bytes(self, path: str | os.PathLike[str], data: bytes, what: str) -> None:
+        """Write ``data`` to a fsynced temporary file beside ``path`` (not yet in place)."""
+        target = Path(path)
+        fd = self._temporary(target, what)
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            _copy_mode(target, tmp)
         except OSError as err:
             self.abort()
             raise UsageError(
@@ -113,6 +195,13 @@ class Outputs:
     def commit(self) -> None:
         """Move every staged file into place; on a failure put back what was already moved."""
         moved: list[tuple[Path, str | None, bool]] = []  # (target, backup, existed before)
+        try:
+            for stream in self._streams:
+                stream.close()
+        except UsageError:
+            self.abort()
+            raise
+        self._streams = []
         try:
             for target, tmp in self._staged:
                 existed, backup = target.exists(), _backup(target)
@@ -146,6 +235,10 @@ class Outputs:
 
     def abort(self) -> None:
         """Remove every staged temporary file (targets are untouched)."""
+        for stream in self._streams:
+            with contextlib.suppress(UsageError):
+                stream.close()
+        self._streams = []
         for _, tmp in self._staged:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

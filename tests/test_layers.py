@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
         "limits",
         "gcpause",
         "tiebreak",
+        "words",
     ),
     ("lock",),
     ("logs",),

@@ -16,6 +16,7 @@ import typer
 from reprobuild.cli.render import echo, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
+from reprobuild.words import count
 
 BACKEND_HELP = (
     "auto (TensorRT if importable and a GPU is visible, else reference), tensorrt, reference."
@@ -202,6 +203,12 @@ def build(
         help="INT8: what stays float runs in fp32 (default), fp16 or bf16 by the fp16 rules.",
     ),
     held_out: Path | None = typer.Option(None, "--held-out", help=HELD_OUT_HELP),
+    log: Path | None = typer.Option(
+        None,
+        "--log",
+        help="Save the verbose builder log of the build that made the engine (TensorRT's "
+        "through the backend's logger) to FILE, for `reprobuild log FILE`.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
@@ -271,6 +278,7 @@ def build(
         report=report,
         precision=request,
         held_out=held_out,
+        log=log,
     )
     if as_json:
         print_json(result.to_json())
@@ -279,7 +287,7 @@ def build(
         echo(f"warning: {w}", err=True)
     kind = "recording build" if result.recorded else "locked build"
     echo(
-        f"{kind} with backend {result.backend}: {result.layers} layers, "
+        f"{kind} with backend {result.backend}: {count(result.layers, 'layer')}, "
         f"{result.pinned} pinned, {result.cache_hits} cache hits, {result.timed} timed, "
         f"{result.duration_s:.1f}s"
     )
@@ -299,12 +307,15 @@ def build(
         )
         + f")\nreport: {result.report_path}"
     )
+    if result.log_path:
+        echo(f"builder log: {result.log_path} (`reprobuild log {result.log_path}` reads it)")
     summary = result.engine_layers or {}
     if result.layers_path and "by_precision" in summary:
         counts = ", ".join(f"{p} {n}" for p, n in summary["by_precision"].items()) or "none"
         echo(
-            f"layers: {result.layers_path} ({summary['layers']} layers: {counts}; "
-            f"{summary['reformat_layers']} reformat layers; `reprobuild layers` shows them)"
+            f"layers: {result.layers_path} ({count(summary['layers'], 'layer')}: {counts}; "
+            f"{count(summary['reformat_layers'], 'reformat layer')}; "
+            "`reprobuild layers` shows them)"
         )
     print_sample_accuracy(result.accuracy)
 
@@ -347,8 +358,18 @@ def _shapes(option: str, specs: list[str]) -> dict[str, tuple[int, ...]]:
                 shape = ()
             if not sep or not name or not shape or min(shape) < 0:
                 raise UsageError(f"{option} {part!r}: expected NAME:DxDxD, e.g. input:1x3x224x224")
-            out[name.strip("'\"")] = shape
+            name = name.strip("'\"")
+            if out.get(name, shape) != shape:  # trtexec keeps the last; say which one counts
+                raise UsageError(
+                    f"{option} gives input {name!r} twice ({_dims(out[name])} and "
+                    f"{_dims(shape)}); give each input once"
+                )
+            out[name] = shape
     return out
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
 
 
 def _settings(
@@ -389,6 +410,11 @@ def _settings(
     profiles = []
     for name in sorted(names):
         if name in static:
+            if name in mins or name in opts or name in maxs:
+                raise UsageError(
+                    f"input {name!r}: --shapes fixes its shape and --min-shapes/--opt-shapes/"
+                    "--max-shapes give it a profile; use one or the other"
+                )
             profiles.append((name, static[name], static[name], static[name]))
             continue
         if not (name in mins and name in opts and name in maxs):

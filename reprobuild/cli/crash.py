@@ -106,8 +106,36 @@ def internal_error(err: BaseException, argv: list[str]) -> tuple[int, str]:
     )
 
 
+# trtexec's spelling of a build option -> (our option, the words to suggest); None: the model.
+TRTEXEC_FLAGS = {
+    "--fp16": ("--precision", "--precision fp16"),
+    "--bf16": ("--precision", "--precision bf16"),
+    "--int8": ("--precision", "--precision int8 --calibration DATA"),
+    "--onnx": (None, "the model as the first argument: reprobuild build MODEL.onnx"),
+    "--saveEngine": ("--out", "--out ENGINE"),
+    "--verbose": ("--log", "--log FILE (saves the verbose builder log)"),
+    "--minShapes": ("--min-shapes", "--min-shapes"),
+    "--optShapes": ("--opt-shapes", "--opt-shapes"),
+    "--maxShapes": ("--max-shapes", "--max-shapes"),
+    "--tacticSources": ("--tactic-sources", "--tactic-sources"),
+    "--builderOptimizationLevel": ("--opt-level", "--opt-level"),
+    "--memPoolSize": ("--workspace", "--workspace"),
+    "--noTF32": ("--no-tf32", "--no-tf32"),
+    "--avgTiming": ("--avg-timing", "--avg-timing"),
+}
+
+
 def usage_error(err: Exception) -> tuple[int, str]:
-    """Click's parse errors (a ``ClickException``) as one line with the help hint: exit 2."""
+    """Click's parse errors (a ``ClickException``) as one line with the help hint: exit 2.
+
+    An unknown option that is trtexec's spelling of one of a model-building command's
+    options names ours (click's own guess is dropped then: it guesses by spelling)."""
     ctx = getattr(err, "ctx", None)
     hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
+    known = TRTEXEC_FLAGS.get(getattr(err, "option_name", None) or "")
+    params = ctx.command.params if ctx is not None else []
+    if known is not None and any(p.name == "model" for p in params):
+        if known[0] is None or any(known[0] in p.opts for p in params):
+            err.possibilities = []  # type: ignore[attr-defined]
+            hint = f"; here it is {known[1]}{hint}"
     return EXIT_USAGE, f"{err.format_message()}{hint}"  # type: ignore[attr-defined]

@@ -71,14 +71,22 @@ def show(
         ..., metavar="FILE", help="Layer-information JSON, a log with layer lines, or an engine."
     ),
     lock: Path | None = typer.Option(
-        None, "--lock", "-l", help="Also check the layers against this lock's precision plan."
+        None,
+        "--lock",
+        "-l",
+        help="Also check the layers against this lock: its kernels and tactics, and its "
+        "precision plan if it has one.",
+    ),
+    target: str | None = typer.Option(
+        None, "--target", help="The lock's target to check against [default: the only one]."
     ),
     as_json: bool = JsonOpt,
 ) -> None:
     """One row per engine layer and a summary (layers per precision, reformat layers).
 
-    With --lock, every layer is compared with the lock's precision plan through its ONNX
-    nodes (exit 1 when a layer runs in another precision than planned).
+    With --lock, each locked layer's engine layer must run its locked tactic, not another
+    recorded candidate, and, where the lock has a precision plan, every layer is compared
+    with it through its ONNX nodes (exit 1 when either differs).
 
     \b
     Example:
@@ -91,7 +99,12 @@ def show(
     info = read_layer_info(file)
     rows = [layer_json(la) for la in info.layers]
     summary = summarize(info)
-    check = _plan_check(info, lock) if lock is not None else None
+    check = kernels = None
+    if lock is not None:
+        from reprobuild.workflow.layers import check_against_lock_kernels
+
+        kernels, has_plan = check_against_lock_kernels(info, lock, target)
+        check = _plan_check(info, lock) if has_plan else None
     if as_json:
         data: dict[str, Any] = {
             "file": info.source or str(file),
@@ -102,14 +115,34 @@ def show(
         }
         if check is not None:
             data["plan_check"] = check.to_json()
+        if kernels is not None:
+            data["kernel_check"] = {
+                "follows": not kernels.problems,
+                "problems": kernels.problems,
+                "warnings": kernels.warnings,
+            }
         print_json(data)
     else:
         typer.echo(format_table(_HEADERS, [_row(r) for r in rows]))
         typer.echo(summary.line())
+        if kernels is not None:
+            _print_kernels(kernels)
         if check is not None:
             _print_check(check)
-    if check is not None and not check.follows:
+    if (check is not None and not check.follows) or (kernels is not None and kernels.problems):
         raise typer.Exit(1)
+
+
+def _print_kernels(kernels: Any) -> None:
+    from reprobuild.words import count
+
+    for line in kernels.problems + kernels.warnings:
+        typer.echo(line)
+    verdict = "runs the locked tactics" if not kernels.problems else "DOES NOT RUN THE LOCK"
+    typer.echo(
+        f"kernels and tactics: {verdict}: {count(len(kernels.problems), 'layer')} on another "
+        f"recorded candidate, {count(len(kernels.warnings), 'layer')} not checkable"
+    )
 
 
 def _plan_check(info: Any, lock: Path) -> Any:

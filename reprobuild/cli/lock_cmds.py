@@ -14,6 +14,7 @@ import typer
 from reprobuild.cli.render import echo, echo_lines, format_table, print_json, table_lines
 from reprobuild.gcpause import paused_gc
 from reprobuild.lock.model import DEFAULT_LOCK
+from reprobuild.words import count
 
 if TYPE_CHECKING:
     from reprobuild.lock.diff import LockDiff
@@ -105,7 +106,10 @@ def unpin(
             print_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
             return
         for c in changes:
-            echo(f"unpinned {c.layer} [{c.key}] (tactic 0x{c.new_tactic:x} kept)")
+            if c.was_pinned:
+                echo(f"unpinned {c.layer} [{c.key}] (tactic 0x{c.new_tactic:x} kept)")
+            else:
+                echo(f"{c.layer} [{c.key}] was not pinned; nothing to unpin")
 
 
 def show(
@@ -114,12 +118,16 @@ def show(
     precision: bool = typer.Option(False, "--precision", help="Show the precision plan."),
     target: str | None = TargetOpt,
     targets: bool = typer.Option(False, "--targets", help="List the lock's targets."),
+    candidates: bool = typer.Option(
+        False, "--candidates", help="List every recorded candidate of each layer (what pin takes)."
+    ),
 ) -> None:
     """Show the locked layers of one target: layer, key, tactic, kernel, pinned.
 
     \b
     Example:
       reprobuild show --lock tactics.lock --json
+      reprobuild show --candidates          # the tactics `reprobuild pin` can choose
       reprobuild show --targets
     """
     with paused_gc():
@@ -131,6 +139,9 @@ def show(
         data = _chosen(lock, target)
         if precision:
             _show_precision(lock, data, as_json)
+            return
+        if candidates:
+            _show_candidates(lock, data, as_json)
             return
         if as_json:
             from reprobuild.lock.edit import show_rows
@@ -163,7 +174,7 @@ def show(
         echo_lines(table_lines(head, table))
         pinned = sum(1 for e in data.layers if e.pinned)
         tail = f", {near} near-tie (rule-decided)" if near else ""
-        echo(f"{len(data.layers)} layers, {pinned} pinned{tail}")
+        echo(f"{count(len(data.layers), 'layer')}, {pinned} pinned{tail}")
 
 
 def diff(
@@ -242,6 +253,40 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
     echo(summary if d.differs else "locks are equivalent")
 
 
+def _show_candidates(lock: Path, data: Lock, as_json: bool) -> None:
+    """One row per recorded candidate; the locked one is marked, as ``pin`` needs a
+    candidate's tactic or kernel name."""
+    if as_json:
+        layers = [
+            {
+                "layer": e.layer,
+                "key": e.key,
+                "tactic": f"0x{e.tactic:x}",
+                "pinned": e.pinned,
+                "candidates": [
+                    {"tactic": f"0x{c.tactic:x}", "kernel": c.kernel} for c in e.candidates
+                ],
+            }
+            for e in data.layers
+        ]
+        print_json({"lock": str(lock), "target": data.target_name, "layers": layers})
+        return
+    rows = [
+        [
+            e.layer,
+            e.key,
+            f"0x{c.tactic:x}",
+            c.kernel or "-",
+            "yes" if c.tactic == e.tactic else "no",
+        ]
+        for e in data.layers
+        for c in e.candidates
+    ]
+    echo_lines(table_lines(["layer", "key", "tactic", "kernel", "locked"], rows))
+    total = sum(len(e.candidates) for e in data.layers)
+    echo(f"{count(total, 'candidate')} of {count(len(data.layers), 'layer')}")
+
+
 def _show_targets(lock: Path, data: Lock, as_json: bool) -> None:
     rows = [
         {
@@ -260,8 +305,8 @@ def _show_targets(lock: Path, data: Lock, as_json: bool) -> None:
         return
     for r in rows:
         ident = ", ".join(f"{k}={v}" for k, v in r["identity"].items()) or "none recorded"
-        echo(f"{r['target']}: {r['layers']} layers, {r['pinned']} pinned, "
-             f"{len(r['outputs'])} recorded digests")  # fmt: skip
+        echo(f"{r['target']}: {count(r['layers'], 'layer')}, {r['pinned']} pinned, "
+             f"{count(len(r['outputs']), 'recorded digest')}")  # fmt: skip
         echo(f"  identity: {ident}")
         if r["advisory"]:
             echo("  advisory: " + ", ".join(f"{k}={v}" for k, v in r["advisory"].items()))

@@ -36,6 +36,11 @@ def precision_request(
             raise UsageError("precision options need --precision fp16, bf16 or int8")
         return None
     from reprobuild.precision.options import validate_options
+
+    # trtexec and Torch-TensorRT users write FP16 / BF16 / INT8: one spelling in the lock.
+    mode = mode.lower()
+    if float_precision is not None:
+        float_precision = float_precision.lower()
     from reprobuild.workflow.request import PrecisionRequest
 
     _check_seed(mode, calibration, seed)

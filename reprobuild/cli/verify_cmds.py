@@ -116,6 +116,8 @@ def verify(
         print_json(result.to_json())
     else:
         _print_verify(result)
+        if result.report_path:  # as build does: the file a reader opens next
+            typer.echo(f"report: {result.report_path}")
     if not result.reproducible or not result.follows_plan:
         raise typer.Exit(1)
     if require_power and not result.power:

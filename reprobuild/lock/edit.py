@@ -163,6 +163,7 @@ class Change:
     new_tactic: int
     kernel: str | None
     pinned: bool
+    was_pinned: bool = True  # unpin: False when the layer was not pinned (nothing changed)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -202,9 +203,10 @@ def apply_unpins(lock: Lock, sels: list[Selection], lock_path: str) -> list[Chan
     changes: list[Change] = []
     for sel in sels:
         entry = find_entry(lock, sel, lock_path)
+        was = entry.pinned
         entry.pinned = False
         changes.append(
-            Change(entry.layer, entry.key, entry.tactic, entry.tactic, entry.kernel, False)
+            Change(entry.layer, entry.key, entry.tactic, entry.tactic, entry.kernel, False, was)
         )
     return changes
 

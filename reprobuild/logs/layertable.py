@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reprobuild.logs.layermodel import EngineLayer, LayerInfo
+from reprobuild.words import count
 
 __all__ = ["LayerDiff", "LayerSummary", "diff_layers", "layer_json", "summarize"]
 
@@ -70,7 +71,8 @@ class LayerSummary:
                 "--profilingVerbosity=detailed for kernels and precisions)"
             )
         counts = ", ".join(f"{p} {n}" for p, n in self.by_precision.items()) or "none"
-        return f"{self.layers} layers: {counts}; {len(self.reformat_layers)} reformat layers"
+        reformats = count(len(self.reformat_layers), "reformat layer")
+        return f"{count(self.layers, 'layer')}: {counts}; {reformats}"
 
 
 def summarize(info: LayerInfo) -> LayerSummary:

@@ -17,6 +17,9 @@ from reprobuild.errors import LogParseError
 from reprobuild.limits import check_size
 
 _MARKER = re.compile(rb"\[(?:TRT|REF|TensorRT)\]|\[[VIWEF]\] |TensorRT|[Tt]actic")
+# A lock's first line that is neither a comment nor blank is ``schema: N`` (lock/emit.py).
+_LOCK = re.compile(rb"\A(?:[ \t]*(?:#[^\n]*)?\r?\n)*schema: *\d+[ \t]*\r?$", re.M)
+_MARKDOWN = (".md", ".markdown", ".mdx")
 _CHUNK = 1 << 20
 _OVERLAP = 16  # a marker cut between two reads is still found
 
@@ -31,6 +34,7 @@ def check_log_file(path: str | os.PathLike[str]) -> None:
         check_size(p, size, "log")
         with open(p, "rb") as fh:
             head = fh.read(_CHUNK)
+            _refuse_look_alike(p, head)
             if _MARKER.search(head):
                 return
             tail = head[-_OVERLAP:]
@@ -47,6 +51,21 @@ def check_log_file(path: str | os.PathLike[str]) -> None:
         f"{p}: not a builder log: no TensorRT log line in {size:,} bytes ({describe(head)}); "
         "pass a verbose builder log (trtexec --verbose or a VERBOSE logger)"
     )
+
+
+def _refuse_look_alike(p: Path, head: bytes) -> None:
+    """A lockfile or a Markdown page names tactics and TensorRT too, so the marker search
+    would take it for a log and print stray records; name what it is instead."""
+    if p.suffix.lower() in _MARKDOWN:
+        raise LogParseError(
+            f"{p}: is a Markdown document, not a builder log; pass a verbose builder log "
+            "(trtexec --verbose, a VERBOSE logger or `reprobuild build --log FILE`)"
+        )
+    if _LOCK.search(head):
+        raise LogParseError(
+            f"{p}: is a reprobuild lockfile, not a builder log; read it with "
+            f"`reprobuild show --lock {p}`, or save a build's log with `reprobuild build --log`"
+        )
 
 
 def describe(head: bytes) -> str:

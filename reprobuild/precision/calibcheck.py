@@ -98,6 +98,7 @@ def check_samples(path: str, arrays: dict[str, np.ndarray], model: onnx.ModelPro
                 f"{path}: array {name!r} has shape {list(arr.shape)}; expected (samples, "
                 f"{', '.join(str(d.dim_value or d.dim_param) for d in dims)})"
             )
+        _check_finite(path, name, arr)
         counts.add(arr.shape[0])
     if len(counts) != 1 or 0 in counts:
         raise UsageError(
@@ -105,3 +106,18 @@ def check_samples(path: str, arrays: dict[str, np.ndarray], model: onnx.ModelPro
             "give every input the same number of samples along the first axis"
         )
     return counts.pop()
+
+
+def _check_finite(path: str, name: str, arr: np.ndarray) -> None:
+    """NaN or infinity in a sample makes ONNX Runtime's calibrator fail much later, after
+    numpy warnings and with a message about scales; name the sample instead."""
+    if arr.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise UsageError(
+            f"{path}: array {name!r} holds NaN or infinite values in "
+            f"{int(bad.sum())} of {arr.shape[0]} samples (first: sample {first}); "
+            "give finite samples"
+        )

@@ -52,8 +52,13 @@ def samples_hash(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def load_calib_data(spec: str, model: onnx.ModelProto, samples: int | None) -> CalibData:
+def load_calib_data(
+    spec: str, model: onnx.ModelProto, samples: int | None, *, from_lock: bool = False
+) -> CalibData:
     """The first ``samples`` samples (all when None) from any calibration source.
+
+    ``from_lock``: ``samples`` is the count a lock's INT8 plan records, not the user's
+    ``--calib-samples``, so a shortfall names the lock rather than a flag never typed.
 
     ``spec`` is a Python dataset (``file.py:NAME`` or ``module:NAME``, see
     ``calibsource.is_dataset_spec``), a folder of ``.npy``/``.npz`` files, an ``.npz`` (one
@@ -74,6 +79,11 @@ def load_calib_data(spec: str, model: onnx.ModelProto, samples: int | None) -> C
         source = os.path.basename(spec)
     count = check_samples(spec, arrays, model)
     if samples is not None:
+        if samples > count and from_lock:
+            raise UsageError(
+                f"{spec}: holds {count} samples, but the lock's INT8 plan was calibrated on "
+                f"the first {samples}; pass the calibration data the lock was recorded with"
+            )
         if samples > count:
             raise UsageError(
                 f"{spec}: --calib-samples {samples} but the data holds {count} samples; "

@@ -17,6 +17,7 @@ import io
 import logging
 import re
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -221,8 +222,9 @@ def _entropy_ranges(src: Path, tmp: Path, reader: object) -> dict[str, list[dict
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """ONNX Runtime's quantizer prints progress to stdout and warns on the root logger;
-    reprobuild's stdout is for results (``--json``), so both are muted while it runs. Its
+    """ONNX Runtime's quantizer prints progress to stdout and warns on the root logger and
+    through numpy; reprobuild's stdout is for results (``--json``), so all are muted while
+    it runs. Its
     sessions' C++ log (an error it also raises, in colour on stderr) is muted too: the
     raised error becomes reprobuild's one-line message."""
     import onnxruntime
@@ -231,7 +233,11 @@ def _quiet() -> Iterator[None]:
     logging.disable(logging.WARNING)
     onnxruntime.set_default_logger_severity(4)  # fatal only
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        # numpy's RuntimeWarnings from inside the calibrator ("All-NaN slice encountered")
+        # print a file path and a source line from onnxruntime; what they point at is
+        # reported as one line (bad samples: calibcheck; a failed calibration: exit 2).
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             yield
     finally:
         onnxruntime.set_default_logger_severity(2)  # ONNX Runtime's default: warnings
@@ -248,6 +254,12 @@ def _calibration_errors(batch_size: int) -> Iterator[None]:
         if isinstance(err, UsageError):
             raise
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        if "not finite" in reason:  # the samples are finite (calibcheck), the activations not
+            raise UsageError(
+                f"ONNX Runtime could not calibrate the model ({reason}): an activation "
+                "overflows to infinity or NaN on these samples; check their scale and "
+                "preprocessing"
+            ) from None
         raise UsageError(
             f"ONNX Runtime could not calibrate the model in batches of {batch_size} ({reason}); "
             "check that the samples fit the model: one made for a fixed batch size (a Reshape "

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprobuild.accuracy import json_safe
 from reprobuild.backends.base import Backend
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK, LayerEntry, Lock
 from reprobuild.lock.yamlio import dumps_lock, load_lock
-from reprobuild.transaction import Outputs, check_output_path
+from reprobuild.transaction import Outputs, check_output_path, refuse_overwrite
 from reprobuild.types import BuildSettings
+from reprobuild.words import count
 from reprobuild.workflow.context import (
     announce_backend,
     check_model_file,
@@ -33,14 +33,21 @@ from reprobuild.workflow.context import (
     model_info,
     resolve_backend,
 )
-from reprobuild.workflow.existing import carry_pins, check_existing, expected_bits, start_over
+from reprobuild.workflow.existing import (
+    carry_pins,
+    check_existing,
+    expected_bits,
+    lock_keys_differ,
+    start_over,
+)
 from reprobuild.workflow.pinned import (
+    SavedLog,
     entries_from_records,
     pinned_build,
     recording_cache,
     with_recorded_times,
 )
-from reprobuild.workflow.prepare import prepare_model
+from reprobuild.workflow.prepare import plan_error_report, prepare_model
 from reprobuild.workflow.record import Built, record, repin
 from reprobuild.workflow.request import PrecisionRequest
 from reprobuild.workflow.ties import apply_to_entries, decide_recording
@@ -80,6 +87,7 @@ class BuildResult:
     engine_layers: dict[str, Any] | None = None  # its summary (layers per precision, reformats)
     # the engine vs the FP32 model on the calibration / held-apart samples, by set
     accuracy: dict[str, Any] | None = None
+    log_path: str | None = None  # build --log: the verbose log of the engine's build
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -102,12 +110,15 @@ def build(
     report: str | os.PathLike[str] | None = None,
     precision: PrecisionRequest | None = None,
     held_out: str | os.PathLike[str] | None = None,
+    log: str | os.PathLike[str] | None = None,
     progress: Progress = quiet,
 ) -> BuildResult:
     """Build ``model`` reproducibly. See the module docstring for the locked flow.
 
     ``held_out``: samples (``.npz``, first axis = sample) not calibrated on; the engine's
     error against FP32 on them (and, for INT8, on the calibration set) is reported.
+    ``log``: where to save the verbose log of the build that made the engine (the text
+    ``reprobuild log`` reads), written with the other outputs.
     """
     from reprobuild.cachedir import cache_path
 
@@ -125,6 +136,11 @@ def build(
     check_output_path(layers_path(engine_path), "engine layer information")
     check_output_path(report_path, "build report")
     check_output_path(Path(cache_dir) / "x", "recording timing cache")
+    log_path = None if log is None else check_output_path(log, "builder log")
+    if log_path is not None:
+        others = [(model_path, "model"), (lock_path, "lock"), (engine_path, "engine")]
+        others += [(layers_path(engine_path), "engine layer information")]
+        refuse_overwrite(log_path, "builder log", [*others, (report_path, "build report")])
     be = resolve_backend(backend)
     env = be.environment()
     warnings: list[str] = []
@@ -156,30 +172,34 @@ def build(
     check_profiles(settings)
     be.check_settings(settings)
 
-    with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp:
+    # All of the outputs, or none: the log is staged as it is written, the rest at the end.
+    with tempfile.TemporaryDirectory(prefix="reprobuild-") as tmp, Outputs() as outputs:
+        save = None if log_path is None else outputs.stage_lines(log_path, "builder log")
         built_model, plan, notes = prepare_model(
-            model_path, None if re_record else existing, precision, frozen, Path(tmp), lock_path
-        )
+            model_path, None if re_record else existing, precision, frozen, Path(tmp), lock_path,
+            progress,
+        )  # fmt: skip
         warnings += notes
         precision_error = None
         if built_model != model_path:
             progress(Step("measuring the precision plan's error against FP32 (ONNX Runtime)"))
-            precision_error = _plan_error(model_path, built_model)
+            precision_error = plan_error_report(model_path, built_model)
         built_sha = info.sha256 if built_model == model_path else sha256_file(built_model)
         cfile = cache_path(cache_dir, env, settings, built_sha)
         if existing is None or rerecord:
             others = [] if existing is None else existing.targets()
             others = [t for t in others if t.name != env.name and t.layers]
             fresh = Lock(info, env, settings, [], plan, others=others)
-            done = record(be, built_model, fresh, cfile, progress, warnings)
+            done = record(be, built_model, fresh, cfile, progress, warnings, save)
             if others:
                 done.changes.append(f"added target {env.name} beside {len(others)}")
             if pins:
-                done = repin(done, pins, be, built_model, settings, cfile, progress, warnings)
+                done = repin(done, pins, be, built_model, settings, cfile, progress, warnings, save)
         else:
             done = _locked(
-                existing, be, built_model, settings, cfile, progress, warnings, frozen, lock_path
-            )
+                existing, be, built_model, settings, cfile, progress, warnings, frozen, lock_path,
+                save,
+            )  # fmt: skip
             if existing.precision is None and plan is not None:
                 if frozen:
                     raise DriftError(
@@ -201,7 +221,17 @@ def build(
                 done.lock.outputs.append(bits)
                 if not done.recorded:
                     done.changes.append("recorded the target's expected bits")
-        accuracy = _sample_accuracy(be, done, model_path, precision, held_out, settings, progress)
+        from reprobuild.workflow.sampleacc import engine_accuracy  # numpy, only when built
+
+        accuracy = engine_accuracy(
+            lambda f: be.run(done.output.engine, f),
+            done.lock.precision,
+            model_path,
+            precision,
+            held_out,
+            settings,
+            progress,
+        )
         progress(Step("checks passed; writing outputs"))
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
         result.accuracy = accuracy
@@ -226,54 +256,22 @@ def build(
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
         rep["plan_check"] = None if plan_check is None else plan_check.to_json()
+        rep["log_path"] = result.log_path = None if log_path is None else str(log_path)
         layer_text = done.output.layer_info
-        with Outputs() as outputs:  # all of them, or none
-            if result.lock_written:
-                outputs.stage_text(lock_path, dumps_lock(done.lock), "lock")
-            outputs.stage_bytes(engine_path, done.output.engine, "engine")
-            outputs.stage_text(
-                layers_file,
-                layer_text if layer_text.endswith("\n") else layer_text + "\n",
-                "engine layer information",
-            )
-            outputs.stage_text(report_path, json.dumps(rep, indent=2) + "\n", "build report")
-            if done.cache_bytes is not None:
-                outputs.stage_bytes(cfile, done.cache_bytes, "recording timing cache")
-            outputs.commit()
+        if result.lock_written:
+            outputs.stage_text(lock_path, dumps_lock(done.lock), "lock")
+        outputs.stage_bytes(engine_path, done.output.engine, "engine")
+        outputs.stage_text(
+            layers_file,
+            layer_text if layer_text.endswith("\n") else layer_text + "\n",
+            "engine layer information",
+        )
+        outputs.stage_text(report_path, json.dumps(rep, indent=2) + "\n", "build report")
+        if done.cache_bytes is not None:
+            outputs.stage_bytes(cfile, done.cache_bytes, "recording timing cache")
+        outputs.commit()
         result.report_path = str(report_path)
     return result
-
-
-def _sample_accuracy(
-    be: Backend,
-    done: Built,
-    model_path: Path,
-    request: PrecisionRequest | None,
-    held_out: str | os.PathLike[str] | None,
-    settings: BuildSettings,
-    progress: Progress,
-) -> dict[str, Any] | None:
-    """The engine against FP32 on the calibration samples (INT8: the first ``samples`` the
-    lock's plan was calibrated on) and on ``held_out``; None when neither is given (then
-    the model is not read again, nor the sample modules imported)."""
-    plan = done.lock.precision
-    quant = None if plan is None or plan.mode != "int8" else plan.quantization
-    calib = None if quant is None or request is None else request.calibration
-    if calib is None and held_out is None:
-        return None
-    from reprobuild.workflow.sampleacc import compare_sets, load_sets, run_sets
-
-    sets = load_sets(
-        model_path,
-        calib,
-        None if quant is None else quant.samples,
-        None if held_out is None else str(held_out),
-    )
-    if not sets:
-        return None
-    progress(Step("measuring the engine's error against FP32 on the sample sets"))
-    outputs = run_sets(lambda f: be.run(done.output.engine, f), sets, model_path, settings)
-    return compare_sets(model_path, sets, outputs, settings)
 
 
 def _plan_check(done: Built, built_model: Path, warnings: list[str]) -> Any:
@@ -307,6 +305,7 @@ def _locked(
     warnings: list[str],
     frozen: bool,
     lock_path: Path,
+    save: SavedLog | None = None,
 ) -> Built:
     """Apply the lock; reconcile keys the lock lacks or has extra (a stale lock)."""
     new_lock = copy.deepcopy(existing)
@@ -321,14 +320,14 @@ def _locked(
         cfile,
         progress,
         warnings,
-        reject=lambda c: None if set(c.tactic_map()) == set(expected) else "",
+        reject=lambda c: lock_keys_differ(set(c.tactic_map()), set(expected)),
     )
     recorded = rec.cache.tactic_map()
     extra = sorted(set(recorded) - set(expected))
     gone = sorted(set(expected) - set(recorded))
     if extra or gone:
         msg = (
-            f"{lock_path}: stale: {len(extra)} layers missing from the lock, "
+            f"{lock_path}: stale: {count(len(extra), 'layer')} missing from the lock, "
             f"{len(gone)} no longer built"
         )
         if frozen:
@@ -348,7 +347,7 @@ def _locked(
             if dropped:
                 warnings.append(f"pins not carried to the new keys: {', '.join(dropped)}")
         new_lock.layers = [e for e in new_lock.layers if e.key not in gone] + fresh
-        changes.append(f"added {len(fresh)} layers, removed {len(gone)}")
+        changes.append(f"added {count(len(fresh), 'layer')}, removed {len(gone)}")
         expected = new_lock.tactic_map()
     pb = pinned_build(
         be,
@@ -360,6 +359,7 @@ def _locked(
         warnings,
         entries=new_lock.layers,
         recording=rec,
+        save=save,
     )
     return Built(
         new_lock, pb.output, pb.records, pb.log_warnings, pb.cache_hits, pb.timed, False, changes
@@ -404,21 +404,3 @@ def _result(
             "low_precision": sum(1 for n in plan.nodes if n.precision in ("fp16", "bf16")),
         },
     )
-
-
-def _plan_error(original: Path, converted: Path) -> dict[str, Any]:
-    """Output error of the converted model against the FP32 one, on seeded inputs."""
-    import onnx
-
-    from reprobuild.precision.calibration import load_calibration
-    from reprobuild.precision.measure import plan_error
-
-    fp32 = onnx.load(str(original))
-    feeds, desc = load_calibration(None, fp32)
-    try:
-        err = plan_error(fp32, onnx.load(str(converted)), feeds)
-    except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
-        return {"error": str(exc), "inputs": desc}
-    keep = ("max_abs", "max_rel", "cosine", "top1_agreement", "runtime")
-    clean = {k: v for k, v in err.items() if k in keep}
-    return {**json_safe(clean), "inputs": desc}

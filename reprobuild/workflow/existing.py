@@ -16,6 +16,7 @@ from reprobuild.errors import EnvironmentMismatch
 from reprobuild.lock.model import LayerEntry, Lock, ModelInfo, OutputDigest
 from reprobuild.lock.targets import describe_names, matching, no_target_message, select
 from reprobuild.types import BuildSettings
+from reprobuild.words import count
 from reprobuild.workflow.context import check_backend, check_lock_matches
 
 
@@ -128,3 +129,20 @@ def carry_pins(old: list[LayerEntry], new: list[LayerEntry]) -> tuple[list[str],
         entry.tactic, entry.kernel, entry.pinned = pin.tactic, cand.kernel, True
         kept.append(pin.layer)
     return kept, dropped
+
+
+def lock_keys_differ(cached: set[str], locked: set[str]) -> str | None:
+    """Why a stored recording cache is recorded again for a locked build: None when its
+    keys are the lock's. A cache holding every locked key and more is sound; the lock lacks
+    entries (deleted by hand, or older than the model), and the new keys need a recording's
+    log to be named, so the warning blames the lock, not the cache. "" otherwise (the
+    cache lacks locked keys: foreign or stale)."""
+    if cached == locked:
+        return None
+    if locked < cached:
+        n = len(cached - locked)
+        return (
+            f"has {count(n, 'key')} the lock lacks (an entry deleted from the lock, or a lock "
+            "older than the model)"
+        )
+    return ""

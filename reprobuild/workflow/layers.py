@@ -83,3 +83,17 @@ def summary_of(layer_info: str) -> dict[str, Any]:
     except LogParseError as err:
         return {"error": str(err)}
     return summarize(info).to_json()
+
+
+def check_against_lock_kernels(
+    info: LayerInfo, lock: str | os.PathLike[str], target: str | None
+) -> tuple[Any, bool]:
+    """``reprobuild layers FILE --lock LOCK``: does the engine run the lock's tactics (any
+    lock, FP32 too)? Returns the kernel check and whether the lock has a precision plan to
+    check as well. Engine layers are matched to locked layers as a locked build does."""
+    from reprobuild.lock.targets import choose
+    from reprobuild.lock.yamlio import load_lock
+    from reprobuild.pinning import cross_check_kernels
+
+    data = choose(load_lock(lock), os.fspath(lock), target)
+    return cross_check_kernels(info, data.layers), data.precision is not None

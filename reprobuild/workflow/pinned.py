@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from reprobuild.backends.base import Backend, BuildOutput, TimingCache
+from reprobuild.backends.base import Backend, BuildOutput, LogSink, TimingCache
 from reprobuild.cachedir import get_or_record
 from reprobuild.errors import DriftError
 from reprobuild.events import LayersDone, Progress, Step
@@ -28,12 +28,22 @@ from reprobuild.types import BuildSettings
 _LACKS = "lacks keys of the lock"
 
 
-class LogCollector:
-    """Feeds builder log lines to the parser as they come, reporting layers done."""
+class SavedLog(Protocol):
+    """Where ``build --log`` writes the raw lines (``transaction.StagedLines``)."""
 
-    def __init__(self, progress: Progress, what: str) -> None:
+    def __call__(self, line: str) -> None: ...
+
+    def restart(self) -> None: ...
+
+
+class LogCollector:
+    """Feeds builder log lines to the parser as they come, reporting layers done, and to
+    ``save`` (``build --log``) when given."""
+
+    def __init__(self, progress: Progress, what: str, save: LogSink | None = None) -> None:
         from reprobuild.logs.parser import LogParser
 
+        self.save = save
         self.parser = LogParser(source=what)
         self.records: list[Any] = []
         self.progress = progress
@@ -41,6 +51,8 @@ class LogCollector:
         self.layer_info: str | None = None  # the engine inspector's JSON, once built
 
     def __call__(self, line: str) -> None:
+        if self.save is not None:
+            self.save(line)
         done = self.parser.feed(line)
         if done:
             self.records.extend(done)
@@ -60,10 +72,14 @@ def run_build(
     what: str,
     *,
     pinned: bool = False,
+    save: SavedLog | None = None,
 ) -> tuple[BuildOutput, LogCollector]:
     """One build with its log parsed as it comes. ``pinned`` tells the backend that every
-    key must come from the cache (TensorRT: no compilation cache, a miss is an error)."""
-    log = LogCollector(progress, what)
+    key must come from the cache (TensorRT: no compilation cache, a miss is an error).
+    ``save`` receives the raw lines, started over: it keeps the last build's log."""
+    if save is not None:
+        save.restart()
+    log = LogCollector(progress, what, save)
     if pinned:
         output = backend.build(str(model_path), settings, cache, log, pinned=True)
     else:
@@ -184,12 +200,14 @@ def pinned_build(
     entries: list[LayerEntry] | None = None,
     strict: bool = True,
     recording: Recording | None = None,
+    save: SavedLog | None = None,
 ) -> PinnedBuild:
     """Build with every key of ``expected`` pinned; raise ``DriftError`` on any drift.
 
     With ``strict=False`` the drift problems are returned instead (``verify`` reports them
     per layer next to the outputs). ``recording`` is a recording cache the caller already
-    has; by default it is read from ``cache_file`` or recorded.
+    has; by default it is read from ``cache_file`` or recorded. ``save`` receives the
+    pinned build's raw log lines.
     """
     if recording is None:
         recording = recording_cache(
@@ -223,7 +241,7 @@ def pinned_build(
     before = {**recorded, **expected}
     progress(Step("pinned build"))
     output, log = run_build(
-        backend, model_path, settings, cache, progress, "pinned build", pinned=True
+        backend, model_path, settings, cache, progress, "pinned build", pinned=True, save=save
     )
     after = cache.tactic_map()
     problems = tactic_map_drift(before, after)

@@ -8,8 +8,11 @@ Cast nodes here, before any backend sees the model.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from reprobuild.errors import DriftError, UsageError
+from reprobuild.accuracy import json_safe
+from reprobuild.errors import DriftError, ReprobuildError, UsageError
+from reprobuild.events import Progress, quiet
 from reprobuild.lock.model import Lock
 from reprobuild.lock.plan import PrecisionPlan
 from reprobuild.workflow.request import PrecisionRequest
@@ -22,6 +25,7 @@ def prepare_model(
     frozen: bool,
     workdir: Path,
     lock_path: Path,
+    progress: Progress = quiet,
 ) -> tuple[Path, PrecisionPlan | None, list[str]]:
     """The model to build (``model_path`` itself, or a converted copy in ``workdir``), its
     plan, and notes for the user."""
@@ -65,7 +69,7 @@ def prepare_model(
             from reprobuild.workflow.prepare_int8 import calibrate_int8, int8_opset
 
             proto, conv = int8_opset(proto, model_path, notes)
-            plan, more = calibrate_int8(proto, request, conv)
+            plan, more = calibrate_int8(proto, request, conv, progress)
             notes += more
         else:
             from reprobuild.precision.calibration import load_calibration
@@ -122,3 +126,22 @@ def _check_request(
     if frozen:
         raise DriftError(msg + "; --frozen refuses to change the plan")
     raise UsageError(msg + "; drop the options, or delete the lock to re-plan")
+
+
+def plan_error_report(original: Path, converted: Path) -> dict[str, Any]:
+    """Output error of the converted model against the FP32 one, on seeded inputs (for the
+    build report: a backend that cannot run the converted model gives the reason)."""
+    import onnx
+
+    from reprobuild.precision.calibration import load_calibration
+    from reprobuild.precision.measure import plan_error
+
+    fp32 = onnx.load(str(original))
+    feeds, desc = load_calibration(None, fp32)
+    try:
+        err = plan_error(fp32, onnx.load(str(converted)), feeds)
+    except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
+        return {"error": str(exc), "inputs": desc}
+    keep = ("max_abs", "max_rel", "cosine", "top1_agreement", "runtime")
+    clean = {k: v for k, v in err.items() if k in keep}
+    return {**json_safe(clean), "inputs": desc}

@@ -13,8 +13,10 @@ from pathlib import Path
 import onnx
 
 from reprobuild.errors import DriftError, UsageError
+from reprobuild.events import Progress, Step, quiet
 from reprobuild.lock.plan import PrecisionPlan
 from reprobuild.lock.qplan import OpsetConversion
+from reprobuild.words import count
 from reprobuild.workflow.request import PrecisionRequest
 
 
@@ -31,9 +33,14 @@ def int8_opset(
 
 
 def calibrate_int8(
-    proto: onnx.ModelProto, request: PrecisionRequest, conv: OpsetConversion | None = None
+    proto: onnx.ModelProto,
+    request: PrecisionRequest,
+    conv: OpsetConversion | None = None,
+    progress: Progress = quiet,
 ) -> tuple[PrecisionPlan, list[str]]:
-    """Read the calibration data and calibrate: a new INT8 plan and notes."""
+    """Read the calibration data and calibrate: a new INT8 plan and notes. Calibrating
+    runs the model on every sample (entropy: a histogram search per tensor too), the
+    longest quiet stretch of an INT8 build, so it is announced with what it works on."""
     from reprobuild.precision.calibdata import load_calib_data
     from reprobuild.precision.quantize import calibrate
 
@@ -44,6 +51,14 @@ def calibrate_int8(
             "files, Polygraphy --save-inputs JSON, or a dataset as file.py:NAME or module:NAME"
         )
     data = load_calib_data(request.calibration, proto, request.calib_samples)
+    batches = data.count // request.calib_batch_size
+    progress(
+        Step(
+            f"calibrating INT8 scales with ONNX Runtime ({request.calib_method}): "
+            f"{count(data.count, 'sample')} from {data.source}, "
+            f"{count(batches, 'batch', 'batches')} of {request.calib_batch_size}"
+        )
+    )
     return calibrate(
         proto,
         request.settings,
@@ -115,7 +130,7 @@ def check_locked_int8(
         ]
     from reprobuild.precision.calibdata import load_calib_data
 
-    data = load_calib_data(request.calibration, proto, quant.samples)
+    data = load_calib_data(request.calibration, proto, quant.samples, from_lock=True)
     if data.sha256 != quant.data_sha256:
         raise DriftError(
             f"{lock_path}: the calibration data {request.calibration} "

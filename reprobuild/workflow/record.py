@@ -14,9 +14,11 @@ from reprobuild.backends.base import Backend, BuildOutput
 from reprobuild.events import Progress, Step
 from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.types import BuildSettings
+from reprobuild.words import count
 from reprobuild.workflow.existing import carry_pins
 from reprobuild.workflow.pinned import (
     Recording,
+    SavedLog,
     entries_from_records,
     pinned_build,
     run_build,
@@ -48,12 +50,15 @@ def record(
     cfile: Path,
     progress: Progress,
     warnings: list[str],
+    save: SavedLog | None = None,
 ) -> Built:
     """A recording build: every candidate timed, every choice becomes a lock entry. Its
     timing cache is written with the other outputs, so a failed build leaves the old one."""
     progress(Step("recording build (timing every candidate)"))
     cache = be.create_timing_cache(b"")
-    output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
+    output, log = run_build(
+        be, built_model, new_lock.settings, cache, progress, "recording", save=save
+    )
     entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
     warnings += w
     new_lock.layers = with_recorded_times(entries, cache)
@@ -67,9 +72,16 @@ def record(
     if ties.moved:  # the rule kept another near-tie than the builder: rebuild from the cache
         progress(Step(f"tie rule: {len(ties.moved)} keys take the rule's tactic; rebuilding"))
         pb = pinned_build(
-            be, built_model, new_lock.settings, new_lock.tactic_map(), None, progress, warnings,
-            entries=new_lock.layers, recording=Recording(be.create_timing_cache(recorded)),
-        )  # fmt: skip
+            be,
+            built_model,
+            new_lock.settings,
+            new_lock.tactic_map(),
+            None,
+            progress,
+            warnings,
+            entries=new_lock.layers,
+            recording=Recording(be.create_timing_cache(recorded)),
+        )  # --log keeps the recording's log, which timed every candidate
         # the report's timing is the recording's (the second build timed nothing)
         pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
         output, log_warnings = pb.output, log_warnings + pb.log_warnings
@@ -82,7 +94,7 @@ def record(
         0,
         timed,
         True,
-        [f"recorded {len(entries)} layers"],
+        [f"recorded {count(len(entries), 'layer')}"],
         recorded,
         ties,
     )
@@ -97,6 +109,7 @@ def repin(
     cfile: Path,
     progress: Progress,
     warnings: list[str],
+    save: SavedLog | None = None,
 ) -> Built:
     """``--re-record``: the old pins that still apply, built from the new recording's cache
     (so the engine runs the pinned tactics); the others are listed as dropped."""
@@ -109,7 +122,7 @@ def repin(
     recording = Recording(be.create_timing_cache(done.cache_bytes))
     pb = pinned_build(
         be, built_model, settings, done.lock.tactic_map(), cfile, progress, warnings,
-        entries=done.lock.layers, recording=recording,
+        entries=done.lock.layers, recording=recording, save=save,
     )  # fmt: skip
     done.output, done.records, done.log_warnings = pb.output, pb.records, pb.log_warnings
     done.changes.append(f"kept {len(kept)} pins: {', '.join(kept)}")

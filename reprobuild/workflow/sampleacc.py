@@ -9,11 +9,13 @@ that ``verify`` can release the engine before the FP32 model is loaded.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reprobuild.accuracy import json_safe
+from reprobuild.events import Progress, Step
 from reprobuild.workflow.outputs import engine_batch, run_engine_samples, sample_accuracy
 
 
@@ -46,7 +48,9 @@ def load_sets(
         ("held_out", held_out, None),
     ):
         if path is not None:
-            data = load_calib_data(str(path), proto, samples)
+            # the calibration count is the lock's plan's (a recording build's plan was
+            # made from --calib-samples, whose shortfall calibrating already refused)
+            data = load_calib_data(str(path), proto, samples, from_lock=label == "calibration")
             sets.append(SampleSet(label, data.arrays, data.count, data.source))
     return sets
 
@@ -86,3 +90,32 @@ def describe(label: str, acc: dict[str, Any]) -> str:
 
 def _num(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def engine_accuracy(
+    run: Any,
+    plan: Any,
+    model_path: Path,
+    request: Any,
+    held_out: str | os.PathLike[str] | None,
+    settings: Any,
+    progress: Progress,
+) -> dict[str, Any] | None:
+    """A build's engine (``run``: feeds -> outputs) against FP32 on the calibration samples
+    (INT8: the first ``samples`` the lock's ``plan`` was calibrated on) and on ``held_out``;
+    None when neither is given (then the model is not read again)."""
+    quant = None if plan is None or plan.mode != "int8" else plan.quantization
+    calib = None if quant is None or request is None else request.calibration
+    if calib is None and held_out is None:
+        return None
+    sets = load_sets(
+        model_path,
+        calib,
+        None if quant is None else quant.samples,
+        None if held_out is None else str(held_out),
+    )
+    if not sets:
+        return None
+    progress(Step("measuring the engine's error against FP32 on the sample sets"))
+    outputs = run_sets(run, sets, model_path, settings)
+    return compare_sets(model_path, sets, outputs, settings)

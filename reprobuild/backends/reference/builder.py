@@ -124,9 +124,13 @@ def synthetic_inputs(prepared: PreparedModel, settings: BuildSettings) -> dict[s
                 )
         else:
             if not all(d.HasField("dim_value") for d in dims):
+                fixed = [str(d.dim_value) if d.HasField("dim_value") else None for d in dims]
+                shown = "x".join(f or d.dim_param or "?" for f, d in zip(fixed, dims, strict=True))
+                example = "x".join(f or "1" for f in fixed)
                 raise UsageError(
-                    f"input {vi.name!r} has a dynamic shape: give its min/opt/max shapes in the "
-                    "build settings (input_shapes)"
+                    f"input {vi.name!r} has a dynamic shape ({shown}): give it with --shapes "
+                    f"{vi.name}:{example}, or a profile with --min-shapes, --opt-shapes and "
+                    "--max-shapes"
                 )
             shape = tuple(int(d.dim_value) for d in dims)
         planned.append((vi, shape, input_dtype(vi)))
