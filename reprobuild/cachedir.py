@@ -48,17 +48,12 @@ def cache_path(
 
 def load_cache_bytes(path: str | os.PathLike[str]) -> bytes | None:
     """The cache file's bytes, or None when there is none yet (a recording build is due)."""
+    from reprobuild.fileio import read_input
+
     p = Path(path)
-    try:
-        return p.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(p):
         return None
-    except IsADirectoryError:
-        raise CacheError(f"{p}: is a directory, not a timing cache; remove or rename it") from None
-    except OSError as err:
-        raise CacheError(
-            f"{p}: cannot read the timing cache ({err.strerror}); fix its permissions or delete it"
-        ) from None
+    return read_input(p, "cache", "timing cache", error=CacheError)
 
 
 def save_cache_bytes(path: str | os.PathLike[str], data: bytes) -> None:

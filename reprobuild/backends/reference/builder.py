@@ -35,6 +35,7 @@ from reprobuild.backends.reference.layertune import LayerChoice, LayerTuner
 from reprobuild.backends.reference.prepared import Layer, PreparedModel, input_dtype, prepare
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError, ReprobuildError, UsageError
+from reprobuild.fileio import read_input
 from reprobuild.limits import check_tensor_bytes
 
 _LAYER_TYPES = {"Conv": "RefConvolution", "MatMul": "RefMatrixMultiply", "Gemm": "RefGemm"}
@@ -56,11 +57,9 @@ def check_settings(settings: BuildSettings) -> None:
 def load_model(model_path: str) -> tuple[onnx.ModelProto, bytes, str]:
     """(model, bytes stored in the engine, sha256 of the file)."""
     path = Path(model_path)
+    raw = read_input(path, "model", "ONNX model file")
     try:
-        raw = path.read_bytes()
         model = onnx.load_model_from_string(raw)
-    except OSError as exc:
-        raise UsageError(f"cannot read model {model_path}: {exc.strerror or exc}") from exc
     except Exception as exc:
         raise UsageError(f"{model_path} is not an ONNX model ({exc}): pass a .onnx file") from exc
     file_sha = hashlib.sha256(raw).hexdigest()
@@ -77,10 +76,7 @@ def load_model(model_path: str) -> tuple[onnx.ModelProto, bytes, str]:
 def _folded(model_path: str) -> tuple[bytes, str, PreparedModel]:
     """(model bytes for the engine, file sha256, the folded model), folding only when the
     model is not the one folded last (:mod:`.modelcache`: verify rebuilds one model)."""
-    try:
-        raw = Path(model_path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read model {model_path}: {exc.strerror or exc}") from exc
+    raw = read_input(model_path, "model", "ONNX model file")
     file_sha = hashlib.sha256(raw).hexdigest()
     prepared = modelcache.get(file_sha)  # the key is the engine's model bytes: here the file
     if prepared is not None:
