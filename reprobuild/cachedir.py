@@ -76,13 +76,15 @@ def get_or_record(
     warnings: list[str],
     *,
     reject: Callable[[TimingCache], str | None] | None = None,
+    save: bool = True,
 ) -> tuple[TimingCache, bool]:
     """The stored recording cache, or a fresh one filled by ``record`` and stored.
 
     The one place that decides whether a stored cache can be trusted: a corrupted or foreign
     file is reported and re-recorded, never used. ``reject`` may refuse a cache that loaded
     (it returns the reason, reported as a warning, or ``""`` to re-record silently). Returns
-    the cache and whether it was recorded now.
+    the cache and whether it was recorded now. ``save=False`` leaves storing a new cache
+    to the caller, whose outputs transaction writes it only when the command succeeds.
     """
     cache: TimingCache | None = None
     if path is not None:
@@ -108,6 +110,6 @@ def get_or_record(
         return cache, False
     cache = backend.create_timing_cache(b"")
     record(cache)
-    if path is not None:
+    if path is not None and save:
         save_cache_bytes(path, cache.serialize())
     return cache, True

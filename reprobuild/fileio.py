@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -45,26 +46,76 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+_LOCAL = threading.local()
+"""Per thread, the sidecar paths held, with a count: a nested ``exclusive`` on the same lock
+re-enters instead of waiting for itself (``flock`` is per open file, not per process)."""
+
+
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[None]:
     """Hold an inter-process lock for read-modify-write of ``path``.
 
     The lock lives in a sidecar ``<path>.lck`` file so the real file can still be replaced
-    atomically while it is held.
+    atomically while it is held. The sidecar is removed when the lock is let go, so no
+    ``.lck`` stays beside a lock: it is unlinked while still held, and a process that got
+    the lock on a file that was meanwhile unlinked tries again (its inode no longer matches
+    the path), so two writers never both hold it.
     """
-    from filelock import FileLock, Timeout
+    import fcntl
+    import time
 
     from reprobuild.errors import UsageError
 
     lock_path = f"{os.fspath(path)}.lck"
-    try:
-        with FileLock(lock_path, timeout=timeout):
+    key = os.path.abspath(lock_path)
+    held: dict[str, int] = _LOCAL.__dict__.setdefault("held", {})
+    if key in held:
+        held[key] += 1
+        try:
             yield
-    except Timeout as err:
-        raise UsageError(
-            f"{path}: another reprobuild process holds {lock_path} for over {timeout:.0f}s; "
-            "wait for it, or delete the .lck file if no process is running"
-        ) from err
+        finally:
+            held[key] -= 1
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as err:
+            raise UsageError(
+                f"{lock_path}: cannot create the lock's .lck file ({err.strerror or err}); "
+                "remove whatever is at that path, or choose another lock path"
+            ) from None
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise UsageError(
+                            f"{path}: another reprobuild process holds {lock_path} for over "
+                            f"{timeout:.0f}s; wait for it, or delete the .lck file if no "
+                            "process is running"
+                        ) from None
+                    time.sleep(0.05)
+            try:
+                current = os.lstat(lock_path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the file was removed by its last holder: lock the new one
+    held[key] = 1
+    try:
+        yield
+    finally:
+        del held[key]
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path)
+        os.close(fd)
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -111,7 +162,7 @@ def open_regular(
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             if stat.S_ISDIR(mode):
-                raise fail(f"{path}: is a directory, not a {what}; give the file's path")
+                raise fail(f"{path}: is a directory, not a regular file; give the {what} itself")
             fifo = stat.S_ISFIFO(mode)
             hint = " (- reads standard input where a command accepts it)" if fifo else ""
             raise fail(

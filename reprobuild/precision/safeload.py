@@ -82,6 +82,10 @@ def decode_polygraphy_json(
     ``np.save`` bytes; the first ``limit`` feeds (all when None) are decoded."""
     try:
         doc = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise UsageError(
+            f"{where}: JSON nested too deeply to be saved inputs; pass Polygraphy saved inputs"
+        ) from None
     except (UnicodeDecodeError, ValueError) as err:
         raise UsageError(
             f"{where}: not valid JSON ({one_line(err)}); pass Polygraphy saved inputs"

@@ -8,6 +8,7 @@ all of its outputs (lock, engine, report) only after every check passed.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -17,18 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprobuild.accuracy import json_safe
 from reprobuild.backends.base import Backend, BuildOutput
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
-from reprobuild.fileio import sha256_file
+from reprobuild.fileio import exclusive, sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK, LayerEntry, Lock
 from reprobuild.lock.yamlio import dumps_lock, load_lock
-from reprobuild.transaction import Outputs, check_output_path
+from reprobuild.transaction import Outputs
 from reprobuild.types import BuildSettings
+from reprobuild.workflow.buildpaths import build_paths
 from reprobuild.workflow.context import (
     announce_backend,
-    check_model_file,
     check_profiles,
     model_info,
     resolve_backend,
@@ -124,22 +124,40 @@ def build(
     ``held_out``: samples (``.npz``, first axis = sample) not calibrated on; the engine's
     error against FP32 on them (and, for INT8, on the calibration set) is reported.
     """
-    from reprobuild.cachedir import cache_path
-
     t0 = time.perf_counter()
-    model_path = check_model_file(model)
-    lock_path = Path(lock)
-    # Every output path is checked before any work, and all are written together at the end.
-    engine_path = Path(out) if out is not None else Path(f"{model_path.stem}.engine")
-    report_path = Path(report) if report is not None else Path(f"{engine_path}.report.json")
-    if not frozen:
-        check_output_path(lock_path, "lock")
-    check_output_path(engine_path, "engine")
+    model_path, lock_path, engine_path, report_path = build_paths(
+        model, lock, out, report, cache_dir, frozen, precision, held_out
+    )
+    # One lock writer: the file lock is held from reading the lock to committing it, so a
+    # `pin` made meanwhile waits and is applied to the new lock instead of being lost.
+    with contextlib.nullcontext() if frozen else exclusive(lock_path):
+        return _build(
+            model_path, lock_path, engine_path, report_path, t0,
+            backend=backend, settings=settings, frozen=frozen, cache_dir=cache_dir,
+            re_record=re_record, precision=precision, held_out=held_out, progress=progress,
+        )  # fmt: skip
+
+
+def _build(
+    model_path: Path,
+    lock_path: Path,
+    engine_path: Path,
+    report_path: Path,
+    t0: float,
+    *,
+    backend: str | Backend,
+    settings: BuildSettings | None,
+    frozen: bool,
+    cache_dir: str | os.PathLike[str],
+    re_record: bool,
+    precision: PrecisionRequest | None,
+    held_out: str | os.PathLike[str] | None,
+    progress: Progress,
+) -> BuildResult:
+    """``build`` once its paths are checked (and the lock's file lock is held)."""
+    from reprobuild.cachedir import cache_path
     from reprobuild.workflow.layers import layers_path
 
-    check_output_path(layers_path(engine_path), "engine layer information")
-    check_output_path(report_path, "build report")
-    check_output_path(Path(cache_dir) / "x", "recording timing cache")
     be = resolve_backend(backend)
     env = be.environment()
     warnings: list[str] = []
@@ -177,7 +195,9 @@ def build(
         precision_error = None
         if built_model != model_path:
             progress(Step("measuring the precision plan's error against FP32 (ONNX Runtime)"))
-            precision_error = _plan_error(model_path, built_model)
+            from reprobuild.workflow.sampleacc import plan_error_seeded
+
+            precision_error = plan_error_seeded(model_path, built_model)
         built_sha = info.sha256 if built_model == model_path else sha256_file(built_model)
         cfile = cache_path(cache_dir, env, settings, built_sha)
         if existing is None or rerecord:
@@ -218,8 +238,8 @@ def build(
         progress(Step("checks passed; writing outputs"))
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
         result.accuracy = accuracy
-        # Engine layer information (issue 14): written with the engine, summarised below.
-        from reprobuild.workflow.layers import layers_path, summary_of
+        # Engine layer information: written with the engine, summarised below.
+        from reprobuild.workflow.layers import summary_of
 
         layers_file = layers_path(engine_path)
         result.layers_path = str(layers_file)
@@ -391,6 +411,7 @@ def _locked(
         progress,
         warnings,
         reject=lambda c: None if set(c.tactic_map()) == set(expected) else "",
+        save=False,  # written with the outputs: a failed or --frozen build writes no cache
     )
     recorded = rec.cache.tactic_map()
     extra = sorted(set(recorded) - set(expected))
@@ -428,9 +449,11 @@ def _locked(
         entries=new_lock.layers,
         recording=rec,
     )
-    return _Built(
+    built = _Built(
         new_lock, pb.output, pb.records, pb.log_warnings, pb.cache_hits, pb.timed, False, changes
     )
+    built.cache_bytes = None if frozen else rec.fresh
+    return built
 
 
 def _result(
@@ -471,21 +494,3 @@ def _result(
             "low_precision": sum(1 for n in plan.nodes if n.precision in ("fp16", "bf16")),
         },
     )
-
-
-def _plan_error(original: Path, converted: Path) -> dict[str, Any]:
-    """Output error of the converted model against the FP32 one, on seeded inputs."""
-    import onnx
-
-    from reprobuild.precision.calibration import load_calibration
-    from reprobuild.precision.measure import plan_error
-
-    fp32 = onnx.load(str(original))
-    feeds, desc = load_calibration(None, fp32)
-    try:
-        err = plan_error(fp32, onnx.load(str(converted)), feeds)
-    except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
-        return {"error": str(exc), "inputs": desc}
-    keep = ("max_abs", "max_rel", "cosine", "top1_agreement", "runtime")
-    clean = {k: v for k, v in err.items() if k in keep}
-    return {**json_safe(clean), "inputs": desc}

@@ -37,7 +37,12 @@ def read_layer_info(path: str | os.PathLike[str]) -> LayerInfo:
 
     p = Path(path)
     try:
-        with open_regular(p, "layer information, log or engine") as fh:
+        with open_regular(
+            p,
+            "layer information, log or engine",
+            missing="cannot read (no such file); pass a layer-information JSON "
+            "(trtexec --exportLayerInfo), a builder log or an engine built by reprobuild",
+        ) as fh:
             head = fh.read(4096)
     except OSError as err:
         raise UsageError(

@@ -131,6 +131,7 @@ class Recording:
 
     cache: TimingCache
     log: LogCollector | None = None
+    fresh: bytes | None = None  # a cache recorded now and not yet stored (``save=False``)
 
     @property
     def recorded_now(self) -> bool:
@@ -146,16 +147,19 @@ def recording_cache(
     warnings: list[str],
     *,
     reject: Any = None,
+    save: bool = True,
 ) -> Recording:
-    """The stored recording cache for this model, or a recording build that makes one."""
+    """The stored recording cache for this model, or a recording build that makes one
+    (stored at once unless ``save`` is False: then ``Recording.fresh`` holds its bytes)."""
     logs: list[LogCollector] = []
 
     def record(cache: TimingCache) -> None:
         progress(Step("recording build (creates the timing-cache keys)"))
         logs.append(run_build(backend, model_path, settings, cache, progress, "recording")[1])
 
-    cache, _ = get_or_record(backend, cache_file, record, warnings, reject=reject)
-    return Recording(cache, logs[0] if logs else None)
+    cache, now = get_or_record(backend, cache_file, record, warnings, reject=reject, save=save)
+    fresh = cache.serialize() if now and not save else None
+    return Recording(cache, logs[0] if logs else None, fresh)
 
 
 @dataclass

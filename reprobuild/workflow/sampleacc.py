@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.accuracy import json_safe
+from reprobuild.errors import ReprobuildError
 from reprobuild.workflow.outputs import engine_batch, run_engine_samples, sample_accuracy
 
 
@@ -86,3 +87,22 @@ def describe(label: str, acc: dict[str, Any]) -> str:
 
 def _num(value: Any) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def plan_error_seeded(original: Path, converted: Path) -> dict[str, Any]:
+    """Output error of the converted model against the FP32 one, on seeded inputs (the
+    build report's ``precision_error``)."""
+    import onnx
+
+    from reprobuild.precision.calibration import load_calibration
+    from reprobuild.precision.measure import plan_error
+
+    fp32 = onnx.load(str(original))
+    feeds, desc = load_calibration(None, fp32)
+    try:
+        err = plan_error(fp32, onnx.load(str(converted)), feeds)
+    except ReprobuildError as exc:  # e.g. ONNX Runtime lacks a BF16 kernel
+        return {"error": str(exc), "inputs": desc}
+    keep = ("max_abs", "max_rel", "cosine", "top1_agreement", "runtime")
+    clean = {k: v for k, v in err.items() if k in keep}
+    return {**json_safe(clean), "inputs": desc}
