@@ -341,7 +341,7 @@ def _record(
     progress(Step("recording build (timing every candidate)"))
     cache = be.create_timing_cache(b"")
     output, log = run_build(be, built_model, new_lock.settings, cache, progress, "recording")
-    entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
+    entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info, log.known)
     warnings += w
     new_lock.layers = with_recorded_times(entries, cache)
     timed = sum(1 for r in log.records if r.key is not None and not r.from_cache)
@@ -425,7 +425,7 @@ def _locked(
             raise DriftError(f"{msg}; --frozen refuses to change it (run without --frozen)")
         assert rec.log is not None  # a key-set mismatch always re-records above
         fresh, w = entries_from_records(
-            rec.log.records, {k: recorded[k] for k in extra}, rec.log.layer_info
+            rec.log.records, {k: recorded[k] for k in extra}, rec.log.layer_info, rec.log.known
         )
         fresh = with_recorded_times(fresh, rec.cache)
         warnings += w
