@@ -48,17 +48,12 @@ def cache_path(
 
 def load_cache_bytes(path: str | os.PathLike[str]) -> bytes | None:
     """The cache file's bytes, or None when there is none yet (a recording build is due)."""
+    from reprobuild.fileio import read_input
+
     p = Path(path)
-    try:
-        return p.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(p):
         return None
-    except IsADirectoryError:
-        raise CacheError(f"{p}: is a directory, not a timing cache; remove or rename it") from None
-    except OSError as err:
-        raise CacheError(
-            f"{p}: cannot read the timing cache ({err.strerror}); fix its permissions or delete it"
-        ) from None
+    return read_input(p, "cache", "timing cache", error=CacheError)
 
 
 def save_cache_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -81,13 +76,15 @@ def get_or_record(
     warnings: list[str],
     *,
     reject: Callable[[TimingCache], str | None] | None = None,
+    save: bool = True,
 ) -> tuple[TimingCache, bool]:
     """The stored recording cache, or a fresh one filled by ``record`` and stored.
 
     The one place that decides whether a stored cache can be trusted: a corrupted or foreign
     file is reported and re-recorded, never used. ``reject`` may refuse a cache that loaded
     (it returns the reason, reported as a warning, or ``""`` to re-record silently). Returns
-    the cache and whether it was recorded now.
+    the cache and whether it was recorded now. ``save=False`` leaves storing a new cache
+    to the caller, whose outputs transaction writes it only when the command succeeds.
     """
     cache: TimingCache | None = None
     if path is not None:
@@ -113,6 +110,6 @@ def get_or_record(
         return cache, False
     cache = backend.create_timing_cache(b"")
     record(cache)
-    if path is not None:
+    if path is not None and save:
         save_cache_bytes(path, cache.serialize())
     return cache, True

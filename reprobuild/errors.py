@@ -15,7 +15,9 @@ EXIT_ENV = 3  # the lock was recorded for another environment
 EXIT_INTERNAL = 4  # a bug in reprobuild: an exception that is not a ReprobuildError
 
 DOCUMENTED_EXIT_CODES = (EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE, EXIT_ENV, EXIT_INTERNAL)
-"""Every code the CLI can exit with, besides 130 for Ctrl-C (docs/exit-codes.md)."""
+"""Every code the CLI can exit with, besides 128 + the signal for Ctrl-C (130), SIGHUP (129)
+and SIGTERM (143), which roll back like a failure, and 141 for a closed pipe
+(docs/exit-codes.md)."""
 
 
 class ReprobuildError(Exception):

@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -44,26 +46,76 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+_LOCAL = threading.local()
+"""Per thread, the sidecar paths held, with a count: a nested ``exclusive`` on the same lock
+re-enters instead of waiting for itself (``flock`` is per open file, not per process)."""
+
+
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[None]:
     """Hold an inter-process lock for read-modify-write of ``path``.
 
     The lock lives in a sidecar ``<path>.lck`` file so the real file can still be replaced
-    atomically while it is held.
+    atomically while it is held. The sidecar is removed when the lock is let go, so no
+    ``.lck`` stays beside a lock: it is unlinked while still held, and a process that got
+    the lock on a file that was meanwhile unlinked tries again (its inode no longer matches
+    the path), so two writers never both hold it.
     """
-    from filelock import FileLock, Timeout
+    import fcntl
+    import time
 
     from reprobuild.errors import UsageError
 
     lock_path = f"{os.fspath(path)}.lck"
-    try:
-        with FileLock(lock_path, timeout=timeout):
+    key = os.path.abspath(lock_path)
+    held: dict[str, int] = _LOCAL.__dict__.setdefault("held", {})
+    if key in held:
+        held[key] += 1
+        try:
             yield
-    except Timeout as err:
-        raise UsageError(
-            f"{path}: another reprobuild process holds {lock_path} for over {timeout:.0f}s; "
-            "wait for it, or delete the .lck file if no process is running"
-        ) from err
+        finally:
+            held[key] -= 1
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as err:
+            raise UsageError(
+                f"{lock_path}: cannot create the lock's .lck file ({err.strerror or err}); "
+                "remove whatever is at that path, or choose another lock path"
+            ) from None
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise UsageError(
+                            f"{path}: another reprobuild process holds {lock_path} for over "
+                            f"{timeout:.0f}s; wait for it, or delete the .lck file if no "
+                            "process is running"
+                        ) from None
+                    time.sleep(0.05)
+            try:
+                current = os.lstat(lock_path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current == os.fstat(fd).st_ino:
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the file was removed by its last holder: lock the new one
+    held[key] = 1
+    try:
+        yield
+    finally:
+        del held[key]
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path)
+        os.close(fd)
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -71,30 +123,102 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path, "file") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
-def read_regular(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes, opened once and checked
-    with ``fstat`` before any read: a device, a FIFO or a link to either would pass a size
-    check (``st_size`` is 0) and then never end."""
+def open_regular(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    error: type[Exception] | None = None,
+    missing: str | None = None,
+) -> BinaryIO:
+    """``path`` opened for reading, refused (``UsageError``) unless it is a regular file.
+
+    Why: caps read ``st_size``, which is 0 for a device, a FIFO or a link to either, so
+    ``/dev/zero`` would be read without end and a FIFO would block in ``open``. The file is
+    opened without blocking, checked with ``fstat`` on that same descriptor (no race with a
+    rename), and only then switched back to blocking reads. This is the one way reprobuild
+    opens an input file; ``-`` (standard input) is handled by the commands that document it.
+    ``error`` is the ``ReprobuildError`` class to raise, ``missing`` the words (after the
+    path) for a file that does not exist.
+    """
     import stat
 
     from reprobuild.errors import UsageError
 
+    fail = error or UsageError
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such {what}; check the path") from None
+        raise fail(f"{path}: {missing or f'no such {what}; check the path'}") from None
     except OSError as err:
-        raise UsageError(f"{path}: cannot read the {what} ({err.strerror})") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder
+        raise fail(f"{path}: cannot read the {what} ({err.strerror or err})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            if stat.S_ISDIR(mode):
+                raise fail(f"{path}: is a directory, not a regular file; give the {what} itself")
+            fifo = stat.S_ISFIFO(mode)
+            hint = " (- reads standard input where a command accepts it)" if fifo else ""
+            raise fail(
+                f"{path}: is not a regular file (a device, pipe or socket); "
+                f"give the {what} itself{hint}"
+            )
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
-        raise UsageError(f"{path}: not a regular file; give the {what} file itself")
-    with os.fdopen(fd, "rb") as fh:
+        raise
+
+
+def read_capped(fh: BinaryIO, limit: int, path: str | os.PathLike[str], kind: str) -> bytes:
+    """At most ``limit`` bytes of ``fh``; one byte more is refused with the cap's override,
+    so nothing is read past the cap whatever ``st_size`` said."""
+    from reprobuild.errors import UsageError
+
+    data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise UsageError(
+            f"{path}: over the {limit:,}-byte limit for a {kind} file; check that this is the "
+            f"right file (REPROBUILD_MAX_{kind.upper()}_BYTES raises it)"
+        )
+    return data
+
+
+def read_input(
+    path: str | os.PathLike[str],
+    kind: str,
+    what: str,
+    *,
+    error: type[Exception] | None = None,
+    missing: str | None = None,
+) -> bytes:
+    """The bytes of the regular file ``path``, a ``kind`` input (see ``limits.CAPS``)."""
+    from reprobuild.limits import cap, check_size
+
+    with open_regular(path, what, error=error, missing=missing) as fh:
+        check_size(path, os.fstat(fh.fileno()).st_size, kind)
+        return read_capped(fh, cap(kind), path, kind)
+
+
+def check_regular(path: str | os.PathLike[str], what: str, **kwargs: object) -> int:
+    """Refuse ``path`` unless it is a regular file, for inputs a library opens by name;
+    returns its size."""
+    with open_regular(path, what, **kwargs) as fh:  # type: ignore[arg-type]
+        return os.fstat(fh.fileno()).st_size
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (see ``open_regular``)."""
+    from reprobuild.errors import UsageError
+
+    with open_regular(path, what) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise UsageError(f"{path}: larger than {limit >> 20} MiB; is this the {what}?")

@@ -20,6 +20,9 @@ CAPS: dict[str, int] = {
     "model": 2 << 30,  # protobuf's own limit; weights beyond it live in external data
     "inputs": 4 << 30,  # calibration / verify inputs (.npz, Polygraphy JSON)
     "cache": 1 << 30,  # a timing cache holds one small entry per layer
+    "layers": 1 << 30,  # engine layer information JSON (a few KB per layer)
+    "engine": 8 << 30,  # a serialized engine holds the weights: a few GB for large models
+    "external": 16 << 30,  # an ONNX model's external weights, all files together
 }
 
 COUNT_CAPS: dict[str, int] = {
@@ -32,10 +35,23 @@ MEMORY_FRACTION = 0.5
 
 def cap(kind: str) -> int:
     """The cap in bytes for ``kind``, after the environment override."""
-    override = os.environ.get(f"REPROBUILD_MAX_{kind.upper()}_BYTES", "")
-    if override.isdigit():
-        return int(override)
-    return CAPS[kind]
+    override = _override(f"REPROBUILD_MAX_{kind.upper()}_BYTES")
+    return CAPS[kind] if override is None else override
+
+
+def _override(name: str) -> int | None:
+    """The whole number in the environment variable ``name``, None when unset or empty.
+
+    Only ASCII digits: ``str.isdigit`` also says yes to superscripts, which ``int`` refuses;
+    and a value that is not a number is refused rather than silently ignored."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()) or len(value) > 30:
+        raise UsageError(
+            f"{name}={value[:40]!r} is not a whole number; set it to digits only, or unset it"
+        )
+    return int(value)
 
 
 def check_size(path: str | os.PathLike[str], size: int, kind: str) -> None:
@@ -51,8 +67,8 @@ def check_size(path: str | os.PathLike[str], size: int, kind: str) -> None:
 def check_count(path: str | os.PathLike[str], count: int, kind: str, what: str) -> None:
     """Refuse more than the cap of ``kind`` items (``what``, e.g. "files") in ``path``, with
     the override to use; called while counting, so a huge folder is not listed to its end."""
-    override = os.environ.get(f"REPROBUILD_MAX_{kind.upper()}", "")
-    limit = int(override) if override.isdigit() else COUNT_CAPS[kind]
+    override = _override(f"REPROBUILD_MAX_{kind.upper()}")
+    limit = COUNT_CAPS[kind] if override is None else override
     if count > limit:
         raise UsageError(
             f"{Path(path)}: more than {limit:,} {what}; check that this is the right folder "

@@ -199,7 +199,8 @@ def engine_layer_matches(op_name: str, engine_name: str) -> bool:
     bare = _MYELIN_SUFFIX.sub("", name)
     if op_name in (name, bare) or _sanitise(op_name) in (name, bare):
         return True
-    return op_name in [part.strip() for part in name.split(" + ")]
+    parts = name.split(" + ")  # not stripped when unfused: " fc1 " is not "fc1"
+    return len(parts) > 1 and op_name in [part.strip() for part in parts]
 
 
 @dataclass

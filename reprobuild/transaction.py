@@ -35,6 +35,12 @@ def check_output_path(path: str | os.PathLike[str], what: str) -> Path:
     and removing a temporary file, since ``os.access`` says yes to root everywhere).
     """
     target = Path(path)
+    too_long = [p for p in target.parts if len(os.fsencode(p)) > 255]
+    if too_long or len(os.fsencode(target)) > 4095:
+        raise UsageError(
+            f"{str(target)[:60]}...: cannot write the {what}: the name is too long (a file "
+            "name holds at most 255 bytes, a path 4095); choose a shorter path"
+        )
     if target.is_dir():
         raise UsageError(f"{target}: cannot write the {what}: it is a directory; give a file path")
     parent = target.parent if str(target.parent) else Path(".")
@@ -61,21 +67,34 @@ def check_output_path(path: str | os.PathLike[str], what: str) -> Path:
     return target
 
 
-def refuse_overwrite(target: Path, what: str, others: list[tuple[Path | None, str]]) -> None:
-    """Refuse ``target`` when it names the same file as one of ``others`` (path, what):
-    one output written over an input or another output loses it for good."""
-    for other, other_what in others:
-        if other is not None and _same_file(target, other):
-            raise UsageError(
-                f"{target}: the {what} would overwrite the {other_what}; choose another path"
-            )
+Named = tuple[str | os.PathLike[str] | None, str]
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    if a.exists() and b.exists():
-        with contextlib.suppress(OSError):
-            return os.path.samefile(a, b)
-    return a.resolve() == b.resolve()
+def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """One file under two names: the same inode when both exist (hard links, symlinks,
+    ``./x`` and ``x``), else the same resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_distinct(outputs: list[Named], inputs: list[Named]) -> None:
+    """Refuse, before any work, an output that is an input or another output.
+
+    Why: writing ``--report`` over the lock or ``--out`` over the model replaces the very
+    file the command read, and the user's lock or model is gone with exit 0. ``None``
+    entries (options not given) are skipped.
+    """
+    outs = [(p, w) for p, w in outputs if p is not None]
+    ins = [(p, w) for p, w in inputs if p is not None]
+    for i, (path, what) in enumerate(outs):
+        for other, other_what in ins + outs[i + 1 :]:
+            if _same(path, other):
+                raise UsageError(
+                    f"{path}: the {what} would overwrite the {other_what} ({other}); "
+                    "give the outputs paths of their own"
+                )
 
 
 class StagedLines:
@@ -156,7 +175,10 @@ class Outputs:
         directory = target.parent if str(target.parent) else Path(".")
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+            sweep(target)
+            fd, tmp = tempfile.mkstemp(
+                prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=directory
+            )
         except OSError as err:
             raise UsageError(
                 f"{target}: cannot write the {what} ({_reason(err)}); nothing was written"
@@ -243,6 +265,36 @@ class Outputs:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         self._staged = []
+
+
+def sweep(target: Path) -> None:
+    """Remove what a killed run left beside ``target``: its temporary and backup files carry
+    the writer's process id, and one whose process is gone is nobody's any more."""
+    directory = target.parent if str(target.parent) else Path(".")
+    prefix = f".{target.name}."
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        rest = name[len(prefix) :]
+        pid, _, tail = rest.partition(".")
+        if not pid.isascii() or not pid.isdigit() or not tail.endswith(("tmp", "bak")):
+            continue
+        if int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(directory / name)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
 
 
 def _backup(target: Path) -> str | None:

@@ -185,6 +185,7 @@ def build(
     calibration_seed: int | None = typer.Option(
         None,
         "--calibration-seed",
+        min=0,
         help="fp16/bf16 without --calibration: seed of the random reference inputs "
         "[default: 0]; the lock records it.",
     ),

@@ -13,6 +13,7 @@ line on stdout (for the program reading it) and the same line on stderr (for the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -48,10 +49,24 @@ def report(code: int, message: str, as_json: bool, stdout_used: bool = False) ->
     if as_json:
         line = json.dumps({"error": {"code": code, "message": text}}, ensure_ascii=False)
         if not stdout_used:
-            echo(line)
-        echo(line, err=True)
+            _quietly(line, err=False)
+        _quietly(line, err=True)
     else:
-        echo(f"error: {text}", err=True)
+        _quietly(f"error: {text}", err=True)
+
+
+def _quietly(line: str, err: bool) -> None:
+    """Print ``line``; a closed, full or broken stream loses it without a traceback (the
+    exit code still tells what happened), and stdout is pointed at ``/dev/null`` so the
+    interpreter's last flush cannot fail either."""
+    try:
+        echo(line, err=err)
+        (sys.stderr if err else sys.stdout).flush()
+    except (OSError, ValueError, AttributeError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, (sys.stderr if err else sys.stdout).fileno())
+            os.close(devnull)
 
 
 def crash_dirs() -> list[Path]:

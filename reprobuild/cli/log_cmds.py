@@ -35,31 +35,40 @@ log_app = typer.Typer(
 )
 
 
-def _check_readable(path: Path) -> None:
-    """Fail before printing anything, so a bad path never leaves half a JSON document:
-    unreadable, over the size cap, or holding no builder log line at all."""
-    from reprobuild.logs.sniff import check_log_file
+def _open_checked(path: Path) -> Any:
+    """The log opened once (``-``: standard input), checked before anything is printed, so
+    a bad path never leaves half a JSON document: unreadable, over the size cap, holding
+    no builder log line, or layer information / an engine instead of a log."""
+    from reprobuild.logs.sniff import check_log_source
+    from reprobuild.logs.source import open_log
 
-    check_log_file(path)
+    src = open_log(path)
+    try:
+        head = check_log_source(src)
+        _refuse_layer_information(src, head)
+    except BaseException:
+        src.close()
+        raise
+    return src
 
 
-def _refuse_layer_information(path: Path) -> None:
+def _refuse_layer_information(src: Any, head: bytes) -> None:
     """A layer-information JSON or an engine is not a log: parsing one would print "0
     record(s)" and exit 0, so name the command that reads it instead (exit 2)."""
     from reprobuild.errors import LogParseError
+    from reprobuild.limits import cap
     from reprobuild.logs.layerinfo import looks_like_json, parse_layer_info
 
-    with open(path, "rb") as fh:
-        head = fh.read(65536)
+    path = src.name
     if head.startswith(b"RBREFENG"):
         raise LogParseError(
             f"{path}: is an engine built by the reference backend, not a builder log; "
             f"`reprobuild layers {path}` shows its layers"
         )
-    if not looks_like_json(head):
+    if not looks_like_json(head[:65536]):
         return
     try:
-        parse_layer_info(path.read_bytes(), source=str(path))
+        parse_layer_info(src.read_all(cap("layers"), "layer information"), source=path)
     except LogParseError:
         raise LogParseError(
             f"{path}: is JSON, not a verbose builder log; pass the text TensorRT logged "
@@ -79,7 +88,9 @@ def _short(text: str | None, width: int) -> str:
 
 @log_app.command("show")
 def show(
-    file: Path = typer.Argument(..., metavar="FILE", help="Verbose builder log to read."),
+    file: Path = typer.Argument(
+        ..., metavar="FILE", help="Verbose builder log to read; - reads standard input."
+    ),
     as_json: bool = JsonOpt,
 ) -> None:
     """Print one row per autotuned layer: layer, key, candidates, chosen tactic, kernel.
@@ -92,25 +103,25 @@ def show(
     Example:
       reprobuild log build.log
       reprobuild log build.log --json > records.json
+      trtexec --verbose ... | reprobuild log -
     """
     from reprobuild.logs.parser import LogParser
-    from reprobuild.logs.reader import iter_file
+    from reprobuild.logs.reader import iter_source
 
-    _check_readable(file)
-    _refuse_layer_information(file)
+    src = _open_checked(file)
     parser = LogParser(source=str(file))
     out = sys.stdout
     if as_json:
         from reprobuild.logs.jsonout import write_log_json_file
 
-        write_log_json_file(out, file, parser)
+        write_log_json_file(out, src, parser)
         return
     header = (
         f"{'LINE':>7}  {'LAYER':<40}  {'KEY':<34}  {'CANDS':>5}  {'CHOSEN':<18}  CACHED  KERNEL"
     )
     out.write(header + "\n")
     n = cached = 0
-    for rec in iter_file(file, parser):
+    for rec in iter_source(src, parser):
         n += 1
         cached += rec.from_cache
         out.write(
@@ -162,13 +173,22 @@ def diff(
       reprobuild log diff build-monday.log build-tuesday.log
       reprobuild log diff a.log b.log --json
     """
+    from reprobuild.errors import UsageError
     from reprobuild.logs.diff import diff_records
-    from reprobuild.logs.reader import iter_file
+    from reprobuild.logs.parser import LogParser
+    from reprobuild.logs.reader import iter_source
 
-    for path in (a, b):
-        _check_readable(path)
-        _refuse_layer_information(path)
-    result = diff_records(iter_file(a), iter_file(b))
+    if str(a) == str(b) == "-":
+        raise UsageError("log diff: standard input (-) can be read once; give one file path")
+    src_a = _open_checked(a)
+    try:
+        src_b = _open_checked(b)
+    except BaseException:
+        src_a.close()
+        raise
+    result = diff_records(
+        iter_source(src_a, LogParser(source=str(a))), iter_source(src_b, LogParser(source=str(b)))
+    )
     if as_json:
         data = {
             "a": str(a),

@@ -28,8 +28,53 @@ def fail(err: ReprobuildError, as_json: bool = False) -> None:
     raise SystemExit(err.exit_code)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (what ``timeout``, CI cancellation and ``docker stop`` send),
+    raised where the program is, like Ctrl-C: every transaction rolls back the same way."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_received: list[int] = []
+"""The terminating signal, if one came: typer answers any ``KeyboardInterrupt`` with 130."""
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    _received.append(signum)
+    raise Terminated(signum)
+
+
+def _handle_signals() -> dict[int, Any]:
+    """Turn SIGTERM and SIGHUP into ``Terminated``; returns the handlers to put back."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    old = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            old[signum] = signal.signal(signum, _terminate)
+    return old
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run one command. The only place exceptions are caught for the user: see ``crash``."""
+    import signal
+
+    _received.clear()
+    old = _handle_signals()
+    try:
+        _main(argv)
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+
+def _main(argv: list[str] | None) -> None:
     from reprobuild.cli import crash, render
 
     render.json_printed = False
@@ -43,21 +88,43 @@ def main(argv: list[str] | None = None) -> None:
         rv = _typer(args)
     except ReprobuildError as err:
         code, message = err.exit_code, str(err)
-    except KeyboardInterrupt:
-        render.echo("interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as err:
+        _interrupted(getattr(err, "signum", 2))
+    except BrokenPipeError:  # the reader went away (`| head`): 128 + SIGPIPE, like a shell
+        _quiet_stdout()
+        sys.exit(141)
     except SystemExit:
         raise
     except Exception as err:  # a bug: one line for the user, the traceback to a file
         code, message = crash.internal_error(err, args)
     else:
-        if rv == 130:  # typer turns Ctrl-C into exit 130
-            render.echo("interrupted", err=True)
+        if rv == 130:  # typer turns Ctrl-C (and SIGTERM / SIGHUP) into exit 130
+            _interrupted(_received[-1] if _received else 2)
         if isinstance(rv, int) and rv != 0:
             sys.exit(rv)
         return
     crash.report(code, message, as_json, stdout_used=render.json_printed)
     sys.exit(code)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush into a broken pipe is
+    silent (no "Exception ignored" lines)."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _interrupted(signum: int) -> None:
+    """One line, and 128 + the signal: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    from reprobuild.cli import render
+
+    render.echo("interrupted" if signum == 2 else f"terminated (signal {signum})", err=True)
+    sys.exit(128 + signum)
 
 
 def _typer(args: list[str]) -> Any:
@@ -70,13 +137,20 @@ def _typer(args: list[str]) -> Any:
 
     try:
         return app(args=args, prog_name="reprobuild", standalone_mode=False)
+    except SystemExit as err:
+        from typer._click.utils import PacifyFlushWrapper
+
+        if err.code == 1 and isinstance(sys.stdout, PacifyFlushWrapper):
+            raise BrokenPipeError from None  # typer's EPIPE exit: 1 would mean "different"
+        raise
     except NoArgsIsHelpError as err:  # bare `reprobuild`: the help is the answer
         err.show()
         sys.exit(err.exit_code)
     except ClickException as err:
         raise UsageError(crash.usage_error(err)[1]) from None
-    except Abort:
-        raise KeyboardInterrupt from None
+    except Abort as err:  # click turns Ctrl-C (and our SIGTERM / SIGHUP) into Abort
+        cause = err.__context__
+        raise (cause if isinstance(cause, KeyboardInterrupt) else KeyboardInterrupt()) from None
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def verify(
     report: Path | None = typer.Option(None, "--report", help="Write a JSON report here."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
     cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random inputs."),
     no_control: bool = typer.Option(
         False, "--no-control", help="Skip the positive control (one build with one layer switched)."
     ),

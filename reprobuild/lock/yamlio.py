@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from reprobuild.errors import LockError
+from reprobuild.fileio import read_input
 from reprobuild.gcpause import paused_gc
-from reprobuild.limits import check_size
 from reprobuild.lock.model import DEFAULT_LOCK, Lock
 from reprobuild.lock.yamlparse import emit_lock, strict_lock
 from reprobuild.transaction import Outputs
@@ -39,17 +39,13 @@ def save_lock(lock: Lock, path: str | Path) -> None:
 
 def load_lock(path: str | Path) -> Lock:
     p = Path(path)
-    try:
-        check_size(p, p.stat().st_size, "lock")
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise LockError(
-            f"{p}: no such lockfile; record one with `reprobuild build MODEL --lock {p}`"
-        ) from None
-    except IsADirectoryError:
-        raise LockError(f"{p}: is a directory, not a lockfile; give the lock's file path") from None
-    except OSError as err:
-        raise LockError(f"{p}: cannot read the lockfile ({err.strerror}); check the path") from None
+    data = read_input(
+        p,
+        "lock",
+        "lockfile",
+        error=LockError,
+        missing=f"no such lockfile; record one with `reprobuild build MODEL --lock {p}`",
+    )
     return loads_lock(data, str(p))
 
 

@@ -19,8 +19,9 @@ from json.encoder import encode_basestring  # the C escaper json.dumps uses (ens
 from typing import Any, TextIO
 
 from reprobuild.logs.parser import LogParser
-from reprobuild.logs.reader import iter_file
+from reprobuild.logs.reader import iter_source
 from reprobuild.logs.records import Candidate, LogWarning, TacticRecord
+from reprobuild.logs.source import LogSource, open_log
 
 __all__ = ["RecordWriter", "write_log_json", "write_log_json_file"]
 
@@ -147,7 +148,12 @@ def write_log_json(
     out.write(_tail(parser))
 
 
-def write_log_json_file(out: TextIO, path: str | os.PathLike[str], parser: LogParser) -> None:
+def write_log_json_file(
+    out: TextIO, src: LogSource | str | os.PathLike[str], parser: LogParser
+) -> None:
     """``reprobuild log FILE --json``: the document ``write_log_json`` writes, read from a
-    file in chunks; ``parser`` holds the warnings and engine layers afterwards."""
-    write_log_json(out, str(path), iter_file(path, parser), parser)
+    log opened once (or a path), in chunks; ``parser`` holds the warnings and engine
+    layers afterwards."""
+    if not isinstance(src, LogSource):
+        src = open_log(src)
+    write_log_json(out, src.name, iter_source(src, parser), parser)

@@ -175,18 +175,23 @@ def load_layer_info(path: str | os.PathLike[str]) -> LayerInfo:
     JSON is told apart by its first character after ``#`` notes; a log is streamed line
     by line, so a multi-GB verbose log is never held in memory.
     """
+    from reprobuild.fileio import open_regular, read_capped
+    from reprobuild.limits import cap
+
     p = Path(path)
     try:
-        with open(p, "rb") as fh:
+        with open_regular(
+            p,
+            "layer information file",
+            error=LogParseError,
+            missing="cannot read layer information (no such file); check the path",
+        ) as fh:
             head = fh.read(65536)
-    except OSError as err:
-        raise LogParseError(
-            f"{p}: cannot read layer information ({err.strerror or err}); check the path"
-        ) from None
-    if not looks_like_json(head):
-        return read_layer_lines(p)
-    try:
-        text = p.read_bytes().decode("utf-8", errors="replace")
+            if not looks_like_json(head):
+                fh.seek(0)
+                return read_layer_lines(p, fh)
+            fh.seek(0)
+            text = read_capped(fh, cap("layers"), p, "layers").decode("utf-8", errors="replace")
     except OSError as err:
         raise LogParseError(
             f"{p}: cannot read layer information ({err.strerror or err}); check the path"

@@ -19,8 +19,10 @@ module adds the tensors, which only ``reprobuild layers`` and the plan check nee
 from __future__ import annotations
 
 import dataclasses
+import io
 import re
 from pathlib import Path
+from typing import BinaryIO
 
 from reprobuild.errors import LogParseError
 from reprobuild.logs.layermodel import EngineLayer, LayerInfo, TensorDesc
@@ -94,15 +96,22 @@ def arrow_tensors(line: str) -> tuple[tuple[TensorDesc, ...], tuple[TensorDesc, 
     return (_arrow_side(ins), _arrow_side(outs)) if sep else ((), ())
 
 
-def read_layer_lines(path: Path) -> LayerInfo:
+def read_layer_lines(path: Path, binary: BinaryIO | None = None) -> LayerInfo:
     """Every engine layer printed in a log; the kONELINE form wins when both are present,
-    as it carries kernels and Metadata the ``Layer(..)`` form lacks."""
+    as it carries kernels and Metadata the ``Layer(..)`` form lacks. ``binary`` is the
+    file already opened (and checked) by the caller; it stays open."""
+    from reprobuild.fileio import open_regular
+
+    if binary is None:
+        with open_regular(path, "layer information file", error=LogParseError) as fh:
+            return read_layer_lines(path, fh)
     oneline: list[EngineLayer] = []
     arrows: list[EngineLayer] = []
     bindings: list[str] = []
     in_bindings = False
     try:
-        with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
+        fh = io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline="\n")
+        try:
             for raw in fh:
                 if raw.startswith("# "):
                     continue
@@ -125,6 +134,8 @@ def read_layer_lines(path: Path) -> LayerInfo:
                 if layer is not None:
                     ins, outs = arrow_tensors(line)
                     arrows.append(dataclasses.replace(layer, inputs=ins, outputs=outs))
+        finally:
+            fh.detach()
     except OSError as err:
         raise LogParseError(
             f"{path}: cannot read layer information ({err.strerror or err}); check the path"

@@ -15,11 +15,11 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from reprobuild.errors import LogParseError
 from reprobuild.logs.parser import LogParser
 from reprobuild.logs.records import ParseResult, TacticRecord
+from reprobuild.logs.source import LogSource, open_log
 
-__all__ = ["iter_chunks", "iter_file", "parse_file", "parse_lines"]
+__all__ = ["iter_chunks", "iter_file", "iter_source", "parse_file", "parse_lines"]
 
 _CHUNK = 1 << 18  # bytes per read: a thousand lines at once, still in the CPU's caches
 _MAX_LINE = 1 << 20  # a longer line keeps its first 1 MiB (binary noise without newlines)
@@ -35,28 +35,6 @@ def parse_lines(lines: Iterable[str], parser: LogParser | None = None) -> Iterat
         if out:
             yield from out
     yield from p.finish()
-
-
-def _read_raw(path: str | os.PathLike[str]) -> Iterator[bytes]:
-    """A log file in chunks of ``_CHUNK`` bytes; unreadable files raise ``LogParseError``."""
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed below; generator owns it
-    except OSError as err:
-        raise LogParseError(
-            f"{path}: cannot read the log ({err.strerror or err}); "
-            "pass the path of a verbose builder log"
-        ) from None
-    with fh:
-        while True:
-            try:
-                data = fh.read(_CHUNK)
-            except OSError as err:
-                raise LogParseError(
-                    f"{path}: read failed ({err.strerror or err}); check the file"
-                ) from None
-            if not data:
-                return
-            yield data
 
 
 def _blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
@@ -140,7 +118,13 @@ def iter_file(
     An unreadable file raises ``LogParseError``; unreadable lines are skipped.
     """
     p = parser if parser is not None else LogParser(source=str(path))
-    return iter_chunks(_read_raw(path), p)
+    return iter_source(open_log(path), p)
+
+
+def iter_source(src: LogSource, parser: LogParser) -> Iterator[TacticRecord]:
+    """The records of a log opened once (``logs.source``); closes it when done."""
+    with src:
+        yield from iter_chunks(src.chunks(), parser)
 
 
 def parse_file(path: str | os.PathLike[str]) -> ParseResult:

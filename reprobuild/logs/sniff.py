@@ -11,61 +11,36 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from reprobuild.errors import LogParseError
-from reprobuild.limits import check_size
+from reprobuild.logs.source import LogSource, foreign, open_log
 
 _MARKER = re.compile(rb"\[(?:TRT|REF|TensorRT)\]|\[[VIWEF]\] |TensorRT|[Tt]actic")
-# A lock's first line that is neither a comment nor blank is ``schema: N`` (lock/emit.py).
-_LOCK = re.compile(rb"\A(?:[ \t]*(?:#[^\n]*)?\r?\n)*schema: *\d+[ \t]*\r?$", re.M)
-_MARKDOWN = (".md", ".markdown", ".mdx")
-_CHUNK = 1 << 20
 _OVERLAP = 16  # a marker cut between two reads is still found
 
 
 def check_log_file(path: str | os.PathLike[str]) -> None:
     """Raise ``LogParseError`` unless ``path`` is a readable, capped file with a log line."""
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if p.is_dir():
-            raise LogParseError(f"{p}: is a directory; pass the path of a verbose builder log")
-        check_size(p, size, "log")
-        with open(p, "rb") as fh:
-            head = fh.read(_CHUNK)
-            _refuse_look_alike(p, head)
-            if _MARKER.search(head):
-                return
-            tail = head[-_OVERLAP:]
-            while block := fh.read(_CHUNK):
-                if _MARKER.search(tail + block):
-                    return
-                tail = block[-_OVERLAP:]
-    except OSError as err:
+    with open_log(path) as src:
+        check_log_source(src)
+
+
+def check_log_source(src: LogSource) -> bytes:
+    """Raise ``LogParseError`` unless ``src`` holds a log line; returns its first chunk.
+    The source can still be read from its start afterwards (a pipe's bytes are kept)."""
+    found, head, size = src.sniff(_MARKER, _OVERLAP)
+    what = foreign(head)
+    if what:
         raise LogParseError(
-            f"{p}: cannot read the log ({err.strerror or err}); "
-            "pass the path of a verbose builder log (trtexec --verbose or a VERBOSE logger)"
-        ) from None
+            f"{src.name}: is {what}, not a builder log; "
+            "pass a verbose builder log (trtexec --verbose or a VERBOSE logger)"
+        )
+    if found:
+        return head
     raise LogParseError(
-        f"{p}: not a builder log: no TensorRT log line in {size:,} bytes ({describe(head)}); "
-        "pass a verbose builder log (trtexec --verbose or a VERBOSE logger)"
+        f"{src.name}: not a builder log: no TensorRT log line in {size:,} bytes "
+        f"({describe(head)}); pass a verbose builder log (trtexec --verbose or a VERBOSE logger)"
     )
-
-
-def _refuse_look_alike(p: Path, head: bytes) -> None:
-    """A lockfile or a Markdown page names tactics and TensorRT too, so the marker search
-    would take it for a log and print stray records; name what it is instead."""
-    if p.suffix.lower() in _MARKDOWN:
-        raise LogParseError(
-            f"{p}: is a Markdown document, not a builder log; pass a verbose builder log "
-            "(trtexec --verbose, a VERBOSE logger or `reprobuild build --log FILE`)"
-        )
-    if _LOCK.search(head):
-        raise LogParseError(
-            f"{p}: is a reprobuild lockfile, not a builder log; read it with "
-            f"`reprobuild show --lock {p}`, or save a build's log with `reprobuild build --log`"
-        )
 
 
 def describe(head: bytes) -> str:

@@ -9,13 +9,12 @@ import the other back.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import onnx
 
 from reprobuild.errors import UsageError
-from reprobuild.limits import check_size, check_tensor_bytes
+from reprobuild.fileio import read_input
+from reprobuild.limits import check_tensor_bytes
 from reprobuild.precision.analysis import np_dtype, real_inputs
 
 FORMATS = (
@@ -26,14 +25,9 @@ FORMATS = (
 
 def read_input_file(path: str) -> bytes:
     """A calibration file's bytes, under the inputs size cap."""
-    try:
-        check_size(path, os.stat(path).st_size, "inputs")
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such calibration file; {FORMATS}") from None
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read the calibration file ({err.strerror})") from None
+    return read_input(
+        path, "inputs", "calibration file", missing=f"no such calibration file; {FORMATS}"
+    )
 
 
 def concat_parts(

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from reprobuild.errors import UsageError
-from reprobuild.limits import check_size
+from reprobuild.fileio import read_input
 from reprobuild.precision.analysis import np_dtype, real_inputs
 from reprobuild.precision.safeload import decode_npz, decode_polygraphy_json
 
@@ -33,17 +33,12 @@ def load_calibration(
     inputs = real_inputs(model)
     if path is None:
         return _seeded(inputs, seed), f"seeded:{seed}"
-    try:
-        check_size(path, os.stat(path).st_size, "inputs")
-        data = open(path, "rb").read()  # noqa: SIM115 - read once, hashed and parsed
-    except FileNotFoundError:
-        raise UsageError(
-            f"{path}: no such calibration file; pass an existing .npz or Polygraphy JSON file"
-        ) from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, not a calibration file") from None
-    except OSError as err:
-        raise UsageError(f"{path}: cannot read the calibration file ({err.strerror})") from None
+    data = read_input(
+        path,
+        "inputs",
+        "calibration file",
+        missing="no such calibration file; pass an existing .npz or Polygraphy JSON file",
+    )
     lower = path.lower()
     if lower.endswith(".npz"):
         feeds = decode_npz(path, data)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
+import zipfile
 
 import numpy as np
 
@@ -28,6 +30,7 @@ def decode_npz(where: str, data: bytes) -> dict[str, np.ndarray]:
             # A compressed archive can unpack to far more than its size: check first.
             unpacked = sum(info.file_size for info in npz.zip.infolist())
             check_tensor_bytes(f"{where}: the arrays", unpacked)
+            check_tensor_bytes(f"{where}: the arrays", _declared_bytes(npz.zip))
             return {k: np.asarray(npz[k]) for k in npz.files}
     except UsageError:
         raise
@@ -35,6 +38,28 @@ def decode_npz(where: str, data: bytes) -> dict[str, np.ndarray]:
         raise UsageError(
             f"{where}: not a readable .npz archive ({one_line(err)}); save it with numpy.savez"
         ) from None
+
+
+def _declared_bytes(archive: zipfile.ZipFile) -> int:
+    """What the arrays' ``.npy`` headers say they hold, read before any array data is
+    decompressed: a header may declare far more than the archive's sizes suggest, and
+    numpy allocates the declared shape before it reads."""
+    from numpy.lib import format as npformat
+
+    total = 0
+    for info in archive.infolist():
+        if not info.filename.endswith(".npy"):
+            continue
+        with archive.open(info) as fh:
+            version = npformat.read_magic(fh)
+            if version == (1, 0):
+                shape, _, dtype = npformat.read_array_header_1_0(fh)
+            else:
+                shape, _, dtype = npformat.read_array_header_2_0(fh)
+        if any(d < 0 for d in shape):
+            raise ValueError(f"{info.filename} declares a negative dimension")
+        total += math.prod(shape) * dtype.itemsize
+    return total
 
 
 def decode_npy(where: str, data: bytes) -> np.ndarray:
@@ -57,6 +82,10 @@ def decode_polygraphy_json(
     ``np.save`` bytes; the first ``limit`` feeds (all when None) are decoded."""
     try:
         doc = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise UsageError(
+            f"{where}: JSON nested too deeply to be saved inputs; pass Polygraphy saved inputs"
+        ) from None
     except (UnicodeDecodeError, ValueError) as err:
         raise UsageError(
             f"{where}: not valid JSON ({one_line(err)}); pass Polygraphy saved inputs"

@@ -8,6 +8,7 @@ all of its outputs (lock, engine, report) only after every check passed.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -20,15 +21,15 @@ from typing import Any
 from reprobuild.backends.base import Backend
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
-from reprobuild.fileio import sha256_file
+from reprobuild.fileio import exclusive, sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK, LayerEntry, Lock
 from reprobuild.lock.yamlio import dumps_lock, load_lock
-from reprobuild.transaction import Outputs, check_output_path, refuse_overwrite
+from reprobuild.transaction import Outputs
 from reprobuild.types import BuildSettings
 from reprobuild.words import count
+from reprobuild.workflow.buildpaths import build_paths
 from reprobuild.workflow.context import (
     announce_backend,
-    check_model_file,
     check_profiles,
     model_info,
     resolve_backend,
@@ -120,27 +121,41 @@ def build(
     ``log``: where to save the verbose log of the build that made the engine (the text
     ``reprobuild log`` reads), written with the other outputs.
     """
-    from reprobuild.cachedir import cache_path
-
     t0 = time.perf_counter()
-    model_path = check_model_file(model)
-    lock_path = Path(lock)
-    # Every output path is checked before any work, and all are written together at the end.
-    engine_path = Path(out) if out is not None else Path(f"{model_path.stem}.engine")
-    report_path = Path(report) if report is not None else Path(f"{engine_path}.report.json")
-    if not frozen:
-        check_output_path(lock_path, "lock")
-    check_output_path(engine_path, "engine")
+    model_path, lock_path, engine_path, report_path, log_path = build_paths(
+        model, lock, out, report, cache_dir, frozen, precision, held_out, log
+    )
+    # One lock writer: the file lock is held from reading the lock to committing it, so a
+    # `pin` made meanwhile waits and is applied to the new lock instead of being lost.
+    with contextlib.nullcontext() if frozen else exclusive(lock_path):
+        return _build(
+            model_path, lock_path, engine_path, report_path, log_path, t0,
+            backend=backend, settings=settings, frozen=frozen, cache_dir=cache_dir,
+            re_record=re_record, precision=precision, held_out=held_out, progress=progress,
+        )  # fmt: skip
+
+
+def _build(
+    model_path: Path,
+    lock_path: Path,
+    engine_path: Path,
+    report_path: Path,
+    log_path: Path | None,
+    t0: float,
+    *,
+    backend: str | Backend,
+    settings: BuildSettings | None,
+    frozen: bool,
+    cache_dir: str | os.PathLike[str],
+    re_record: bool,
+    precision: PrecisionRequest | None,
+    held_out: str | os.PathLike[str] | None,
+    progress: Progress,
+) -> BuildResult:
+    """``build`` once its paths are checked (and the lock's file lock is held)."""
+    from reprobuild.cachedir import cache_path
     from reprobuild.workflow.layers import layers_path
 
-    check_output_path(layers_path(engine_path), "engine layer information")
-    check_output_path(report_path, "build report")
-    check_output_path(Path(cache_dir) / "x", "recording timing cache")
-    log_path = None if log is None else check_output_path(log, "builder log")
-    if log_path is not None:
-        others = [(model_path, "model"), (lock_path, "lock"), (engine_path, "engine")]
-        others += [(layers_path(engine_path), "engine layer information")]
-        refuse_overwrite(log_path, "builder log", [*others, (report_path, "build report")])
     be = resolve_backend(backend)
     env = be.environment()
     warnings: list[str] = []
@@ -235,8 +250,8 @@ def build(
         progress(Step("checks passed; writing outputs"))
         result = _result(done, be, env.to_dict(), engine_path, lock_path, warnings, frozen, t0)
         result.accuracy = accuracy
-        # Engine layer information (issue 14): written with the engine, summarised below.
-        from reprobuild.workflow.layers import layers_path, summary_of
+        # Engine layer information: written with the engine, summarised below.
+        from reprobuild.workflow.layers import summary_of
 
         layers_file = layers_path(engine_path)
         result.layers_path = str(layers_file)
@@ -321,6 +336,7 @@ def _locked(
         progress,
         warnings,
         reject=lambda c: lock_keys_differ(set(c.tactic_map()), set(expected)),
+        store=False,  # written with the outputs: a failed or --frozen build writes no cache
     )
     recorded = rec.cache.tactic_map()
     extra = sorted(set(recorded) - set(expected))
@@ -334,7 +350,7 @@ def _locked(
             raise DriftError(f"{msg}; --frozen refuses to change it (run without --frozen)")
         assert rec.log is not None  # a key-set mismatch always re-records above
         fresh, w = entries_from_records(
-            rec.log.records, {k: recorded[k] for k in extra}, rec.log.layer_info
+            rec.log.records, {k: recorded[k] for k in extra}, rec.log.layer_info, rec.log.known
         )
         fresh = with_recorded_times(fresh, rec.cache)
         # the new layers' near-ties are decided by the rule too (from the log's costs)
@@ -361,9 +377,11 @@ def _locked(
         recording=rec,
         save=save,
     )
-    return Built(
+    built = Built(
         new_lock, pb.output, pb.records, pb.log_warnings, pb.cache_hits, pb.timed, False, changes
     )
+    built.cache_bytes = None if frozen else rec.fresh
+    return built
 
 
 def _result(

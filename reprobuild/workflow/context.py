@@ -13,7 +13,7 @@ from typing import Any
 from reprobuild.backends.base import Backend
 from reprobuild.errors import EnvironmentMismatch, UsageError
 from reprobuild.events import Progress, Step
-from reprobuild.fileio import sha256_file
+from reprobuild.fileio import check_regular, sha256_file
 from reprobuild.limits import check_size
 from reprobuild.lock.model import ExternalFile, Lock, ModelInfo
 from reprobuild.lock.yamlio import load_lock
@@ -40,9 +40,7 @@ def check_model_file(model: str | os.PathLike[str]) -> Path:
     path = Path(model)
     if path.is_dir():
         raise UsageError(f"{path}: is a directory, not an ONNX model file; give the .onnx file")
-    if not path.is_file():
-        raise UsageError(f"{path}: no such model file; check the path")
-    size = path.stat().st_size
+    size = check_regular(path, "ONNX model file", missing="no such model file; check the path")
     if size == 0:
         raise UsageError(f"{path}: empty file (0 bytes), not an ONNX model; re-export the model")
     check_size(path, size, "model")
@@ -68,12 +66,21 @@ def model_info(model_path: Path, lock_dir: Path) -> ModelInfo:
                 if entry.key == "location":
                     ext.add(entry.value)
     files = []
+    total = 0
+    folder = model_path.parent.resolve()
     for loc in sorted(ext):
         p = model_path.parent / loc
-        if not p.is_file():
+        if not p.resolve().is_relative_to(folder):
+            raise UsageError(
+                f"{model_path}: external data file {loc!r} is outside the model's folder; "
+                "keep external data beside the model"
+            )
+        if not p.is_file() and not p.is_symlink():
             raise UsageError(
                 f"{model_path}: external data file {p} is missing; put it beside the model"
             )
+        total += check_regular(p, "external data file")
+        check_size(model_path, total, "external")
         files.append(ExternalFile(loc, sha256_file(p)))
     return ModelInfo(
         path=_rel(model_path, lock_dir), sha256=sha256_file(model_path), external_data=files

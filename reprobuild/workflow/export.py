@@ -19,7 +19,7 @@ from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import Lock
 from reprobuild.lock.yamlio import load_lock
 from reprobuild.pinning import update_tactics
-from reprobuild.transaction import Outputs, check_output_path
+from reprobuild.transaction import Outputs, check_distinct, check_output_path
 
 
 @dataclass
@@ -54,6 +54,7 @@ def export_pinned_cache(
 ) -> ExportResult:
     """Write ``output`` atomically; ``backend`` defaults to a new ``TensorRTBackend``."""
     check_output_path(output, "timing cache")
+    check_distinct([(output, "timing cache")], [(lock_path, "lock"), (model, "model")])
     lock_path = Path(lock_path)
     lock = load_lock(lock_path)
     if lock.environment.backend != "tensorrt":

@@ -91,7 +91,7 @@ def read_report(path: str | os.PathLike[str]) -> Machine:
             str(doc["tactic_map_sha256"]),
             str(doc["outputs_sha256"]),
         )
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise UsageError(
             f"{p}: not a `reprobuild verify --json` report with target digests; give each "
             "machine's `verify --json` output"

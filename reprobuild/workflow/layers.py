@@ -33,9 +33,16 @@ def _is_binary(head: bytes) -> bool:
 def read_layer_info(path: str | os.PathLike[str]) -> LayerInfo:
     """Layer information from an inspector/trtexec JSON file, a log with layer lines, a
     reference engine, or an engine that has its ``.layers.json`` beside it."""
+    from reprobuild.fileio import open_regular
+
     p = Path(path)
     try:
-        with open(p, "rb") as fh:
+        with open_regular(
+            p,
+            "layer information, log or engine",
+            missing="cannot read (no such file); pass a layer-information JSON "
+            "(trtexec --exportLayerInfo), a builder log or an engine built by reprobuild",
+        ) as fh:
             head = fh.read(4096)
     except OSError as err:
         raise UsageError(
@@ -60,8 +67,9 @@ def read_layer_info(path: str | os.PathLike[str]) -> LayerInfo:
 
 def _reference_engine(p: Path) -> LayerInfo:
     from reprobuild.backends import engine_layer_info
+    from reprobuild.fileio import read_input
 
-    inspector = engine_layer_info(p.read_bytes())
+    inspector = engine_layer_info(read_input(p, "engine", "engine"))
     if inspector is None:
         side = layers_path(p)
         if side.is_file():

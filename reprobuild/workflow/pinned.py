@@ -49,6 +49,7 @@ class LogCollector:
         self.progress = progress
         self.what = what
         self.layer_info: str | None = None  # the engine inspector's JSON, once built
+        self.known: dict[str, Any] | None = None  # the backend's own key -> layer data
 
     def __call__(self, line: str) -> None:
         if self.save is not None:
@@ -86,11 +87,49 @@ def run_build(
         output = backend.build(str(model_path), settings, cache, log)
     log.finish()
     log.layer_info = output.layer_info
+    known = output.extra.get("key_layers")
+    if known is not None:
+        log.records = records_from_data(log.records, known)
+        log.known = known
     return output, log
 
 
+def records_from_data(records: list[Any], known: dict[str, Any]) -> list[Any]:
+    """The log's records with each key's layer and candidates taken from the backend's own
+    data (``key_layers``: key -> (layer, [(tactic hash, kernel)])); a record for a key the
+    build did not make (a forged line) is dropped.
+
+    Why: a node name can hold a newline or leading spaces, and a name carrying log lines
+    could rename a layer or empty its candidates if names were parsed back from the log.
+    """
+    import dataclasses
+
+    from reprobuild.logs.records import Candidate
+
+    out: list[Any] = []
+    for rec in records:
+        if rec.key is None:  # a cached-result line (no key): counted, never named from
+            out.append(rec)
+            continue
+        if rec.key not in known:
+            continue  # no key of this build: not a line the builder meant
+        layer, cands = known[rec.key]
+        logged = {c.tactic_hash: c for c in rec.candidates}
+        if rec.from_cache and not rec.candidates:
+            keep = []  # a cached-result line names no candidates
+        elif set(logged) == {h for h, _ in cands}:
+            keep = rec.candidates  # as logged: sorted by cost, with the costs
+        else:
+            keep = [logged.get(h) or Candidate(None, h, kernel, None) for h, kernel in cands]
+        out.append(dataclasses.replace(rec, layer=layer, onnx_layers=(layer,), candidates=keep))
+    return out
+
+
 def entries_from_records(
-    records: list[Any], cache_map: dict[str, int], layer_info: str | None = None
+    records: list[Any],
+    cache_map: dict[str, int],
+    layer_info: str | None = None,
+    known: dict[str, Any] | None = None,
 ) -> tuple[list[LayerEntry], list[str]]:
     """Lock entries for every key the recording build put in the cache.
 
@@ -108,6 +147,12 @@ def entries_from_records(
             by_key[rec.key] = rec
     unlogged = {k: t for k, t in cache_map.items() if k not in by_key}
     named = attribute_keyless(unlogged, records, layer_info)
+    for key, entry in named.items():  # the backend's own data settles what evidence cannot
+        if known and key in known and entry.layer.startswith(("<one of ", "<cache-only ")):
+            layer, cands = known[key]
+            locked = sorted({LockCandidate(h, k) for h, k in cands}, key=lambda c: c.tactic)
+            kernel = next((c.kernel for c in locked if c.tactic == cache_map[key]), None)
+            named[key] = LayerEntry(key, layer, cache_map[key], kernel, False, locked)
     entries = []
     for key, tactic in sorted(cache_map.items()):
         rec = by_key.get(key)
@@ -147,6 +192,7 @@ class Recording:
 
     cache: TimingCache
     log: LogCollector | None = None
+    fresh: bytes | None = None  # a cache recorded now and not yet stored (``store=False``)
 
     @property
     def recorded_now(self) -> bool:
@@ -162,16 +208,19 @@ def recording_cache(
     warnings: list[str],
     *,
     reject: Any = None,
+    store: bool = True,
 ) -> Recording:
-    """The stored recording cache for this model, or a recording build that makes one."""
+    """The stored recording cache for this model, or a recording build that makes one
+    (stored at once unless ``store`` is False: then ``Recording.fresh`` holds its bytes)."""
     logs: list[LogCollector] = []
 
     def record(cache: TimingCache) -> None:
         progress(Step("recording build (creates the timing-cache keys)"))
         logs.append(run_build(backend, model_path, settings, cache, progress, "recording")[1])
 
-    cache, _ = get_or_record(backend, cache_file, record, warnings, reject=reject)
-    return Recording(cache, logs[0] if logs else None)
+    cache, now = get_or_record(backend, cache_file, record, warnings, reject=reject, save=store)
+    fresh = cache.serialize() if now and not store else None
+    return Recording(cache, logs[0] if logs else None, fresh)
 
 
 @dataclass

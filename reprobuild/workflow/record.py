@@ -59,7 +59,7 @@ def record(
     output, log = run_build(
         be, built_model, new_lock.settings, cache, progress, "recording", save=save
     )
-    entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info)
+    entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info, log.known)
     warnings += w
     new_lock.layers = with_recorded_times(entries, cache)
     timed = sum(1 for r in log.records if r.key is not None and not r.from_cache)

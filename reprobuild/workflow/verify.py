@@ -156,8 +156,23 @@ def verify(
     be = resolve_backend(backend)
     announce_backend(backend, be, progress)
     notes: list[str] = []
+    if report is not None:
+        from reprobuild.transaction import check_distinct
+
+        check_distinct(
+            [(report, "verify report")],
+            [
+                (lock, "lock"),
+                (model, "model"),
+                (inputs, "inputs"),
+                (calibration, "calibration data"),
+                (held_out, "held-apart samples"),
+            ],
+        )
     data, lock_path, model_path = open_lock(lock, model, be, notes, target=target)
     be = be.for_target(data.environment)  # the keys this target was recorded with
+    if report is not None:
+        check_distinct([(report, "verify report")], [(model_path, "model")])
     for note in notes:
         progress(Step(f"warning: {note}"))
     feeds, inputs_desc = load_inputs(inputs, model_path, seed)

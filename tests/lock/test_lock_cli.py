@@ -286,9 +286,9 @@ def test_help_and_usage_errors(cli, tmp_path: Path, monkeypatch) -> None:
     assert r.err == "error: No such command 'shwo'. Did you mean 'show'? (see 'reprobuild -h')\n"
 
 
-def test_a_closed_pipe_ends_quietly_with_exit_1(tmp_path: Path) -> None:
-    """`reprobuild show | head`: the reader leaves early; the answer is exit 1 and no
-    message (not an internal error)."""
+def test_a_closed_pipe_ends_quietly_with_exit_141(tmp_path: Path) -> None:
+    """`reprobuild show | head`: the reader leaves early; the answer is exit 141 (128 +
+    SIGPIPE, as a shell reports it; 1 would mean "a difference") and no message."""
     from reprobuild.lock.model import LayerEntry
 
     lock = sample_lock(1)
@@ -304,4 +304,4 @@ def test_a_closed_pipe_ends_quietly_with_exit_1(tmp_path: Path) -> None:
     proc.stdout.readline()
     proc.stdout.close()
     err = proc.stderr.read().decode()
-    assert (proc.wait(timeout=120), err) == (1, "")
+    assert (proc.wait(timeout=120), err) == (141, "")

@@ -35,8 +35,10 @@ from reprobuild.backends.reference.layertune import LayerChoice, LayerTuner
 from reprobuild.backends.reference.prepared import Layer, PreparedModel, input_dtype, prepare
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError, ReprobuildError, UsageError
+from reprobuild.fileio import read_input
 from reprobuild.limits import check_tensor_bytes
 
+_MISSING = "cannot read model (no such file); check the path"
 _LAYER_TYPES = {"Conv": "RefConvolution", "MatMul": "RefMatrixMultiply", "Gemm": "RefGemm"}
 
 
@@ -56,11 +58,9 @@ def check_settings(settings: BuildSettings) -> None:
 def load_model(model_path: str) -> tuple[onnx.ModelProto, bytes, str]:
     """(model, bytes stored in the engine, sha256 of the file)."""
     path = Path(model_path)
+    raw = read_input(path, "model", "ONNX model file", missing=_MISSING)
     try:
-        raw = path.read_bytes()
         model = onnx.load_model_from_string(raw)
-    except OSError as exc:
-        raise UsageError(f"cannot read model {model_path}: {exc.strerror or exc}") from exc
     except Exception as exc:
         raise UsageError(f"{model_path} is not an ONNX model ({exc}): pass a .onnx file") from exc
     file_sha = hashlib.sha256(raw).hexdigest()
@@ -77,10 +77,7 @@ def load_model(model_path: str) -> tuple[onnx.ModelProto, bytes, str]:
 def _folded(model_path: str) -> tuple[bytes, str, PreparedModel]:
     """(model bytes for the engine, file sha256, the folded model), folding only when the
     model is not the one folded last (:mod:`.modelcache`: verify rebuilds one model)."""
-    try:
-        raw = Path(model_path).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read model {model_path}: {exc.strerror or exc}") from exc
+    raw = read_input(model_path, "model", "ONNX model file", missing=_MISSING)
     file_sha = hashlib.sha256(raw).hexdigest()
     prepared = modelcache.get(file_sha)  # the key is the engine's model bytes: here the file
     if prepared is not None:
@@ -319,6 +316,13 @@ def build_engine(
             "timing_cache": serialized_cache,
             "layers": [c.to_dict() for c in builder.choices],
             "tactic_map": {k.key: k.spec.tactic_hash for c in builder.choices for k in c.keys},
+            # The layer and candidates of each key from the builder's own data: the lock
+            # takes names from here, never back from the log text it printed.
+            "key_layers": {
+                k.key: (c.name, [(s.tactic_hash, s.name) for s in k.candidates])
+                for c in builder.choices
+                for k in c.keys
+            },
             "timed_layers": timed,
             "cached_layers": from_cache,
             "build_seconds": seconds,

@@ -8,6 +8,7 @@ engine-inspector tensor names TensorRT uses.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,6 +56,24 @@ class BuildLog:
         self._emit("W", message)
 
 
+def escape_name(name: str) -> str:
+    """A node name as it may appear in a log line: unchanged when it is plain, else as a
+    JSON string (quotes, escapes). A newline in a name would end the line and let the
+    name forge log lines; leading or trailing spaces would be stripped by any reader. The
+    lock never takes names from these lines (the builder hands over its own records), so
+    escaping changes only what a person or ``reprobuild log`` reads."""
+    plain = (
+        name
+        and name.isprintable()
+        and name == name.strip()
+        and not name.startswith('"')
+        and "(key: " not in name
+        and "[" not in name
+        and "]" not in name
+    )
+    return name if plain else json.dumps(name)
+
+
 def trt_type_name(dtype: np.dtype) -> str:
     return _TRT_TYPE_NAMES.get(str(dtype), (str(dtype), str(dtype)))[0]
 
@@ -95,6 +114,7 @@ def autotune_lines(
 ) -> list[str]:
     """The TensorRT 10.8+ editable-cache block for one layer; rows sorted by cost."""
     fastest = rows[0][1]
+    layer = escape_name(layer)
     lines = [
         f"Autotuning op {layer}(key: {key}): [ONNX Layer: {layer}]",
         "Sorted table of all evaluated tactics:",

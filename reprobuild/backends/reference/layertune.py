@@ -29,7 +29,12 @@ import numpy as np
 from reprobuild.backends.base import BuildSettings, TimingValue
 from reprobuild.backends.reference import int8, kernels
 from reprobuild.backends.reference.autotune import AutotuneStats, tune
-from reprobuild.backends.reference.buildlog import BuildLog, autotune_lines, tensor_format
+from reprobuild.backends.reference.buildlog import (
+    BuildLog,
+    autotune_lines,
+    escape_name,
+    tensor_format,
+)
 from reprobuild.backends.reference.formats import HWC, LINEAR, by_format, fastest
 from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.prepared import Layer, execute_spec
@@ -301,7 +306,7 @@ class LayerTuner:
             hwc = k.format == HWC
             formats = f"{tensor_format(inputs[0], hwc)} -> {tensor_format(output, hwc)}"
             self.log.verbose(
-                f"{layer.name} [{formats}] got cached result: {k.spec.name}, "
+                f"{escape_name(layer.name)} [{formats}] got cached result: {k.spec.name}, "
                 f"tactic 0x{k.spec.tactic_hash:x}, {k.time_ms:g} ms"
             )
         if len(choice.keys) > 1:
@@ -310,7 +315,7 @@ class LayerTuner:
                 f"{k.format} {k.time_ms:g} ms ({k.spec.name})" for k in choice.keys if k is not runs
             )
             self.log.verbose(
-                f"{layer.name}: format combination {runs.format} runs "
+                f"{escape_name(layer.name)}: format combination {runs.format} runs "
                 f"({runs.time_ms:g} ms, {runs.spec.name}); {others}"
             )
 

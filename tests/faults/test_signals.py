@@ -1,0 +1,116 @@
+"""SIGTERM and SIGHUP roll back like Ctrl-C, at every write step, and what a killed run
+left beside a target is swept by the next write.
+
+The signal is really delivered (``os.kill`` of this process) at each step that makes a
+write durable or visible; the CLI's handler turns it into an exception where the program
+is, so the old outputs (or, past the last rename, the new ones) stay, with no temporary
+file and no cache written by the interrupted build.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import project, restore, snapshot
+from .test_faults import COMMANDS, STEPS
+
+
+@pytest.fixture
+def proj(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "p"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("REPROBUILD_CRASH_DIR", str(tmp_path / "crashes"))
+    return project(root, cli)
+
+
+class Signaller:
+    """Counts write steps; sends ``signum`` to this process at step ``at``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, at: int = -1, signum: int = 0) -> None:
+        self.count, self.at, self.signum = 0, at, signum
+        for name in STEPS:
+            monkeypatch.setattr(os, name, self._wrap(getattr(os, name)))
+
+    def _wrap(self, real):
+        def step(*args, **kwargs):
+            n = self.count
+            self.count += 1
+            if n == self.at:
+                os.kill(os.getpid(), self.signum)
+            return real(*args, **kwargs)
+
+        return step
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hup"])
+def test_signal_at_every_step(proj: Path, cli, monkeypatch, command: str, signum: int) -> None:
+    args = COMMANDS[command]
+    pristine = snapshot(proj)
+    with monkeypatch.context() as m:
+        counter = Signaller(m)
+        assert cli(*args).code == 0
+        steps = counter.count
+    assert steps >= 2, steps
+    done = snapshot(proj)
+    restore(proj, pristine)
+    for at in range(steps):
+        before = snapshot(proj)
+        with monkeypatch.context() as m:
+            Signaller(m, at, signum)
+            r = cli(*args)
+        after = snapshot(proj)
+        assert not [k for k in after if k.endswith((".tmp", ".bak"))], (at, after)
+        if r.code == 0:  # the signal came after the last rename: the new outputs, whole
+            assert after == done, at
+        else:
+            assert r.code == 128 + signum and "Traceback" not in r.err, (at, r)
+            assert r.err.strip().splitlines()[-1] == f"terminated (signal {signum})", r
+            assert after == before, (at, r)  # old outputs, no new cache
+        restore(proj, pristine)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers put back
+
+
+def test_leftovers_of_a_killed_run_are_swept(proj: Path, cli) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    pid = int(dead.stdout)
+    left = [proj / f".t.lock.{pid}.abc123.tmp", proj / f".t.lock.{pid}.bak"]
+    for p in left:
+        p.write_text("left by a killed run")
+    mine = proj / f".t.lock.{os.getpid()}.keep.tmp"  # a live process's file is kept
+    mine.write_text("in use")
+    r = cli("pin", "--lock", "t.lock", "layer=fc1", "tactic=ref_matmul_tree8_f32")
+    assert r.code == 0, r
+    assert not any(p.exists() for p in left) and mine.exists()
+
+
+def test_sigterm_of_a_real_process_is_143(tmp_path: Path) -> None:
+    """The handler at the process boundary: a build killed with SIGTERM mid-way."""
+    import shutil
+
+    from ..conftest import EXAMPLES
+
+    shutil.copy(EXAMPLES / "mlp.onnx", tmp_path / "mlp.onnx")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprobuild", "build", "mlp.onnx", "--lock", "t.lock",
+         "--backend", "reference"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # the build is under way
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert first and proc.returncode in (0, 143), (proc.returncode, err)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    if proc.returncode == 143:
+        assert "Traceback" not in err and err.strip().endswith("terminated (signal 15)"), err
+        assert names in (["mlp.onnx"], ["caches", "mlp.onnx"]), names
+        assert not list(tmp_path.glob("caches/*")), "an interrupted build wrote a cache"
