@@ -45,7 +45,10 @@ def verify(
         help="Exit 1 when no single-tactic change reaches the outputs (for CI gates).",
     ),
     control_limit: int | None = typer.Option(
-        None, "--control-limit", help="At most this many control builds [default: every layer]."
+        None,
+        "--control-limit",
+        help="At most this many control builds [default: two per layer with another "
+        "recorded candidate].",
     ),
     with_sensitivity: bool = typer.Option(
         False,
@@ -78,10 +81,13 @@ def verify(
     recording machine's engine gave): other bits are exit 1, naming the target and both
     digests; a machine of no recorded target is exit 3.
 
-    A positive control then switches one layer to another recorded candidate and reports
-    whether the outputs change: if no single-tactic change reaches them, identical outputs
-    prove nothing about the tactics (a saturated or argmax output, constant inputs), and the
-    verdict says so. Accuracy against ONNX Runtime in float32 is reported, never decisive.
+    A positive control then switches one layer at a time to another recorded candidate (the
+    ones most likely to show first: another accumulation precision, another algorithm
+    family; then every other candidate), within --control-limit builds, and reports whether
+    the outputs change: if none of the changes tried reaches them, identical outputs prove
+    nothing about the tactics (a saturated or argmax output, constant inputs), and the
+    verdict says how many of the possible changes were tried. A lock with no layers says
+    that nothing is locked (exit 0; 1 with --require-power). Accuracy against ONNX Runtime in float32 is reported, never decisive.
 
     \b
     Example:
@@ -120,7 +126,12 @@ def verify(
         raise typer.Exit(1)
     if require_power and not result.power:
         if not as_json:
-            typer.echo("error: --require-power: the check has no power on these inputs", err=True)
+            why = (
+                "nothing is locked (the lock has 0 layers)"
+                if result.nothing_locked
+                else "the check has no power on these inputs"
+            )
+            typer.echo(f"error: --require-power: {why}", err=True)
         raise typer.Exit(1)
 
 
@@ -168,6 +179,11 @@ def _print_verify(result: Any) -> None:
     )
     if not result.reproducible:
         typer.echo(f"NOT REPRODUCIBLE: {summary}")
+    elif result.nothing_locked:
+        typer.echo(
+            f"NOTHING LOCKED: {summary}; the lock holds no layer, so the rebuilds agree "
+            "without any tactic to check (the backend timed none of the model's layers)"
+        )
     elif result.power is None:
         typer.echo(f"REPRODUCIBLE: {summary} (control skipped: the check's power is unknown)")
     elif result.power:
@@ -175,7 +191,7 @@ def _print_verify(result: Any) -> None:
     else:
         typer.echo(
             f"REPRODUCIBLE BUT UNPROVEN: {summary}; the check has no power on these inputs "
-            "(no single-tactic change reaches the outputs)"
+            f"(none of the {result.control.tried()} reached the outputs)"
         )
 
 

@@ -96,6 +96,11 @@ class VerifyResult:
         return not any(b.plan_differs for b in self.builds)
 
     @property
+    def nothing_locked(self) -> bool:
+        """The lock has no layers: the rebuilds agree, but no tactic was there to hold."""
+        return self.layers == 0
+
+    @property
     def power(self) -> bool | None:
         """Whether a single-tactic change reached the outputs; None when not checked."""
         return None if self.control is None else self.control.power
@@ -105,6 +110,7 @@ class VerifyResult:
         d["builds"] = [b.__dict__ for b in self.builds]
         d["accuracy"] = json_safe(self.accuracy)
         d["power"] = self.power
+        d["nothing_locked"] = self.nothing_locked
         d["follows_plan"] = self.follows_plan
         d["matches_recorded"] = self.matches_recorded
         d["control"] = None if self.control is None else json_safe(self.control.to_json())
@@ -135,8 +141,9 @@ def verify(
 ) -> VerifyResult:
     """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical.
 
-    ``control`` adds the positive control (at most ``control_limit`` probe builds) when the
-    rebuilds agree; ``with_sensitivity`` switches every layer in turn. ``calibration`` (the
+    ``control`` adds the positive control (at most ``control_limit`` probe builds, default
+    two per layer with another candidate) when the rebuilds agree; ``with_sensitivity``
+    switches every layer in turn, reusing the control's builds. ``calibration`` (the
     INT8 lock's data: its first ``samples`` are used) and ``held_out`` sample sets add the
     first engine's error against FP32 on them. The first rebuild's bits are compared with
     the ones the lock records for this machine's target (or ``target``) and these inputs:
