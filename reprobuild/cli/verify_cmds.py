@@ -87,7 +87,8 @@ def verify(
     the outputs change: if none of the changes tried reaches them, identical outputs prove
     nothing about the tactics (a saturated or argmax output, constant inputs), and the
     verdict says how many of the possible changes were tried. A lock with no layers says
-    that nothing is locked (exit 0; 1 with --require-power). Accuracy against ONNX Runtime in float32 is reported, never decisive.
+    that nothing is locked (exit 0; 1 with --require-power). Accuracy against ONNX Runtime
+    in float32 is reported, never decisive.
 
     \b
     Example:
