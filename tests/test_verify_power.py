@@ -168,9 +168,19 @@ def test_reweighted_squeezenet_has_power_and_bisect_finds_culprits(work: Path, c
     r = cli("bisect", "--lock", "a.lock", "--against", "b.lock", "--json", *base)
     assert r.code == 1, r  # the locks' outputs differ
     doc = json.loads(r.out)
-    assert doc["outputs_differ"] and len(doc["culprits"]) >= 1
+    assert doc["outputs_differ"] and doc["search"] == "all"
+    assert doc["message"].startswith("all culprits (every differing layer searched)")
     names = {e.layer for e in load_lock("a.lock").layers}
     assert all(c["layer"] in names and c["tactic_a"] != c["tactic_b"] for c in doc["culprits"])
+    every = {c["key"] for c in doc["culprits"]}
+    assert len(every) > 1  # several of the differing layers reach the softmax
+    r = cli("bisect", "--lock", "a.lock", "--against", "b.lock", "--json", "--first", *base)
+    assert r.code == 1, r
+    first = json.loads(r.out)
+    assert first["search"] == "first" and first["message"].startswith("first culprit only")
+    assert {c["key"] for c in first["culprits"]} < every and first["builds"] < doc["builds"]
+    r = cli("bisect", "--lock", "a.lock", "--against", "b.lock", *base)
+    assert r.code == 1 and "all culprits" in r.out and f"{len(every)} layers" in r.out, r
 
 
 def test_ranked_alternatives_try_another_accumulation_precision_first() -> None:
@@ -247,3 +257,28 @@ def test_empty_lock_says_nothing_is_locked(work: Path, cli) -> None:
     assert r.code == 1 and "--require-power: nothing is locked" in r.err, r
     doc = json.loads(cli("verify", "--lock", "ct.lock", "-n", "1", "--json", *base).out)
     assert doc["nothing_locked"] is True and doc["power"] is False
+
+
+def test_group_testing_finds_every_culprit_or_the_first() -> None:
+    """The search on a stand-in for "do these swapped layers change the outputs": layers
+    that change them alone are all found; a pair that only changes them together is one
+    group; --first stops at the first."""
+    from reprobuild.workflow.bisect import _group_test
+
+    keys = [f"k{i:02d}" for i in range(16)]
+    builds: list[frozenset[str]] = []
+
+    def changes_with(culprits: set[str], pair: set[str]):
+        def changes(subset: list[str]) -> bool:
+            builds.append(frozenset(subset))
+            return bool(culprits & set(subset)) or bool(pair) and pair <= set(subset)
+
+        return changes
+
+    found = _group_test(keys, changes_with({"k03", "k07", "k11"}, set()), False, [])
+    assert sorted(found) == [["k03"], ["k07"], ["k11"]]
+    found = _group_test(keys, changes_with({"k13"}, {"k02", "k05"}), False, [])
+    assert sorted(found) == [["k02", "k05"], ["k13"]]
+    builds.clear()
+    found = _group_test(keys, changes_with({"k03", "k07", "k11"}, set()), True, [])
+    assert found == [["k03"]] and len(builds) == 8  # two halves at each of 4 levels

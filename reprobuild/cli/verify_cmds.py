@@ -248,12 +248,18 @@ def bisect(
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
     cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
     inputs: Path | None = typer.Option(None, "--inputs", help=".npz or Polygraphy JSON inputs."),
+    first: bool = typer.Option(
+        False, "--first", help="Stop at the first culprit found [default: find every culprit]."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
     threads: int | None = ThreadsOpt,
 ) -> None:
-    """Find the smallest set of layers whose tactics make two locks' outputs differ.
+    """Find every layer whose tactic makes two locks' outputs differ (or, with --first, the
+    first one found), by group testing: groups of B's tactics are swapped into A and a group
+    that changes the outputs is split until single layers remain. Layers that change the
+    outputs only together are reported as one group. The verdict says which search ran.
 
     Exit 1 when culprits are found (the locks' outputs differ), 0 when they agree.
 
@@ -272,6 +278,7 @@ def bisect(
         backend=backend_arg(backend, ref_timing, threads),
         cache_dir=cache_dir,
         inputs=inputs,
+        first=first,
     )
     if as_json:
         print_json(result.to_json())
@@ -279,12 +286,16 @@ def bisect(
         for s in result.steps:
             typer.echo(s)
         if result.culprits:
-            typer.echo(
-                format_table(
-                    ["layer", "key", "tactic A", "tactic B"],
-                    [[c["layer"], c["key"], c["tactic_a"], c["tactic_b"]] for c in result.culprits],
-                )
+            rows = [
+                [c["layer"], c["key"], c["tactic_a"], c["tactic_b"]]
+                + ([] if c["alone"] else [f"group {c['group'] + 1}: only together"])
+                for c in result.culprits
+            ]
+            grouped = any(not c["alone"] for c in result.culprits)
+            head = ["layer", "key", "tactic A", "tactic B"] + (
+                ["changes outputs"] if grouped else []
             )
+            typer.echo(format_table(head, [r + [""] * (len(head) - len(r)) for r in rows]))
         typer.echo(
             f"{result.message} ({result.differing_layers} layers differ, {result.builds} builds)"
         )

@@ -208,15 +208,11 @@ class ProbeContext:
         return result
 
 
-def _layer_order(ctx: ProbeContext) -> list[LayerEntry]:
-    """Layers with another candidate: the keys the engine runs in lock order, then the keys
-    it provably does not run (another format combination of a layer that runs one of its
-    other keys, :func:`.pinning.idle_keys`), where a switched tactic cannot show."""
-    layers = [e for e in ctx.lock.layers if alternative(e) is not None]
-    if ctx.layer_info:
-        idle = idle_keys(ctx.layer_info, ctx.lock.layers)
-        layers.sort(key=lambda e: e.key in idle)  # stable: lock order otherwise
-    return layers
+def _idle(ctx: ProbeContext) -> set[str]:
+    """Keys the engine provably does not run (another format combination of a layer that
+    runs one of its other keys, :func:`.pinning.idle_keys`): a tactic switched there cannot
+    reach the outputs, so they come last."""
+    return idle_keys(ctx.layer_info, ctx.lock.layers) if ctx.layer_info else set()
 
 
 def positive_control(ctx: ProbeContext, limit: int | None = None) -> Control:
@@ -226,13 +222,15 @@ def positive_control(ctx: ProbeContext, limit: int | None = None) -> Control:
     First every layer's most different candidate (:mod:`.alternatives`: another
     accumulation precision, another algorithm family), those most likely to show first;
     when none shows, every other recorded candidate, layer by layer."""
-    layers = _layer_order(ctx)
+    idle = _idle(ctx)
+    layers = [e for e in ctx.lock.layers if alternative(e) is not None]
+    layers.sort(key=lambda e: e.key in idle)  # stable: lock order otherwise
     ranked = {e.key: ranked_alternatives(e) for e in layers}
     possible = sum(len(r) for r in ranked.values())
     budget = DEFAULT_LIMIT_PER_LAYER * len(layers) if limit is None else limit
-    first = sorted(
-        layers, key=lambda e: -difference(e.kernel, ranked[e.key][0][1])
-    )  # stable: the order above within one score
+    first = sorted(  # stable: the order above within one score
+        layers, key=lambda e: (e.key in idle, -difference(e.kernel, ranked[e.key][0][1]))
+    )
     plan = [(e, ranked[e.key][0]) for e in first]
     plan += [(e, alt) for e in layers for alt in ranked[e.key][1:]]
     probes: list[TacticProbe] = []
