@@ -30,7 +30,16 @@ def verify(
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to verify."),
     rebuilds: int = typer.Option(3, "--rebuilds", "-n", help="How many times to rebuild."),
     inputs: Path | None = typer.Option(
-        None, "--inputs", help=".npz or Polygraphy saved-inputs JSON [default: seeded random]."
+        None,
+        "--inputs",
+        help=".npz or Polygraphy saved-inputs JSON; every sample along the first axis is run, "
+        "in batches of the model's fixed batch [default: seeded random].",
+    ),
+    outputs: list[str] | None = typer.Option(
+        None,
+        "--outputs",
+        help="Compare only these outputs (repeatable, or comma-separated) [default: all]; "
+        "no digest is then compared with or recorded in the lock.",
     ),
     report: Path | None = typer.Option(None, "--report", help="Write a JSON report here."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
@@ -95,6 +104,7 @@ def verify(
       reprobuild verify --lock tactics.lock --rebuilds 3 --report verify.json
       reprobuild verify --lock tactics.lock --require-power      # in CI
       reprobuild verify --lock tactics.lock --sensitivity        # which layers matter
+      reprobuild verify --lock tactics.lock --inputs batch.npz --outputs logits
     """
     from reprobuild.workflow.verify import verify as run
 
@@ -118,6 +128,7 @@ def verify(
         held_out=held_out,
         target=target,
         record_digests=record_digests,
+        outputs=[n for o in outputs or () for n in o.split(",") if n] or None,
     )
     if as_json:
         print_json(result.to_json())
@@ -199,6 +210,11 @@ def _print_verify(result: Any) -> None:
 def _recorded_line(result: Any) -> str:
     """What the bits were compared with across machines: the target's recorded digest."""
     new = result.outputs_sha256[:16]
+    if result.outputs_chosen is not None:
+        return (
+            f"bits: outputs {new} of {', '.join(result.outputs_chosen)} only (--outputs), not "
+            "compared with the lock's digests, which cover every output"
+        )
     if result.matches_recorded is None:
         tail = (
             "recorded in the lock now (--record-digests)"

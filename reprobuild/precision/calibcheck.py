@@ -24,16 +24,17 @@ FORMATS = (
 )
 
 
-def read_input_file(path: str) -> bytes:
-    """A calibration file's bytes, under the inputs size cap."""
+def read_input_file(path: str, what: str = "calibration", hint: str = FORMATS) -> bytes:
+    """A calibration (or ``what``) file's bytes, under the inputs size cap; the messages
+    name the file as what the user passed it for."""
     try:
         check_size(path, os.stat(path).st_size, "inputs")
         with open(path, "rb") as f:
             return f.read()
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such calibration file; {FORMATS}") from None
+        raise UsageError(f"{path}: no such {what} file; {hint}") from None
     except OSError as err:
-        raise UsageError(f"{path}: cannot read the calibration file ({err.strerror})") from None
+        raise UsageError(f"{path}: cannot read the {what} file ({err.strerror})") from None
 
 
 def concat_parts(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def bisect(
             f"{lock_path} and {against} list different layers ({len(unmatched)} keys); bisect "
             "needs two locks of the same model, settings and environment"
         )
-    feeds, _ = load_inputs(inputs, model_path, seed)
+    samples = load_inputs(inputs, model_path, seed)
     steps: list[str] = []
     count = 0
     with tempfile.TemporaryDirectory(prefix="reprobuild-bisect-") as tmp:
@@ -88,7 +89,7 @@ def bisect(
                 progress(Step(f"build {count}: {len(swapped)} of {len(differing)} layers from B"))
                 tactics = {k: (other[k] if k in swapped else v) for k, v in base.items()}
                 pb = pinned_build(be, built_model, a.settings, tactics, cfile, quiet, [])
-                memo[swapped] = output_hashes(be.run(pb.output.engine, feeds))
+                memo[swapped] = output_hashes(samples.run(partial(be.run, pb.output.engine)))
             return memo[swapped]
 
         search = "first" if first else "all"
