@@ -283,6 +283,13 @@ def test_group_testing_finds_every_culprit_or_the_first() -> None:
     assert sorted(found) == [["k03"], ["k07"], ["k11"]]
     found = _group_test(keys, changes_with({"k13"}, {"k02", "k05"}), False, [])
     assert sorted(found) == [["k02", "k05"], ["k13"]]
+    # dense culprits (every layer but two): tested layer by layer once both halves changed
+    # the outputs two levels in a row, in fewer builds than splitting down to every layer
+    dense = set(keys) - {"k04", "k09"}
+    builds.clear()
+    found = _group_test(keys, changes_with(dense, set()), False, [])
+    assert sorted(found) == [[k] for k in sorted(dense)]
+    assert len(set(builds)) < 2 * len(keys) - 2
     builds.clear()
     found = _group_test(keys, changes_with({"k03", "k07", "k11"}, set()), True, [])
     assert found == [["k03"]] and len(builds) == 8  # two halves at each of 4 levels

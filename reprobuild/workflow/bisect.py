@@ -140,11 +140,13 @@ def _group_test(keys: list[str], changes: Any, first: bool, steps: list[str]) ->
     that change them alone, and smallest interacting sets where only layers together do.
 
     A group that changes the outputs is split and both halves searched; a half that does
-    not change them holds no culprit. ``first`` stops at the first group found."""
+    not change them holds no culprit. Where culprits are dense (both halves changed the
+    outputs, two levels in a row) splitting costs more builds than testing each layer, so
+    those halves are tested layer by layer. ``first`` stops at the first group found."""
     found: list[list[str]] = []
-    pending = [keys]  # groups known to change the outputs, searched depth first
+    pending = [(keys, False)]  # groups known to change the outputs, depth first
     while pending and not (first and found):
-        group = pending.pop()
+        group, dense = pending.pop()
         if len(group) == 1:
             found.append(group)
             continue
@@ -158,7 +160,23 @@ def _group_test(keys: list[str], changes: Any, first: bool, steps: list[str]) ->
         steps.append(
             f"{len(group)} layers: {' and '.join(f'{len(h)}' for h in hits)} change the outputs"
         )
-        pending.extend(reversed(hits))  # the left half first
+        if len(hits) == 2 and dense and not first:
+            steps.append(f"culprits are dense: testing {len(group)} layers one by one")
+            for part in hits:
+                found.extend(_one_by_one(part, changes))
+            continue
+        pending.extend((h, len(hits) == 2) for h in reversed(hits))  # the left half first
+    return found
+
+
+def _one_by_one(group: list[str], changes: Any) -> list[list[str]]:
+    """The layers of ``group`` (which changes the outputs) that change them alone, and the
+    rest's smallest interacting set when the rest still changes them."""
+    alone = [k for k in group if changes([k])]
+    rest = [k for k in group if k not in alone]
+    found = [[k] for k in alone]
+    if rest and (not alone or changes(rest)):
+        found.append(_minimise(rest, changes))
     return found
 
 
