@@ -214,6 +214,8 @@ def test_bisect_finds_the_int8_layer_whose_tactic_differs(recorded, cli) -> None
             "key": entry.key,
             "tactic_a": f"0x{entry.tactic:x}",
             "tactic_b": f"0x{other.tactic:x}",
+            "group": 0,
+            "alone": True,
         }
     ]
     # diff: one tactic changed, the precision plans the same

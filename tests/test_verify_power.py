@@ -109,7 +109,20 @@ def test_flat_model_has_no_power_and_says_so(work: Path, cli) -> None:
     verdict = r.out.strip().splitlines()[-1]
     assert verdict.startswith("REPRODUCIBLE BUT UNPROVEN:"), r.out
     assert "the check has no power on these inputs" in verdict
-    assert "none of the 26 single-tactic changes tried changed the outputs" in r.out
+    # 26 layers have another candidate: each one's most different candidate, then others,
+    # up to the default limit of two builds per layer; the verdict says so
+    doc = json.loads(
+        cli("verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "--json").out
+    )
+    possible = sum(len(e.candidates) - 1 for e in load_lock("sq.lock").layers)
+    assert doc["control"]["layers_switchable"] == 26 and doc["control"]["changes_tried"] == 52
+    assert doc["control"]["changes_possible"] == possible > 52
+    assert (
+        f"none of the 52 single-tactic changes tried (of {possible} possible) changed the "
+        "outputs" in r.out
+    )
+    assert f"(none of the 52 single-tactic changes tried (of {possible} possible)" in verdict
+    assert "the limit of 52 builds (--control-limit) stopped the search" in r.out
     r = cli(
         "verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q", "--require-power"
     )
@@ -155,6 +168,128 @@ def test_reweighted_squeezenet_has_power_and_bisect_finds_culprits(work: Path, c
     r = cli("bisect", "--lock", "a.lock", "--against", "b.lock", "--json", *base)
     assert r.code == 1, r  # the locks' outputs differ
     doc = json.loads(r.out)
-    assert doc["outputs_differ"] and len(doc["culprits"]) >= 1
+    assert doc["outputs_differ"] and doc["search"] == "all"
+    assert doc["message"].startswith("all culprits (every differing layer searched)")
     names = {e.layer for e in load_lock("a.lock").layers}
     assert all(c["layer"] in names and c["tactic_a"] != c["tactic_b"] for c in doc["culprits"])
+    every = {c["key"] for c in doc["culprits"]}
+    assert len(every) > 1  # several of the differing layers reach the softmax
+    r = cli("bisect", "--lock", "a.lock", "--against", "b.lock", "--json", "--first", *base)
+    assert r.code == 1, r
+    first = json.loads(r.out)
+    assert first["search"] == "first" and first["message"].startswith("first culprit only")
+    assert {c["key"] for c in first["culprits"]} < every and first["builds"] < doc["builds"]
+    r = cli("bisect", "--lock", "a.lock", "--against", "b.lock", *base)
+    assert r.code == 1 and "all culprits" in r.out and f"{len(every)} layers" in r.out, r
+
+
+def test_ranked_alternatives_try_another_accumulation_precision_first() -> None:
+    from reprobuild.lock.model import LayerEntry, LockCandidate
+    from reprobuild.workflow.alternatives import difference, ranked_alternatives
+
+    names = [
+        "ref_conv_im2col_splitk4_f16_f32acc",  # one family with the locked splitk2
+        "ref_conv_im2col_splitk2_f16_f32acc",  # locked
+        "ref_conv_direct_f16_f32acc",
+        "ref_conv_im2col_k16_f16_f16acc",
+    ]
+    cands = [LockCandidate(i + 1, n) for i, n in enumerate(names)]
+    entry = LayerEntry("k", "conv1", 2, names[1], candidates=cands)
+    # another accumulation precision (and family) first, then another family, then the rest
+    assert [k for _, k in ranked_alternatives(entry)] == [names[3], names[2], names[0]]
+    assert difference(names[1], names[0]) == 0
+    assert difference(names[1], "ref_conv_im2col_blas_f16_f32acc") == 1  # another scheme
+    # TensorRT-style names: the accumulation type sits in the precision words
+    a = "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f16_nhwckrsc_tilesize128x128x32"
+    b = "sm80_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_tilesize64x64x32"
+    assert difference(a, b) == 2 and difference(a, a.replace("128x128", "64x128")) == 0
+    no_names = LayerEntry("k", "l", 1, None, candidates=[LockCandidate(t) for t in (3, 1, 2)])
+    assert [t for t, _ in ranked_alternatives(no_names)] == [3, 2]  # the lock's order
+
+
+def test_fp16_cnn_control_tries_fp16_accumulation_first(work: Path, cli) -> None:
+    """A random-weight CNN without a dense head in FP16, every layer locked to an FP32-
+    accumulating kernel: another FP32-accumulating kernel of conv1 rounds to the same bits
+    (the only change an earlier control tried there), one accumulating in FP16 does not."""
+    from tests.models.small import conv_only_cnn
+
+    conv_only_cnn(work / "co.onnx")
+    base = ("--backend", "reference", "-q")
+    r = cli("build", "co.onnx", "--precision", "fp16", "--lock", "co.lock",
+            "--ref-timing", "prefer:blas", *base)  # fmt: skip
+    assert r.code == 0, r
+    lock = load_lock("co.lock")
+    conv1 = next(e for e in lock.layers if e.layer == "conv1" and len(e.candidates) > 1)
+    assert conv1.kernel.endswith("_f32acc")
+    r = cli("verify", "--lock", "co.lock", "-n", "1", "--json", "--sensitivity",
+            "--control-limit", "1", "--require-power", *base)  # fmt: skip
+    assert r.code == 0, r
+    doc = json.loads(r.out)
+    (probe,) = doc["control"]["probes"]
+    assert probe["layer"] == "conv1" and probe["kernel"].endswith("_f16acc") and probe["changed"]
+    assert "the check has power (1 of" in doc["control"]["message"]
+    # --sensitivity reuses the control's build of conv1 (same probe) and adds only conv2's
+    rows = {p["key"]: p for p in doc["sensitivity"]}
+    assert rows[conv1.key] == probe
+    assert {p["layer"] for p in doc["sensitivity"]} == {"conv1", "conv2"}
+    # the change an earlier control tried (the first other candidate in lock order, FP32
+    # accumulation) pinned by hand gives the locked bits: it could not have shown
+    first = next(c for c in conv1.candidates if c.tactic != conv1.tactic)
+    assert first.kernel.endswith("_f32acc")
+    r = cli("pin", f"key={conv1.key}", f"tactic=0x{first.tactic:x}", "--lock", "co.lock")
+    assert r.code == 0, r
+    r = cli("verify", "--lock", "co.lock", "-n", "1", "--no-control", "--json", *base)
+    assert json.loads(r.out)["outputs_sha256"] == doc["outputs_sha256"], r
+
+
+def test_empty_lock_says_nothing_is_locked(work: Path, cli) -> None:
+    from tests.models.small import conv_transpose_only
+
+    conv_transpose_only(work / "ct.onnx")
+    base = ("--backend", "reference", "-q")
+    r = cli("build", "ct.onnx", "--lock", "ct.lock", *base)
+    assert r.code == 0, r
+    assert (
+        "warning: the lock records 0 layers: the reference backend times only MatMul, Gemm, "
+        "Conv layers, and this model's ops (ConvTranspose) are not among them" in r.err
+    ), r
+    r = cli("verify", "--lock", "ct.lock", "-n", "1", *base)
+    assert r.code == 0, r
+    verdict = r.out.strip().splitlines()[-1]
+    assert verdict.startswith("NOTHING LOCKED:") and "no power" not in r.out, r.out
+    r = cli("verify", "--lock", "ct.lock", "-n", "1", "--require-power", *base)
+    assert r.code == 1 and "--require-power: nothing is locked" in r.err, r
+    doc = json.loads(cli("verify", "--lock", "ct.lock", "-n", "1", "--json", *base).out)
+    assert doc["nothing_locked"] is True and doc["power"] is False
+
+
+def test_group_testing_finds_every_culprit_or_the_first() -> None:
+    """The search on a stand-in for "do these swapped layers change the outputs": layers
+    that change them alone are all found; a pair that only changes them together is one
+    group; --first stops at the first."""
+    from reprobuild.workflow.bisect import _group_test
+
+    keys = [f"k{i:02d}" for i in range(16)]
+    builds: list[frozenset[str]] = []
+
+    def changes_with(culprits: set[str], pair: set[str]):
+        def changes(subset: list[str]) -> bool:
+            builds.append(frozenset(subset))
+            return bool(culprits & set(subset)) or bool(pair) and pair <= set(subset)
+
+        return changes
+
+    found = _group_test(keys, changes_with({"k03", "k07", "k11"}, set()), False, [])
+    assert sorted(found) == [["k03"], ["k07"], ["k11"]]
+    found = _group_test(keys, changes_with({"k13"}, {"k02", "k05"}), False, [])
+    assert sorted(found) == [["k02", "k05"], ["k13"]]
+    # dense culprits (every layer but two): tested layer by layer once both halves changed
+    # the outputs two levels in a row, in fewer builds than splitting down to every layer
+    dense = set(keys) - {"k04", "k09"}
+    builds.clear()
+    found = _group_test(keys, changes_with(dense, set()), False, [])
+    assert sorted(found) == [[k] for k in sorted(dense)]
+    assert len(set(builds)) < 2 * len(keys) - 2
+    builds.clear()
+    found = _group_test(keys, changes_with({"k03", "k07", "k11"}, set()), True, [])
+    assert found == [["k03"]] and len(builds) == 8  # two halves at each of 4 levels

@@ -88,7 +88,7 @@ def _build(
 
 
 def _run(engine: Path, model: Path = CNN) -> dict[str, np.ndarray]:
-    feeds, _ = load_inputs(None, model, 0)
+    feeds = load_inputs(None, model, 0).feeds
     return ReferenceBackend().run(engine.read_bytes(), feeds)
 
 
@@ -213,7 +213,7 @@ def test_new_calibration_with_lock_keeps_plan_and_bits(
 
     # Calibration data on which the rules decide differently: half the seeded inputs keep
     # every magnitude below 1.0, so conv1/relu1/pool1 would no longer be kept in FP32.
-    feeds, _ = load_inputs(None, CNN, 0)
+    feeds = load_inputs(None, CNN, 0).feeds
     np.savez(
         tmp / "new.npz", **{k: (v * np.float32(0.5)).astype(v.dtype) for k, v in feeds.items()}
     )

@@ -30,7 +30,16 @@ def verify(
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to verify."),
     rebuilds: int = typer.Option(3, "--rebuilds", "-n", help="How many times to rebuild."),
     inputs: Path | None = typer.Option(
-        None, "--inputs", help=".npz or Polygraphy saved-inputs JSON [default: seeded random]."
+        None,
+        "--inputs",
+        help=".npz or Polygraphy saved-inputs JSON; every sample along the first axis is run, "
+        "in batches of the model's fixed batch [default: seeded random].",
+    ),
+    outputs: list[str] | None = typer.Option(
+        None,
+        "--outputs",
+        help="Compare only these outputs (repeatable, or comma-separated) [default: all]; "
+        "no digest is then compared with or recorded in the lock.",
     ),
     report: Path | None = typer.Option(None, "--report", help="Write a JSON report here."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
@@ -45,7 +54,10 @@ def verify(
         help="Exit 1 when no single-tactic change reaches the outputs (for CI gates).",
     ),
     control_limit: int | None = typer.Option(
-        None, "--control-limit", help="At most this many control builds [default: every layer]."
+        None,
+        "--control-limit",
+        help="At most this many control builds [default: two per layer with another "
+        "recorded candidate].",
     ),
     with_sensitivity: bool = typer.Option(
         False,
@@ -78,16 +90,21 @@ def verify(
     recording machine's engine gave): other bits are exit 1, naming the target and both
     digests; a machine of no recorded target is exit 3.
 
-    A positive control then switches one layer to another recorded candidate and reports
-    whether the outputs change: if no single-tactic change reaches them, identical outputs
-    prove nothing about the tactics (a saturated or argmax output, constant inputs), and the
-    verdict says so. Accuracy against ONNX Runtime in float32 is reported, never decisive.
+    A positive control then switches one layer at a time to another recorded candidate (the
+    ones most likely to show first: another accumulation precision, another algorithm
+    family; then every other candidate), within --control-limit builds, and reports whether
+    the outputs change: if none of the changes tried reaches them, identical outputs prove
+    nothing about the tactics (a saturated or argmax output, constant inputs), and the
+    verdict says how many of the possible changes were tried. A lock with no layers says
+    that nothing is locked (exit 0; 1 with --require-power). Accuracy against ONNX Runtime
+    in float32 is reported, never decisive.
 
     \b
     Example:
       reprobuild verify --lock tactics.lock --rebuilds 3 --report verify.json
       reprobuild verify --lock tactics.lock --require-power      # in CI
       reprobuild verify --lock tactics.lock --sensitivity        # which layers matter
+      reprobuild verify --lock tactics.lock --inputs batch.npz --outputs logits
     """
     from reprobuild.workflow.verify import verify as run
 
@@ -111,6 +128,7 @@ def verify(
         held_out=held_out,
         target=target,
         record_digests=record_digests,
+        outputs=[n for o in outputs or () for n in o.split(",") if n] or None,
     )
     if as_json:
         print_json(result.to_json())
@@ -122,7 +140,12 @@ def verify(
         raise typer.Exit(1)
     if require_power and not result.power:
         if not as_json:
-            typer.echo("error: --require-power: the check has no power on these inputs", err=True)
+            why = (
+                "nothing is locked (the lock has 0 layers)"
+                if result.nothing_locked
+                else "the check has no power on these inputs"
+            )
+            typer.echo(f"error: --require-power: {why}", err=True)
         raise typer.Exit(1)
 
 
@@ -170,6 +193,11 @@ def _print_verify(result: Any) -> None:
     )
     if not result.reproducible:
         typer.echo(f"NOT REPRODUCIBLE: {summary}")
+    elif result.nothing_locked:
+        typer.echo(
+            f"NOTHING LOCKED: {summary}; the lock holds no layer, so the rebuilds agree "
+            "without any tactic to check (the backend timed none of the model's layers)"
+        )
     elif result.power is None:
         typer.echo(f"REPRODUCIBLE: {summary} (control skipped: the check's power is unknown)")
     elif result.power:
@@ -177,13 +205,18 @@ def _print_verify(result: Any) -> None:
     else:
         typer.echo(
             f"REPRODUCIBLE BUT UNPROVEN: {summary}; the check has no power on these inputs "
-            "(no single-tactic change reaches the outputs)"
+            f"(none of the {result.control.tried()} reached the outputs)"
         )
 
 
 def _recorded_line(result: Any) -> str:
     """What the bits were compared with across machines: the target's recorded digest."""
     new = result.outputs_sha256[:16]
+    if result.outputs_chosen is not None:
+        return (
+            f"bits: outputs {new} of {', '.join(result.outputs_chosen)} only (--outputs), not "
+            "compared with the lock's digests, which cover every output"
+        )
     if result.matches_recorded is None:
         tail = (
             "recorded in the lock now (--record-digests)"
@@ -233,12 +266,18 @@ def bisect(
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
     cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
     inputs: Path | None = typer.Option(None, "--inputs", help=".npz or Polygraphy JSON inputs."),
+    first: bool = typer.Option(
+        False, "--first", help="Stop at the first culprit found [default: find every culprit]."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
     threads: int | None = ThreadsOpt,
 ) -> None:
-    """Find the smallest set of layers whose tactics make two locks' outputs differ.
+    """Find every layer whose tactic makes two locks' outputs differ (or, with --first, the
+    first one found), by group testing: groups of B's tactics are swapped into A and a group
+    that changes the outputs is split until single layers remain. Layers that change the
+    outputs only together are reported as one group. The verdict says which search ran.
 
     Exit 1 when culprits are found (the locks' outputs differ), 0 when they agree.
 
@@ -257,6 +296,7 @@ def bisect(
         backend=backend_arg(backend, ref_timing, threads),
         cache_dir=cache_dir,
         inputs=inputs,
+        first=first,
     )
     if as_json:
         print_json(result.to_json())
@@ -264,12 +304,16 @@ def bisect(
         for s in result.steps:
             typer.echo(s)
         if result.culprits:
-            typer.echo(
-                format_table(
-                    ["layer", "key", "tactic A", "tactic B"],
-                    [[c["layer"], c["key"], c["tactic_a"], c["tactic_b"]] for c in result.culprits],
-                )
+            rows = [
+                [c["layer"], c["key"], c["tactic_a"], c["tactic_b"]]
+                + ([] if c["alone"] else [f"group {c['group'] + 1}: only together"])
+                for c in result.culprits
+            ]
+            grouped = any(not c["alone"] for c in result.culprits)
+            head = ["layer", "key", "tactic A", "tactic B"] + (
+                ["changes outputs"] if grouped else []
             )
+            typer.echo(format_table(head, [r + [""] * (len(head) - len(r)) for r in rows]))
         typer.echo(
             f"{result.message} ({result.differing_layers} layers differ, {result.builds} builds)"
         )

@@ -23,11 +23,10 @@ FORMATS = (
 )
 
 
-def read_input_file(path: str) -> bytes:
-    """A calibration file's bytes, under the inputs size cap."""
-    return read_input(
-        path, "inputs", "calibration file", missing=f"no such calibration file; {FORMATS}"
-    )
+def read_input_file(path: str, what: str = "calibration", hint: str = FORMATS) -> bytes:
+    """A calibration (or ``what``) file's bytes, under the inputs size cap; the messages
+    name the file as what the user passed it for."""
+    return read_input(path, "inputs", f"{what} file", missing=f"no such {what} file; {hint}")
 
 
 def concat_parts(

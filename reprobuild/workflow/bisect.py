@@ -1,7 +1,11 @@
 """``bisect``: which layers' tactics make two locks' outputs differ.
 
-Builds lock A's tactics with halves of B's differing pins swapped in; when neither half alone
-changes the outputs (layers interact), it falls back to removing layers one by one.
+Group testing: builds lock A's tactics with a group of B's differing tactics swapped in; a
+group that changes the outputs is split in halves and both halves are searched, so the
+search keeps going after the first culprit and names every layer whose tactic alone changes
+the outputs (``first``: it stops at the first one). When a group changes the outputs but
+neither half does (layers interact), it is narrowed to a smallest set by removing layers one
+by one, reported as one interacting group.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,7 @@ class BisectResult:
     outputs_differ: bool
     message: str
     steps: list[str] = field(default_factory=list)
+    search: str = "all"  # "all": every culprit; "first": stopped at the first one found
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -47,13 +53,11 @@ def bisect(
     cache_dir: str | os.PathLike[str] = "caches",
     inputs: str | os.PathLike[str] | None = None,
     seed: int = 0,
+    first: bool = False,
     progress: Progress = quiet,
 ) -> BisectResult:
-    """Find the smallest set of layers whose tactic difference changes the outputs.
-
-    Builds lock A's tactics with halves of B's differing pins swapped in; when neither half
-    alone changes the outputs (layers interact), falls back to removing layers one by one.
-    """
+    """Find every layer whose tactic difference changes the outputs (``first``: the first
+    one found, fewer builds); see the module's docstring for the search."""
     from reprobuild.cachedir import cache_path
 
     be = resolve_backend(backend)
@@ -71,7 +75,7 @@ def bisect(
             f"{lock_path} and {against} list different layers ({len(unmatched)} keys); bisect "
             "needs two locks of the same model, settings and environment"
         )
-    feeds, _ = load_inputs(inputs, model_path, seed)
+    samples = load_inputs(inputs, model_path, seed)
     steps: list[str] = []
     count = 0
     with tempfile.TemporaryDirectory(prefix="reprobuild-bisect-") as tmp:
@@ -86,49 +90,122 @@ def bisect(
                 progress(Step(f"build {count}: {len(swapped)} of {len(differing)} layers from B"))
                 tactics = {k: (other[k] if k in swapped else v) for k, v in base.items()}
                 pb = pinned_build(be, built_model, a.settings, tactics, cfile, quiet, [])
-                memo[swapped] = output_hashes(be.run(pb.output.engine, feeds))
+                memo[swapped] = output_hashes(samples.run(partial(be.run, pb.output.engine)))
             return memo[swapped]
 
+        search = "first" if first else "all"
         if not differing:
-            return BisectResult(0, [], 0, False, "the locks choose the same tactics everywhere")
+            return BisectResult(
+                0, [], 0, False, "the locks choose the same tactics everywhere", search=search
+            )
         ref = outputs_with(frozenset())
-        if outputs_with(frozenset(differing)) == ref:
+
+        def changes(subset: list[str]) -> bool:
+            return outputs_with(frozenset(subset)) != ref
+
+        if not changes(differing):
             return BisectResult(
                 len(differing),
                 [],
                 count,
                 False,
                 "the locks differ in tactics but give identical outputs",
+                search=search,
             )
-
-        def changes(subset: list[str]) -> bool:
-            return outputs_with(frozenset(subset)) != ref
-
-        current = list(differing)
-        while len(current) > 1:
-            half = len(current) // 2
-            left, right = current[:half], current[half:]
-            if changes(left):
-                current = left
-            elif changes(right):
-                current = right
-            else:
-                steps.append(f"halves of {len(current)} layers interact; minimising one by one")
-                for k in list(current):
-                    trial = [x for x in current if x != k]
-                    if trial and changes(trial):
-                        current = trial
-                break
-            steps.append(f"narrowed to {len(current)} layers")
+        found = _group_test(differing, changes, first, steps)
     culprits = [
         {
             "layer": names.get(k, "?"),
             "key": k,
             "tactic_a": f"0x{base[k]:x}",
             "tactic_b": f"0x{other[k]:x}",
+            "group": group,  # culprits of one group change the outputs together
+            "alone": len(keys) == 1,
         }
-        for k in current
+        for group, keys in enumerate(found)
+        for k in keys
     ]
     return BisectResult(
-        len(differing), culprits, count, True, f"{len(culprits)} layer(s) change the outputs", steps
+        len(differing),
+        culprits,
+        count,
+        True,
+        _message(found, first),
+        steps,
+        search,
     )
+
+
+def _group_test(keys: list[str], changes: Any, first: bool, steps: list[str]) -> list[list[str]]:
+    """The culprit groups among ``keys`` (which change the outputs together): single layers
+    that change them alone, and smallest interacting sets where only layers together do.
+
+    A group that changes the outputs is split and both halves searched; a half that does
+    not change them holds no culprit. Where culprits are dense (both halves changed the
+    outputs, two levels in a row) splitting costs more builds than testing each layer, so
+    those halves are tested layer by layer. ``first`` stops at the first group found."""
+    found: list[list[str]] = []
+    pending = [(keys, False)]  # groups known to change the outputs, depth first
+    while pending and not (first and found):
+        group, dense = pending.pop()
+        if len(group) == 1:
+            found.append(group)
+            continue
+        half = len(group) // 2
+        left, right = group[:half], group[half:]
+        hits = [part for part in (left, right) if changes(part)]
+        if not hits:
+            steps.append(f"halves of {len(group)} layers interact; minimising one by one")
+            found.append(_minimise(group, changes))
+            continue
+        steps.append(
+            f"{len(group)} layers: {' and '.join(f'{len(h)}' for h in hits)} change the outputs"
+        )
+        if len(hits) == 2 and dense and not first:
+            steps.append(f"culprits are dense: testing {len(group)} layers one by one")
+            for part in hits:
+                found.extend(_one_by_one(part, changes))
+            continue
+        pending.extend((h, len(hits) == 2) for h in reversed(hits))  # the left half first
+    return found
+
+
+def _one_by_one(group: list[str], changes: Any) -> list[list[str]]:
+    """The layers of ``group`` (which changes the outputs) that change them alone, and the
+    rest's smallest interacting set when the rest still changes them."""
+    alone = [k for k in group if changes([k])]
+    rest = [k for k in group if k not in alone]
+    found = [[k] for k in alone]
+    if rest and (not alone or changes(rest)):
+        found.append(_minimise(rest, changes))
+    return found
+
+
+def _minimise(group: list[str], changes: Any) -> list[str]:
+    """A smallest subset of ``group`` that still changes the outputs (one by one)."""
+    current = list(group)
+    for k in list(current):
+        trial = [x for x in current if x != k]
+        if trial and changes(trial):
+            current = trial
+    return current
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _message(found: list[list[str]], first: bool) -> str:
+    """What the search did and found, in words: every culprit, or only the first."""
+    together = [g for g in found if len(g) > 1]
+    alone = len(found) - len(together)
+    parts = []
+    if alone:
+        parts.append(
+            f"{_plural(alone, 'layer')} change{'s' if alone == 1 else ''} the outputs alone"
+        )
+    for g in together:
+        parts.append(f"a group of {len(g)} layers changes them only together")
+    if first:
+        return f"first culprit only (--first; other layers may change the outputs too): {parts[0]}"
+    return f"all culprits (every differing layer searched): {'; '.join(parts)}"

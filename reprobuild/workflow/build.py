@@ -224,6 +224,10 @@ def _build(
                 done.lock.precision = plan
                 done.changes.append("recorded the model's observed precision")
         plan_check = _plan_check(done, built_model, warnings)
+        if not done.lock.layers:
+            from reprobuild.workflow.untimed import empty_lock_warning
+
+            warnings.append(empty_lock_warning(be, built_model))
         seeded = any(o.inputs == "seeded:0" for o in done.lock.outputs)
         if done.recorded or (not seeded and not frozen):
             progress(Step("running the engine on seeded inputs (the target's expected bits)"))

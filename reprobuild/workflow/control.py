@@ -3,9 +3,11 @@
 ``verify`` proves a lock by rebuilding and comparing output bits. That proof is empty when
 no tactic could have changed those bits (a saturated softmax, an argmax head, constant
 inputs): every lock, even one that pins nothing, would "reproduce". So verify also runs a
-positive control, one build with one layer switched to another recorded candidate, and
-reports whether the outputs changed; ``--sensitivity`` does that for every layer, which maps
-the layers a lock really protects.
+positive control: builds with one layer switched to another recorded candidate, the ones
+most likely to show first (:mod:`.alternatives`), until the outputs change or the build
+limit is reached, and its verdict says how many of the possible changes it tried;
+``--sensitivity`` switches every layer (reusing the control's builds), which maps the
+layers a lock really protects.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from reprobuild.errors import ReprobuildError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.pinning import idle_keys
+from reprobuild.workflow.alternatives import difference, ranked_alternatives
 from reprobuild.workflow.pinned import pinned_build
 
 
@@ -45,18 +48,35 @@ class TacticProbe:
         return d
 
 
+DEFAULT_LIMIT_PER_LAYER = 2
+"""Without ``--control-limit``, the control makes at most this many builds per layer that has
+another candidate: each layer's most different candidate, then as many others again."""
+
+
 @dataclass
 class Control:
-    """The positive control: the first single-tactic change (in lock order) that reaches
-    the outputs, or every change tried when none did."""
+    """The positive control: the single-tactic changes tried until one reached the outputs
+    (the last probe), or every change tried when none did."""
 
     power: bool
     probes: list[TacticProbe]
     layers: int  # layers with another recorded candidate to switch to
+    possible: int = 0  # single-tactic changes the lock records (every other candidate)
+    locked: int = 0  # layers in the lock
+    limit: int | None = None  # the build limit that stopped the search, when one did
 
     @property
     def decisive(self) -> TacticProbe | None:
         return self.probes[-1] if self.power else None
+
+    @property
+    def nothing_locked(self) -> bool:
+        """The lock has no layers: there is no tactic whose change the check could see."""
+        return self.locked == 0
+
+    def tried(self) -> str:
+        """What was tried, in the words every verdict uses."""
+        return f"{len(self.probes)} single-tactic changes tried (of {self.possible} possible)"
 
     def message(self) -> str:
         p = self.decisive
@@ -64,14 +84,26 @@ class Control:
             return (
                 f"switching layer {p.layer!r} to {p.kernel or f'0x{p.tried:x}'} flips "
                 f"{p.bits_flipped} of {p.bits_total} output bits (max abs {p.max_abs:.3g}): "
-                "the check has power"
+                f"the check has power ({len(self.probes)} of {self.possible} possible "
+                "single-tactic changes tried)"
             )
+        if self.nothing_locked:
+            return "nothing is locked: the lock has no layers, so no tactic change can be checked"
         if not self.layers:
-            return "no layer has another recorded candidate: the check has no power"
+            return (
+                "no layer has another recorded candidate (0 single-tactic changes possible): "
+                "the check has no power"
+            )
+        stopped = (
+            f"; the limit of {self.limit} builds (--control-limit) stopped the search, raise "
+            "it to try the rest"
+            if self.limit is not None and len(self.probes) < self.possible
+            else ""
+        )
         return (
-            f"none of the {len(self.probes)} single-tactic changes tried changed the outputs on "
-            "these inputs: the inputs or outputs hide the kernels, so identical outputs prove "
-            "nothing here; try other inputs (--inputs) or outputs"
+            f"none of the {self.tried()} changed the outputs on these inputs{stopped}: the "
+            "inputs or outputs hide the kernels, so identical outputs prove nothing here; try "
+            "other inputs (--inputs) or outputs (--outputs)"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -79,16 +111,18 @@ class Control:
             "power": self.power,
             "message": self.message(),
             "layers_switchable": self.layers,
+            "changes_tried": len(self.probes),
+            "changes_possible": self.possible,
+            "nothing_locked": self.nothing_locked,
             "probes": [p.to_json() for p in self.probes],
         }
 
 
 def alternative(entry: LayerEntry) -> tuple[int, str | None] | None:
-    """Another recorded candidate of the layer (the first in the lock's order), or None."""
-    for cand in entry.candidates:
-        if cand.tactic != entry.tactic:
-            return cand.tactic, cand.kernel
-    return None
+    """The layer's candidate most likely to change the outputs (:mod:`.alternatives`), or
+    None when the lock records no other."""
+    ranked = ranked_alternatives(entry)
+    return ranked[0] if ranked else None
 
 
 def bit_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, int, list[str]]:
@@ -126,9 +160,18 @@ class ProbeContext:
     reference: dict[str, Any]
     progress: Progress
     layer_info: str | None = None  # the locked build's engine inspector JSON, when known
+    run: Any = None  # run(engine) -> outputs on every sample; default: backend.run(feeds)
+    # every probe made, by (key, tactic): --sensitivity reuses the control's builds
+    done: dict[tuple[str, int], TacticProbe] = field(default_factory=dict)
 
     def probe(self, entry: LayerEntry, tactic: int, kernel: str | None) -> TacticProbe:
-        """Build with ``entry`` switched to ``tactic`` (everything else locked) and run."""
+        """Build with ``entry`` switched to ``tactic`` (everything else locked) and run;
+        a change probed before is answered from :attr:`done` without building again."""
+        if (entry.key, tactic) not in self.done:
+            self.done[entry.key, tactic] = self._build_and_compare(entry, tactic, kernel)
+        return self.done[entry.key, tactic]
+
+    def _build_and_compare(self, entry: LayerEntry, tactic: int, kernel: str | None) -> TacticProbe:
         result = TacticProbe(entry.layer, entry.key, entry.tactic, tactic, kernel)
         tactics = {**self.lock.tactic_map(), entry.key: tactic}
         try:
@@ -145,7 +188,10 @@ class ProbeContext:
             if pb.after.get(entry.key) != tactic:
                 result.error = "the build did not use the switched tactic"
                 return result
-            outputs = self.backend.run(pb.output.engine, self.feeds)
+            if self.run is not None:
+                outputs = self.run(pb.output.engine)
+            else:
+                outputs = self.backend.run(pb.output.engine, self.feeds)
         except ReprobuildError as err:  # e.g. TensorRT refuses the tactic for this layer
             result.error = str(err)
             return result
@@ -162,31 +208,55 @@ class ProbeContext:
         return result
 
 
+def _idle(ctx: ProbeContext) -> set[str]:
+    """Keys the engine provably does not run (another format combination of a layer that
+    runs one of its other keys, :func:`.pinning.idle_keys`): a tactic switched there cannot
+    reach the outputs, so they come last."""
+    return idle_keys(ctx.layer_info, ctx.lock.layers) if ctx.layer_info else set()
+
+
 def positive_control(ctx: ProbeContext, limit: int | None = None) -> Control:
-    """Switch one layer at a time, in lock order, until the outputs change (or ``limit``
-    layers were tried). Keys the engine provably does not run (another format combination
-    of a layer that runs one of its other keys, :func:`.pinning.idle_keys`) come last: a
-    tactic switched there cannot reach the outputs."""
-    switchable = [(e, alt) for e in ctx.lock.layers if (alt := alternative(e)) is not None]
-    if ctx.layer_info:
-        idle = idle_keys(ctx.layer_info, ctx.lock.layers)
-        switchable.sort(key=lambda pair: pair[0].key in idle)  # stable: lock order otherwise
+    """Single-tactic changes until one reaches the outputs, at most ``limit`` builds
+    (default :data:`DEFAULT_LIMIT_PER_LAYER` per switchable layer).
+
+    First every layer's most different candidate (:mod:`.alternatives`: another
+    accumulation precision, another algorithm family), those most likely to show first;
+    when none shows, every other recorded candidate, layer by layer."""
+    idle = _idle(ctx)
+    layers = [e for e in ctx.lock.layers if alternative(e) is not None]
+    layers.sort(key=lambda e: e.key in idle)  # stable: lock order otherwise
+    ranked = {e.key: ranked_alternatives(e) for e in layers}
+    possible = sum(len(r) for r in ranked.values())
+    budget = DEFAULT_LIMIT_PER_LAYER * len(layers) if limit is None else limit
+    first = sorted(  # stable: the order above within one score
+        layers, key=lambda e: (e.key in idle, -difference(e.kernel, ranked[e.key][0][1]))
+    )
+    plan = [(e, ranked[e.key][0]) for e in first]
+    plan += [(e, alt) for e in layers for alt in ranked[e.key][1:]]
     probes: list[TacticProbe] = []
-    for entry, (tactic, kernel) in switchable[:limit]:
+    for entry, (tactic, kernel) in plan[:budget]:
         ctx.progress(Step(f"control: layer {entry.layer!r} -> {kernel or f'0x{tactic:x}'}"))
         probes.append(ctx.probe(entry, tactic, kernel))
         if probes[-1].changed:
-            return Control(True, probes, len(switchable))
-    return Control(False, probes, len(switchable))
+            return Control(True, probes, len(layers), possible, len(ctx.lock.layers))
+    stopped = limit if limit is not None else budget
+    return Control(False, probes, len(layers), possible, len(ctx.lock.layers), stopped)
 
 
 def sensitivity(ctx: ProbeContext) -> list[TacticProbe]:
-    """Every layer switched on its own: which layers the lock protects, and by how much."""
+    """Every layer switched on its own: which layers the lock protects, and by how much.
+
+    Per layer, a change the control already made is reused (one that reached the outputs
+    when there is one); otherwise the layer's most different candidate is built."""
     probes = []
     layers = ctx.lock.layers
     for i, entry in enumerate(layers):
         alt = alternative(entry)
         if alt is None:
+            continue
+        made = [p for (key, _), p in ctx.done.items() if key == entry.key]
+        if made:
+            probes.append(next((p for p in made if p.changed), made[0]))
             continue
         ctx.progress(Step(f"sensitivity {i + 1}/{len(layers)}: layer {entry.layer!r}"))
         probes.append(ctx.probe(entry, *alt))

@@ -97,7 +97,7 @@ def expected_bits(be: Backend, engine: bytes, model_path: Path, seed: int = 0) -
         outputs_digest,
     )
 
-    feeds, _ = load_inputs(None, model_path, seed)
+    feeds = load_inputs(None, model_path, seed).feeds
     digest = outputs_digest(output_hashes(be.run(engine, feeds)))
     return OutputDigest(inputs_label(None, seed), digest)
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reprobuild.accuracy import compare_outputs
+from reprobuild.errors import UsageError
+from reprobuild.precision.analysis import real_inputs
 
 
 def output_hashes(outputs: dict[str, Any]) -> dict[str, str]:
@@ -52,16 +56,113 @@ def inputs_label(path: str | os.PathLike[str] | None, seed: int) -> str:
     return "sha256:" + sha256_file(Path(path))
 
 
+INPUT_FORMATS = (
+    "pass a .npz (one array per model input; the first axis holds the samples) or Polygraphy "
+    "--save-inputs JSON"
+)
+
+
+@dataclass
+class InputSamples:
+    """What ``verify`` and ``bisect`` run an engine on: seeded inputs or an inputs file's
+    arrays, as one run of the model's shape (``count`` None) or as ``count`` samples along
+    the first axis, run ``batch`` at a time as Polygraphy's data loaders iterate a batch."""
+
+    feeds: dict[str, Any]
+    description: str
+    count: int | None = None
+    batch: int | None = None
+
+    def run(self, run: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+        """``run(feeds)`` (an engine) over every sample, outputs joined along the first axis."""
+        if self.count is None:
+            return run(self.feeds)
+        return run_engine_samples(run, self.feeds, self.count, self.batch)
+
+
 def load_inputs(
-    path: str | os.PathLike[str] | None, model_path: Path, seed: int
-) -> tuple[dict, str]:
-    """Seeded random inputs, or ``.npz`` / Polygraphy saved-inputs JSON (never unpickled)."""
+    path: str | os.PathLike[str] | None, model_path: Path, seed: int = 0
+) -> InputSamples:
+    """Seeded random inputs, or an ``.npz`` / Polygraphy saved-inputs JSON file (never
+    unpickled). A file of exactly the model's input shapes is one run, as before; any other
+    count of samples along the first axis (every feed of a JSON file, joined) is run in
+    batches of the model's fixed first dimension (all at once when it has none)."""
     import onnx
 
-    from reprobuild.precision.calibration import load_calibration
+    from reprobuild.precision.calibcheck import check_samples, concat_parts, read_input_file
+    from reprobuild.precision.calibration import check_feeds, load_calibration
+    from reprobuild.precision.safeload import decode_npz, decode_polygraphy_json
 
     proto = onnx.load(str(model_path), load_external_data=False)
-    return load_calibration(None if path is None else str(path), proto, seed=seed)
+    if path is None:
+        feeds, desc = load_calibration(None, proto, seed=seed)
+        return InputSamples(feeds, desc)
+    where = str(path)
+    data = read_input_file(where, "inputs", INPUT_FORMATS)
+    name = os.path.basename(where)
+    desc = f"sha256:{hashlib.sha256(data).hexdigest()} ({name})"
+    if where.lower().endswith(".npz"):
+        parts = [(where, decode_npz(where, data))]
+    elif where.lower().endswith(".json"):
+        feeds = decode_polygraphy_json(where, data)
+        parts = [
+            (f"{where}: feed {i}" if len(feeds) > 1 else where, f) for i, f in enumerate(feeds)
+        ]
+    else:
+        raise UsageError(f"{where}: unknown inputs format; {INPUT_FORMATS}")
+    if len(parts) == 1:
+        try:
+            check_feeds(where, parts[0][1], real_inputs(proto))
+            return InputSamples(parts[0][1], desc)  # the model's own shapes: one run
+        except UsageError:
+            pass  # samples along the first axis, checked below
+    for part_where, part in parts:
+        check_samples(part_where, part, proto)
+    arrays = concat_parts(where, parts)
+    count = check_samples(where, arrays, proto)
+    return InputSamples(arrays, f"{desc}, {count} samples", count, fixed_batch(proto))
+
+
+def fixed_batch(proto: Any) -> int | None:
+    """The first input's fixed first dimension (what an engine of that shape takes per
+    run), or None when it is dynamic."""
+    dims = real_inputs(proto)[0].type.tensor_type.shape.dim
+    if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+        return int(dims[0].dim_value)
+    return None
+
+
+def select_outputs(model_path: Path, names: Sequence[str] | None) -> list[str] | None:
+    """The outputs ``--outputs`` chose, checked against the model's (None: all). An unknown
+    name is refused with the nearest one."""
+    if not names:
+        return None
+    import difflib
+
+    import onnx
+
+    proto = onnx.load(str(model_path), load_external_data=False)
+    known = [o.name for o in proto.graph.output]
+    for n in names:
+        if n not in known:
+            near = difflib.get_close_matches(n, known, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise UsageError(
+                f"--outputs: {model_path} has no output {n!r}; {hint}its outputs are "
+                f"{', '.join(known)}"
+            )
+    return list(dict.fromkeys(names))
+
+
+def inputs_accuracy(
+    model_path: Path, inputs: InputSamples, outputs: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`engine_accuracy` on the inputs as they were run (one run, or sample batches)."""
+    if inputs.count is None:
+        return engine_accuracy(model_path, inputs.feeds, outputs)
+    return sample_accuracy(
+        model_path, inputs.feeds, inputs.count, inputs.batch, outputs, inputs.description
+    )
 
 
 def engine_accuracy(
@@ -88,13 +189,11 @@ def engine_batch(model_path: Path, settings: Any) -> int | None:
     else its profile's opt shape; None when the engine takes any count."""
     import onnx
 
-    from reprobuild.precision.analysis import real_inputs
-
     proto = onnx.load(str(model_path), load_external_data=False)
+    fixed = fixed_batch(proto)
+    if fixed is not None:
+        return fixed
     first = real_inputs(proto)[0]
-    dims = first.type.tensor_type.shape.dim
-    if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
-        return int(dims[0].dim_value)
     for name, _mn, opt, _mx in getattr(settings, "input_shapes", ()):
         if name == first.name and opt:
             return int(opt[0])

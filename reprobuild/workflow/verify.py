@@ -33,11 +33,12 @@ from reprobuild.workflow.control import (
     sensitivity,
 )
 from reprobuild.workflow.outputs import (
-    engine_accuracy,
+    inputs_accuracy,
     inputs_label,
     load_inputs,
     output_hashes,
     outputs_digest,
+    select_outputs,
     tactic_map_digest,
 )
 from reprobuild.workflow.pinned import pinned_build
@@ -81,6 +82,7 @@ class VerifyResult:
     outputs_sha256: str = ""  # the first rebuild's outputs, all in one digest
     recorded_sha256: str | None = None  # what the lock records for these inputs (None: none)
     digests_recorded: bool = False  # --record-digests wrote outputs_sha256 into the lock
+    outputs_chosen: list[str] | None = None  # --outputs: only these compared (None: all)
 
     @property
     def matches_recorded(self) -> bool | None:
@@ -96,6 +98,11 @@ class VerifyResult:
         return not any(b.plan_differs for b in self.builds)
 
     @property
+    def nothing_locked(self) -> bool:
+        """The lock has no layers: the rebuilds agree, but no tactic was there to hold."""
+        return self.layers == 0
+
+    @property
     def power(self) -> bool | None:
         """Whether a single-tactic change reached the outputs; None when not checked."""
         return None if self.control is None else self.control.power
@@ -105,6 +112,7 @@ class VerifyResult:
         d["builds"] = [b.__dict__ for b in self.builds]
         d["accuracy"] = json_safe(self.accuracy)
         d["power"] = self.power
+        d["nothing_locked"] = self.nothing_locked
         d["follows_plan"] = self.follows_plan
         d["matches_recorded"] = self.matches_recorded
         d["control"] = None if self.control is None else json_safe(self.control.to_json())
@@ -131,17 +139,22 @@ def verify(
     held_out: str | os.PathLike[str] | None = None,
     target: str | None = None,
     record_digests: bool = False,
+    outputs: list[str] | None = None,
     progress: Progress = quiet,
 ) -> VerifyResult:
     """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical.
 
-    ``control`` adds the positive control (at most ``control_limit`` probe builds) when the
-    rebuilds agree; ``with_sensitivity`` switches every layer in turn. ``calibration`` (the
+    ``control`` adds the positive control (at most ``control_limit`` probe builds, default
+    two per layer with another candidate) when the rebuilds agree; ``with_sensitivity``
+    switches every layer in turn, reusing the control's builds. ``calibration`` (the
     INT8 lock's data: its first ``samples`` are used) and ``held_out`` sample sets add the
     first engine's error against FP32 on them. The first rebuild's bits are compared with
     the ones the lock records for this machine's target (or ``target``) and these inputs:
     other bits are not reproducible. ``record_digests`` adds them where the lock has none
-    for these inputs (the only time verify writes the lock).
+    for these inputs (the only time verify writes the lock). ``inputs`` may hold any number
+    of samples along the first axis (every one is run); ``outputs`` names the outputs that
+    are compared (default: all), and then no digest is compared with or recorded in the
+    lock, whose digests cover every output.
     """
     from reprobuild.cachedir import cache_path
 
@@ -175,9 +188,22 @@ def verify(
         check_distinct([(report, "verify report")], [(model_path, "model")])
     for note in notes:
         progress(Step(f"warning: {note}"))
-    feeds, inputs_desc = load_inputs(inputs, model_path, seed)
+    chosen = select_outputs(model_path, outputs)
+    if chosen is not None and record_digests:
+        raise UsageError(
+            "--record-digests records the digest of every output: drop --outputs to record it"
+        )
+    samples = load_inputs(inputs, model_path, seed)
+    feeds, inputs_desc = samples.feeds, samples.description
     label = inputs_label(inputs, seed)
-    recorded = next((o.sha256 for o in data.outputs if o.inputs == label), None)
+    recorded = None
+    if chosen is None:  # the lock's digests cover every output
+        recorded = next((o.sha256 for o in data.outputs if o.inputs == label), None)
+
+    def run_engine(engine: Any) -> dict[str, Any]:
+        got = samples.run(partial(be.run, engine))
+        return got if chosen is None else {n: got[n] for n in chosen}
+
     quant = None if data.precision is None else data.precision.quantization
     sets = load_sets(
         model_path,
@@ -225,23 +251,23 @@ def verify(
             if plan is not None and (plan_check is None or not plan.follows):
                 plan_check = plan.to_json()
             progress(Step(f"running engine {i + 1}/{rebuilds}"))
-            outputs = be.run(pb.output.engine, feeds)
+            got = run_engine(pb.output.engine)
             if first_outputs is None:
-                first_outputs, first_layer_info = outputs, pb.output.layer_info
+                first_outputs, first_layer_info = got, pb.output.layer_info
                 set_outputs = run_sets(
                     partial(be.run, pb.output.engine), sets, model_path, data.settings
                 )
             checks.append(
                 BuildCheck(
                     i,
-                    output_hashes(outputs),
+                    output_hashes(got),
                     drift,
                     pb.problems,
                     round(time.perf_counter() - t0, 3),
                     [] if plan is None else plan.problems(),
                 )
             )
-            del pb, outputs  # this rebuild's engine must not be alive while the next builds
+            del pb, got  # this rebuild's engine must not be alive while the next builds
         ref = checks[0].output_sha256
         differing = sorted(
             {n for c in checks for n, h in c.output_sha256.items() if ref.get(n) != h}
@@ -250,13 +276,21 @@ def verify(
         ok = not differing and not any(c.drift or c.problems for c in checks)
         ok = ok and recorded in (None, digest)
         ctx = ProbeContext(
-            be, built_model, data, cfile, feeds, first_outputs or {}, progress, first_layer_info
+            be,
+            built_model,
+            data,
+            cfile,
+            feeds,
+            first_outputs or {},
+            progress,
+            first_layer_info,
+            run=run_engine,
         )
         ctl = positive_control(ctx, control_limit) if control and ok else None
         sens = sensitivity(ctx) if with_sensitivity else None
         getattr(be, "release", lambda: None)()  # its engine and ONNX Runtime's: not both
         progress(Step("comparing with ONNX Runtime"))
-        accuracy = engine_accuracy(model_path, feeds, first_outputs or {})
+        accuracy = inputs_accuracy(model_path, samples, first_outputs or {})
         sample_acc = compare_sets(model_path, sets, set_outputs, data.settings) if sets else None
     result = VerifyResult(
         ok,
@@ -279,6 +313,7 @@ def verify(
         tactic_map_sha256=tactic_map_digest(expected),
         outputs_sha256=digest,
         recorded_sha256=recorded,
+        outputs_chosen=chosen,
     )
     if record_digests and recorded is None and ok:
         from reprobuild.lock.edit import record_digest

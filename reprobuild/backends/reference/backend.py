@@ -106,6 +106,13 @@ class ReferenceBackend:
 
     name = "reference"
 
+    @property
+    def timed_ops(self) -> tuple[str, ...]:
+        """The ONNX ops whose layers have tactics to time (and lock); the rest run untimed."""
+        from reprobuild.backends.reference.kernels import AUTOTUNED_OPS
+
+        return AUTOTUNED_OPS
+
     def __init__(self, *, timing: str = "", threads: int | None = None) -> None:
         """``timing`` injects costs in place of measured ones (tests and demos; see the package
         docs).
