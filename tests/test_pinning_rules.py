@@ -9,7 +9,7 @@ from pathlib import Path
 from reprobuild.backends.base import TimingValue
 from reprobuild.cachedir import cache_path
 from reprobuild.lock.model import LayerEntry
-from reprobuild.pinning import FALLBACK_TIME_MS, finite_time, update_tactics
+from reprobuild.pinning import FAILED_TIME_MS, finite_time, update_tactics
 from reprobuild.types import BuildSettings
 from tests.conftest import trt_env
 
@@ -47,10 +47,43 @@ def test_update_tactics_writes_exactly_the_locked_keys_with_finite_times() -> No
     assert cache.entries[k[2]] == TimingValue(3, 0.25)
 
 
+def test_update_tactics_writes_only_what_the_lock_changes() -> None:
+    k = ["0x" + c * 32 for c in "abcd"]
+    cache = _RecordingCache(
+        {
+            k[0]: TimingValue(1, 0.5),  # the lock says the same tactic and time: untouched
+            k[1]: TimingValue(2, 0.5),  # same tactic, no time in the lock: untouched
+            k[2]: TimingValue(3, 0.5),  # same tactic, another recorded time: written
+            k[3]: TimingValue(4, float("inf")),  # same tactic, failed: untouched (stays inf)
+        }
+    )
+    results = update_tactics(
+        cache,
+        [
+            LayerEntry(k[0], "a", 1, time_ms=0.5),
+            LayerEntry(k[1], "b", 2),
+            LayerEntry(k[2], "c", 3, time_ms=0.75),
+            LayerEntry(k[3], "d", 4),
+        ],
+    )
+    assert cache.updates == [(k[2], 3, 0.75)]
+    assert [r.updated for r in results] == [False, False, True, False]
+    assert math.isinf(cache.entries[k[3]].time_ms)
+
+
+def test_a_failed_entry_never_becomes_cheap() -> None:
+    k = ["0x" + c * 32 for c in "ab"]
+    real = TimingValue(5, 0.02)
+    cache = _RecordingCache({k[0]: TimingValue(1, float("inf")), k[1]: real})
+    update_tactics(cache, [LayerEntry(k[0], "a", 9, time_ms=float("inf"))])
+    assert cache.updates == [(k[0], 9, FAILED_TIME_MS)]
+    assert cache.entries[k[0]].time_ms > real.time_ms  # cannot win a choice of keys
+
+
 def test_finite_time() -> None:
     assert finite_time(0.5) == 0.5 and finite_time(0.0) == 0.0
     for bad in (None, float("inf"), float("-inf"), float("nan"), -1.0):
-        assert finite_time(bad) == FALLBACK_TIME_MS
+        assert finite_time(bad) == FAILED_TIME_MS
 
 
 def test_cache_file_name_changes_only_with_what_makes_caches_differ(tmp_path: Path) -> None:

@@ -995,3 +995,44 @@ def test_cuda_probe_never_raises_and_explains_a_missing_gpu() -> None:
         {"index": g.index, "name": g.name, "compute_capability": g.compute_capability}
         for g in info.gpus
     ]
+
+
+# ---------------------------------------------------------------- constructors that fail
+
+
+@pytest.mark.parametrize("failing", ["Builder", "Runtime", "OnnxParser"])
+def test_a_constructor_that_fails_is_an_environment_error_not_a_crash(
+    trt: ModuleType, cli, tmp_path: Path, failing: str
+) -> None:
+    """The real bindings raise TypeError("... factory function returned nullptr") when the
+    driver cannot serve this TensorRT (tests/test_trt_real_bindings.py): exit 3, one line."""
+    trt._standin.fail_create.add(failing)
+    out = tmp_path / "mlp.engine"
+    res = cli(
+        "build",
+        str(MLP),
+        "--backend",
+        "tensorrt",
+        "--lock",
+        str(tmp_path / "t.lock"),
+        "-o",
+        str(out),
+    )
+    assert res.code == EXIT_ENV, res
+    assert "factory function returned nullptr" in res.err and "driver" in res.err
+    errors = [line for line in res.err.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in res.err and len(errors) == 1
+    assert not out.exists() and not (tmp_path / "t.lock").exists()
+
+
+def test_doctor_creates_a_builder_and_a_runtime_before_calling_tensorrt_available(
+    trt: ModuleType, cli
+) -> None:
+    res = cli("doctor", "--json")
+    assert json.loads(res.out)["backends"]["tensorrt"]["available"] is True
+    trt._standin.fail_create.add("Runtime")
+    res = cli("doctor", "--json")
+    state = json.loads(res.out)["backends"]["tensorrt"]
+    assert state["available"] is False
+    assert "could not create a runtime" in state["problem"]
+    assert "factory function returned nullptr" in state["problem"]

@@ -110,6 +110,10 @@ def doctor(
     cuda = cuda_probe.probe_cuda()
     tensorrt_info = tensorrt_backend.probe_tensorrt()
     tensorrt_reason = tensorrt_info.problem or cuda.no_gpu_reason
+    if tensorrt_reason is None:
+        # Importing TensorRT and seeing a GPU is not enough (a driver too old for this
+        # TensorRT fails only when a builder or runtime is created): create both.
+        tensorrt_reason = tensorrt_backend.creation_problem()
     ref_env, ref_reason = _reference_environment()
     report: dict[str, Any] = {
         "tensorrt": tensorrt_info.to_dict(),

@@ -91,6 +91,22 @@ class _State:
         self.behaviours = set()
         self.myelin_style = 0
         self.module = None
+        # Test knob: class names ("Builder", "Runtime", "OnnxParser") whose constructor
+        # fails as on a machine whose driver cannot serve this TensorRT.
+        self.fail_create = set()
+
+
+_NULLPTR = "pybind11::init(): factory function returned nullptr"
+
+
+def _maybe_fail_create(state, what):
+    """The real bindings raise ``TypeError`` from pybind11's factory ``__init__`` when
+    ``createInferBuilder``/``createInferRuntime``/``createNvOnnxParser`` return null (seen
+    running ``tensorrt-cu12-bindings`` 10.13.3.9 and ``tensorrt-cu13-bindings`` 11.4.0.106
+    against stub libraries whose factories return null: tests/test_trt_real_bindings.py
+    shows it; pybind11's ``init`` factory raises "factory function returned nullptr")."""
+    if what in state.fail_create:
+        raise TypeError(_NULLPTR)
 
 
 class _Strict:
@@ -243,6 +259,7 @@ class OnnxParser(_Strict):
         if not isinstance(network, INetworkDefinition):
             raise TypeError("incompatible function arguments: expected INetworkDefinition")
         _check_logger(logger)
+        _maybe_fail_create(network._state, "OnnxParser")
         self._network = network
         self._logger = logger
         self._errors = []
@@ -733,6 +750,7 @@ class Builder(_Strict):
 
     def __init__(self, logger):
         _check_logger(logger)
+        _maybe_fail_create(self._state, "Builder")
         self._logger = logger
 
     def create_network(self, flags=0):
@@ -1047,6 +1065,7 @@ class Runtime(_Strict):
 
     def __init__(self, logger):
         _check_logger(logger)
+        _maybe_fail_create(self._state, "Runtime")
         self._logger = logger
 
     def deserialize_cuda_engine(self, serialized_engine):

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -67,9 +67,11 @@ __all__ = [
     "TensorRTInfo",
     "TensorRTNotInstalled",
     "TrtTimingCache",
+    "creation_problem",
     "is_usable",
     "machine_environment",
     "probe_tensorrt",
+    "trt_create",
     "unusable_reason",
 ]
 
@@ -177,6 +179,66 @@ def unusable_reason() -> str | None:
     if refusal:
         return refusal
     return cuda_probe.probe_cuda().no_gpu_reason
+
+
+CREATE_HINT = (
+    "the GPU driver may be too old for this TensorRT (TensorRT 11 for CUDA 13 needs a "
+    "CUDA 13 driver; `pip install 'tensorrt-cu12>=10.8'` works with CUDA 12 drivers), or "
+    "its libraries are broken: reinstall TensorRT"
+)
+
+
+def trt_create(
+    trt_factory: Any, what: str, *args: Any, errors: Callable[[], list[str]] | None = None
+) -> Any:
+    """``trt.Builder(logger)``, ``trt.Runtime(logger)`` or ``trt.OnnxParser(net, logger)``.
+
+    The real bindings raise ``TypeError("... factory function returned nullptr")`` when
+    TensorRT cannot create the object (no usable driver, a broken install); stand-ins and
+    older versions may return None. Both become one environment error (exit 3) naming the
+    object, the last error TensorRT logged (``errors``) and the likely fix.
+    """
+    try:
+        trt_obj = trt_factory(*args)
+    except (TypeError, RuntimeError) as err:
+        problem = f"{type(err).__name__}: {err}"
+    else:
+        if trt_obj is not None:
+            return trt_obj
+        problem = "it returned None"
+    logged_errors = errors() if errors is not None else []
+    logged = f"; TensorRT logged: {logged_errors[-1]}" if logged_errors else ""
+    raise BackendUnavailable(
+        f"TensorRT could not create {what} ({problem}){logged}; {CREATE_HINT}; "
+        "check with `reprobuild doctor`"
+    )
+
+
+def creation_problem() -> str | None:
+    """Whether TensorRT can create a builder and a runtime here (what ``doctor`` asks before
+    calling the machine usable): None when it can, else the one-line reason. Importing the
+    module and finding a GPU is not enough: a driver too old for the installed TensorRT
+    fails only here."""
+    reason = unusable_reason()
+    if reason is not None:
+        return reason
+    trt = _trt()
+    router = LogRouter()
+    trt_logger = trt_make_logger(trt, router)
+    router.start(lambda line: None)
+    try:
+        trt_builder = trt_create(
+            trt.Builder, "a builder", trt_logger, errors=lambda: router.errors_since(0)
+        )
+        trt_runtime = trt_create(
+            trt.Runtime, "a runtime", trt_logger, errors=lambda: router.errors_since(0)
+        )
+        del trt_runtime, trt_builder
+    except BackendUnavailable as err:
+        return str(err)
+    finally:
+        router.stop()
+    return None
 
 
 def is_usable() -> bool:
@@ -291,14 +353,12 @@ class TensorRTBackend:
     def _trt_builder(self) -> Any:
         if self._trt_builder_obj is None:
             mark = self._router.error_mark()
-            self._trt_builder_obj = self._trt_module.Builder(self._trt_logger)
-            if self._trt_builder_obj is None:
-                errors = self._router.errors_since(mark)
-                raise BackendUnavailable(
-                    "TensorRT could not create a builder"
-                    + (f": {errors[-1]}" if errors else "")
-                    + "; check the GPU driver with `reprobuild doctor`"
-                )
+            self._trt_builder_obj = trt_create(
+                self._trt_module.Builder,
+                "a builder",
+                self._trt_logger,
+                errors=lambda: self._router.errors_since(mark),
+            )
         return self._trt_builder_obj
 
     # ------------------------------------------------------------------ timing caches
@@ -349,7 +409,9 @@ class TensorRTBackend:
         return 0
 
     def _trt_parse(self, trt_network: Any, path: Path) -> Any:
-        trt_parser = self._trt_module.OnnxParser(trt_network, self._trt_logger)
+        trt_parser = trt_create(
+            self._trt_module.OnnxParser, "an ONNX parser", trt_network, self._trt_logger
+        )
         if bool(trt_parser.parse_from_file(str(path))):
             return trt_parser
         problems = []
@@ -403,9 +465,13 @@ class TensorRTBackend:
             if trt_serialized is None and strict:
                 # A miss or another failure: without the flag a miss lands in the cache,
                 # where the caller's map check names the key; other failures fail again.
-                trt_config.clear_flag(trt.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
-                trt_serialized = trt_builder.build_serialized_network(trt_network, trt_config)
+                # The caller warns about the retry and reports it (``strict_failure``).
+                first = self._router.errors_since(mark)
                 applied["retried_without_error_on_miss"] = True
+                applied["strict_failure"] = first[-1] if first else "no error was logged"
+                trt_config.clear_flag(trt.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
+                mark = self._router.error_mark()
+                trt_serialized = trt_builder.build_serialized_network(trt_network, trt_config)
             if trt_serialized is None:
                 errors = self._router.errors_since(mark)
                 detail = " | ".join(errors[-3:]) if errors else "no error was logged"
@@ -422,7 +488,7 @@ class TensorRTBackend:
 
     def _layer_info(self, engine: bytes) -> str:
         trt = self._trt_module
-        trt_runtime = trt.Runtime(self._trt_logger)
+        trt_runtime = trt_create(trt.Runtime, "a runtime", self._trt_logger)
         trt_engine = trt_runtime.deserialize_cuda_engine(engine)
         if trt_engine is None:
             raise BuildError("TensorRT could not load the engine it just built; see the log")
@@ -434,8 +500,13 @@ class TensorRTBackend:
     # ------------------------------------------------------------------ running
 
     def _trt_load_engine(self, engine: bytes) -> tuple[Any, Any]:
-        trt_runtime = self._trt_module.Runtime(self._trt_logger)
         mark = self._router.error_mark()
+        trt_runtime = trt_create(
+            self._trt_module.Runtime,
+            "a runtime",
+            self._trt_logger,
+            errors=lambda: self._router.errors_since(mark),
+        )
         trt_engine = trt_runtime.deserialize_cuda_engine(bytes(engine))
         if trt_engine is None:
             errors = self._router.errors_since(mark)
