@@ -294,9 +294,11 @@ def idle_keys(layer_info_json: str, locked_entries: Sequence[_Entry]) -> set[str
         ]
 
         def runs(entry: _Entry, shown: list = shown) -> bool:
+            # By hash where the inspector shows one (names repeat across tactics).
             return any(
-                (value is not None and int(value) == int(entry.tactic))
-                or (kernel is not None and kernel == entry.kernel)
+                int(value) == int(entry.tactic)
+                if value is not None
+                else kernel is not None and kernel == entry.kernel
                 for value, kernel in shown
             )
 
@@ -329,22 +331,36 @@ def _check_layer(op_name: str, entries: list[_Entry], layers: Sequence, check: K
     want = " or ".join(sorted(repr(k) for k in locked_kernels)) or "its locked tactic"
     for layer in matched:
         value, used = layer.tactic_value, layer.tactic_name
-        if value is not None and int(value) in locked_tactics:
+        if value is not None:
+            # The hash decides: real candidates share kernel names across tactic hashes.
+            if int(value) in locked_tactics:
+                continue
+            if int(value) in other_tactics:
+                check.problems.append(
+                    f"layer {op_name!r}: engine layer {layer.name!r} uses tactic "
+                    f"0x{int(value):x} ({used or 'no TacticName'}), the lock says "
+                    f"{' or '.join(f'0x{t:x}' for t in sorted(locked_tactics))}"
+                )
+            else:
+                check.warnings.append(
+                    f"layer {op_name!r}: engine layer {layer.name!r} runs tactic "
+                    f"0x{int(value):x}, none of the layer's recorded candidates (a fused or "
+                    "split layer?); not checked"
+                )
             continue
-        if used and used in locked_kernels:
-            continue
-        if (value is not None and int(value) in other_tactics) or (used and used in other_kernels):
-            shown = used or f"0x{int(value or 0):x}"
-            check.problems.append(
-                f"layer {op_name!r}: engine layer {layer.name!r} uses kernel {shown!r}, "
-                f"the lock says {want}"
-            )
-        elif not used and value is None:
+        if not used:
             check.warnings.append(
                 f"layer {op_name!r}: engine layer {layer.name!r} reports no TacticName"
             )
+        elif used in locked_kernels:
+            continue
+        elif used in other_kernels:
+            check.problems.append(
+                f"layer {op_name!r}: engine layer {layer.name!r} uses kernel {used!r}, "
+                f"the lock says {want}"
+            )
         else:
             check.warnings.append(
-                f"layer {op_name!r}: engine layer {layer.name!r} runs {used or hex(value or 0)!r}, "
-                "none of the layer's recorded candidates (a fused or split layer?); not checked"
+                f"layer {op_name!r}: engine layer {layer.name!r} runs {used!r}, none of the "
+                "layer's recorded candidates (a fused or split layer?); not checked"
             )
