@@ -422,3 +422,48 @@ def test_a_miss_under_error_on_timing_cache_miss_is_retried_so_the_map_names_it(
     update_tactics(cache, [LayerEntry(key, "x", 0x1234)])  # no layer can use this tactic
     with pytest.raises(BuildError, match="TensorRT failed to build the engine"):
         be.build(model, settings, cache, lambda line: None, pinned=True)
+
+
+@pytest.mark.parametrize("precision", [None, "fp16", "int8"])
+def test_export_cache_names_the_cache_by_the_converted_model(
+    precision: str | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A lock with a precision plan builds a converted model, and its recording cache is
+    named by that model's hash: export-cache finds the one `build` wrote (no re-recording)
+    and writes a cache holding the lock's tactics, for FP32, FP16 and INT8 locks alike."""
+    from reprobuild.lock.plan import PrecisionSettings
+    from reprobuild.workflow.export import export_pinned_cache
+    from reprobuild.workflow.request import PrecisionRequest
+
+    install_standin(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "mlp.onnx"
+    shutil.copy(EXAMPLES / "mlp.onnx", model)
+    lock, caches = tmp_path / "t.lock", tmp_path / "caches"
+    request = None
+    if precision is not None:
+        calibration = None
+        if precision == "int8":
+            import numpy as np
+            import onnx
+
+            (inp,) = onnx.load(str(model)).graph.input
+            dims = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+            calibration = str(tmp_path / "calib.npz")
+            rng = np.random.default_rng(0)
+            np.savez(calibration, **{inp.name: rng.random([4, *dims[1:]], np.float32)})
+        request = PrecisionRequest(precision, PrecisionSettings(), calibration=calibration)
+    reprobuild.build(model, lock=lock, backend="tensorrt", cache_dir=caches, precision=request)
+    written = sorted(caches.iterdir())
+    assert len(written) == 1
+    result = export_pinned_cache(lock, tmp_path / "pinned.cache", caches)
+    assert result.recorded_now is False and result.recording_cache == str(written[0])
+    be = __import__("reprobuild.backends", fromlist=["get_backend"]).get_backend("tensorrt")
+    exported = be.create_timing_cache((tmp_path / "pinned.cache").read_bytes())
+    assert load_lock(lock).tactic_map().items() <= exported.tactic_map().items()
+    # without the model the converted hash cannot be known: one clear line, nothing written
+    if precision is not None:
+        model.unlink()
+        with pytest.raises(reprobuild.errors.UsageError, match="pass --model"):
+            export_pinned_cache(lock, tmp_path / "other.cache", caches)
+        assert not (tmp_path / "other.cache").exists()

@@ -56,11 +56,15 @@ _ENGINE_MAGIC = b"STANDIN-TRT-ENGINE\x00"
 _INVALID = 2**64 - 1
 _KEY_RE = _re.compile(r"0x[0-9a-fA-F]{32}")
 _AUTOTUNED = ("MatMul", "Gemm", "Conv")
+# QuantizeLinear/DequantizeLinear: explicit quantization, in onnx-tensorrt's operator list
+# (https://github.com/onnx/onnx-tensorrt/blob/main/docs/operators.md) since TensorRT 8.
 _SUPPORTED = frozenset(
     {
         "Add",
         "Cast",
         "Conv",
+        "DequantizeLinear",
+        "QuantizeLinear",
         "Flatten",
         "Gemm",
         "GlobalAveragePool",
@@ -1021,7 +1025,13 @@ class IExecutionContext(_Strict):
         from onnx.reference import ReferenceEvaluator
 
         data = self._engine._data
-        outputs = ReferenceEvaluator(data["model"]).run(None, feeds)
+        try:
+            outputs = ReferenceEvaluator(data["model"]).run(None, feeds)
+        except RuntimeError:  # an op version onnx.reference lacks (Q/DQ before opset 19)
+            import onnxruntime as _ort
+
+            session = _ort.InferenceSession(data["model"], providers=["CPUExecutionProvider"])
+            outputs = session.run(None, feeds)
         return dict(zip(data["outputs"], outputs, strict=True))
 
     def get_tensor_shape(self, name):
