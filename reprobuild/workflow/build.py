@@ -288,41 +288,13 @@ def _sample_accuracy(
 
 
 def _plan_check(done: _Built, built_model: Path, warnings: list[str]) -> Any:
-    """Does the engine run each layer in the precision the lock's plan says?
+    """The engine against the lock's precision plan (``plancheck.judge`` decides: a
+    recording keeps its own verdict, a locked build fails only on a change from it)."""
+    from reprobuild.workflow.plancheck import check_engine, judge
 
-    A recording build warns and keeps its own verdict in the plan (``engine_differs``):
-    TensorRT can legitimately differ (a Cast fused without a Metadata entry). A locked
-    build is drift (exit 1, nothing written) only where it changes from that verdict: a
-    layer that differs now but did not at recording. None without a plan."""
     plan = done.lock.precision
-    if plan is None:
-        return None
-    from reprobuild.workflow.plancheck import check_engine
-
     check = check_engine(done.output.layer_info, plan, built_model)
-    if check is None:
-        return check
-    differs = sorted({v.layer for v in check.by_status("differs")})
-    if done.recorded:
-        plan.engine_differs = tuple(differs)
-        warnings.extend(check.problems())
-        return check
-    new = [v.message() for v in check.by_status("differs") if v.layer not in plan.engine_differs]
-    if new:
-        raise DriftError(
-            "the engine does not follow the lock's precision plan: "
-            + "; ".join(new)
-            + "; check the model's Cast nodes and tensor types, or re-record the lock"
-        )
-    known = [m for m in check.problems() if m not in warnings]
-    warnings.extend(f"{m} (as at recording)" for m in known)
-    now_follow = sorted(set(plan.engine_differs) - set(differs))
-    if now_follow:
-        warnings.append(
-            f"layers {', '.join(now_follow)} differed from the precision plan at recording "
-            "and follow it now"
-        )
-    return check
+    return judge(check, plan, done.recorded, warnings)
 
 
 def _record(

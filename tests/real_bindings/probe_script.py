@@ -13,9 +13,9 @@ def main() -> None:
     import tensorrt_bindings as trt
 
     sys.modules["tensorrt"] = trt  # as a real install's ``tensorrt`` package does
-    from reprobuild.backends.tensorrt.backend import _version, trt_create
     from reprobuild.backends.tensorrt.cache import TrtTimingCache
     from reprobuild.backends.tensorrt.execute import np_dtype
+    from reprobuild.backends.tensorrt.install import _version, trt_create
     from reprobuild.backends.tensorrt.logger import LogRouter, trt_make_logger
     from reprobuild.errors import BackendUnavailable
 

@@ -99,4 +99,3 @@ class TrtTimingCache:
 
     def __len__(self) -> int:
         return len(self.trt_cache.queryKeys())
-
