@@ -44,24 +44,28 @@ def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> lis
     headers = sorted(
         {r.name for r in locked for line in r.locked.lines if _KEY_HEADER.search(line)}
     )
+    cached = any("got cached result" in line for r in locked for line in r.locked.lines)
     out.append(
         Answer(
             "hit-headers",
             questions["hit-headers"],
             _result(built),
-            ["hit-headers"] if headers else ["default"],
+            (["hit-headers"] if headers else []) + (["cached-result-lines"] if cached else [])
+            or ["default"],
             f"headers in the locked build of {', '.join(headers)}" if headers else "no headers",
         )
     )
     unmatched = sorted(
         {w for r in runs for w in r.warnings if "engine layer" in w and "layer '" in w}
     )
+    typed = any(_typed(r.locked.layer_info) for r in locked)
     out.append(
         Answer(
             "engine-names",
             questions["engine-names"],
             _result(built),
-            ["myelin-names"] if unmatched else ["default"],
+            (["myelin-names"] if unmatched else []) + (["typed-io"] if typed else [])
+            or ["default"],
             "; ".join(unmatched[:5]) or "every locked layer matched an engine layer",
         )
     )
@@ -133,7 +137,7 @@ def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> lis
             "; ".join(f"{s.model}: {s.detail or 'ok'}" for s in tx) or "not run",
         )
     )
-    out += key_answers(runs, questions)
+    out += key_answers(runs, questions, shared_names(runs))
     for answer in out:
         answer.action = answer.action or ACTIONS.get(answer.question, "")
     return out
@@ -150,7 +154,30 @@ ACTIONS = {
 }
 
 
-def key_answers(runs: list[Any], questions: dict[str, str]) -> list[Answer]:
+_ROW = re.compile(r"\d+, [\d.]+, [\d.]+, [\d.]+, ([^,]+), (0x[0-9a-fA-F]+)")
+
+
+def shared_names(runs: list[Any]) -> bool:
+    """Whether a recording's tables list one kernel name under several tactic hashes."""
+    seen: dict[str, set[int]] = {}
+    for r in runs:
+        for line in r.recording.lines if r.recording is not None else []:
+            if m := _ROW.search(line):
+                seen.setdefault(m.group(1).strip(), set()).add(int(m.group(2), 16))
+    return any(len(v) > 1 for v in seen.values())
+
+
+def _typed(layer_info: str) -> bool:
+    from reprobuild.logs.layerinfo import parse_layer_info
+
+    try:
+        info = parse_layer_info(layer_info, "engine layer information", strict=False)
+    except Exception:  # noqa: BLE001 - unreadable: no types seen
+        return False
+    return any(t.datatype or t.format for x in info.layers for t in (*x.inputs, *x.outputs))
+
+
+def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False) -> list[Answer]:
     """The answers from :mod:`.probe_keys` and the pinned builds' retries."""
     evs = [(r.name, r.keys) for r in runs if getattr(r, "keys", None) is not None]
     out = []
@@ -181,7 +208,7 @@ def key_answers(runs: list[Any], questions: dict[str, str]) -> list[Answer]:
             "tactic-value",
             questions["tactic-value"],
             "skipped" if not counted else _result(equal),
-            ["default"],
+            ["shared-kernel-names"] if shared else ["default"],
             "; ".join(f"{n}: {m}/{t} TacticValues are cache hashes" for n, (m, t) in counted)
             or "no engine layer showed a TacticValue",
             "cross-checks kernels by TacticValue, names only where it is absent",

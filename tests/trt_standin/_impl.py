@@ -558,9 +558,23 @@ class ITimingCache(_Strict):
 
 
 class _Candidate:
-    def __init__(self, kernel):
+    def __init__(self, kernel, variant=""):
         self.kernel = kernel
-        self.tactic_hash = int(_hex_digest("tactic", kernel, n=13), 16)
+        parts = ("tactic", kernel, variant) if variant else ("tactic", kernel)
+        self.tactic_hash = int(_hex_digest(*parts, n=13), 16)
+
+
+def _shared_names(kernels):
+    """``shared-kernel-names``: candidates that differ only in their pipeline stages print
+    one kernel name with several tactic hashes, as real tables do (43 names under 2 or more
+    hashes in tests/fixtures/trt-logs/trt1016_cookbook_python_logger_verbose_excerpt.log,
+    e.g. ``sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize32x32x64_stage...``)."""
+    return [
+        _Candidate(
+            _re.sub(r"_stage\d+", "", k), m.group(0) if (m := _re.search(r"_stage\d+", k)) else ""
+        )
+        for k in kernels
+    ]
 
 
 def _candidates(state, op, config, combo=""):
@@ -592,6 +606,8 @@ def _candidates(state, op, config, combo=""):
     level = config.builder_optimization_level
     if level == 1:
         kernels = kernels[: max(1, len(kernels) // 2)]
+    if "shared-kernel-names" in state.behaviours:
+        return _shared_names(kernels)
     return [_Candidate(k) for k in kernels]
 
 
@@ -657,6 +673,16 @@ class _Tuner:
                 )
                 return None
             chosen = match[0]
+            if "cached-result-lines" in st.behaviours:
+                # A cache hit as 10.16 trtexec prints it on a rebuild
+                # (tests/fixtures/trt-logs/trt1016_cookbook_trtexec_verbose_excerpt.log:
+                # "node_conv2d + node_relu [Float(...) -> Float(...)] got cached result:
+                # CaskConvolution, tactic 0x5b8bf1b8028629d9, 0.00534603 ms").
+                runner = "CaskConvolution" if op == "Conv" else "CaskGemm"
+                self.say(
+                    f"{name} [Float(1,1,1,1) -> Float(1,1,1,1)] got cached result: {runner}, "
+                    f"tactic 0x{cached:016x}, {entries[key][1]:g} ms"
+                )
             if "hit-headers" in st.behaviours:
                 self._table(marker, name, key, [(entries[key][1], 0, chosen)], write=False)
             if op != "Conv" and self.compile_cache and key in self.cache._compiled:
@@ -946,6 +972,8 @@ class EngineInspector(_Strict):
             return "\n".join(
                 ", ".join(f"{k}: {v}" for k, v in layer.items()) for layer in data["layers"]
             )
+        typed = "typed-io" in st.behaviours
+        tensors = _typed_tensors(data["model"], st.major_minor) if typed else None
         layers = []
         for layer in data["layers"]:
             record = {
@@ -955,12 +983,52 @@ class EngineInspector(_Strict):
                 "Outputs": [],
                 "TacticName": layer["TacticName"],
             }
+            if tensors is not None:
+                node = tensors["nodes"].get(
+                    _re.sub(r"^\[ONNX Layer: (.*)\]$", r"\1", layer["Metadata"])
+                )
+                if node is not None:
+                    record["Inputs"] = [tensors["desc"](t) for t in node[0]]
+                    record["Outputs"] = [tensors["desc"](t) for t in node[1]]
             if "TacticValue" in layer:
                 record["TacticValue"] = layer["TacticValue"]
             record["StreamId"] = 0
             record["Metadata"] = layer["Metadata"]
             layers.append(record)
         return _json.dumps({"Layers": layers, io_key: io})
+
+
+_TYPE_WORDS = {1: "FP32", 10: "FP16", 16: "BF16", 3: "Int8", 6: "Int32", 7: "Int64", 9: "Bool"}
+
+
+def _typed_tensors(model_path, major_minor):
+    """``typed-io``: each layer's input and output tensors with their types, taken from the
+    ONNX graph (a strongly typed build runs the graph's types). 10.x writes one
+    ``"Format/Datatype": "Row major linear FP32"`` field (tests/fixtures/trt-logs/
+    trt84_trex_resnet_a100_fp16_exportLayerInfo.json); 11.x splits it into ``Format`` and
+    ``Datatype`` (tests/fixtures/logparse/layerinfo_trt11_detailed.json)."""
+    import onnx
+
+    proto = onnx.shape_inference.infer_shapes(onnx.load(model_path))
+    graph = proto.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)}
+    types.update({v.name: v.type.tensor_type.elem_type for v in graph.value_info})
+    consts = {t.name for t in graph.initializer}
+    nodes = {
+        (n.name or f"{n.op_type}_{i}"): (
+            [t for t in n.input if t and t not in consts],
+            [t for t in n.output if t],
+        )
+        for i, n in enumerate(graph.node)
+    }
+
+    def desc(tensor):
+        word = _TYPE_WORDS.get(types.get(tensor), "FP32")
+        if major_minor >= (11, 0):
+            return {"Name": tensor, "Format": "Row major linear", "Datatype": word}
+        return {"Name": tensor, "Format/Datatype": f"Row major linear {word}"}
+
+    return {"nodes": nodes, "desc": desc}
 
 
 class ICudaEngine(_Strict):
