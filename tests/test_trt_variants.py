@@ -58,9 +58,15 @@ def _pin_second_candidate(lock_path: Path) -> str:
 
 
 def run_flow(tmp_path: Path, model_name: str) -> dict:
-    """The full flow in ``tmp_path``; returns what each step produced."""
+    """The full flow in ``tmp_path`` on a bundled example; returns what each step produced."""
     model = tmp_path / model_name
     shutil.copy(EXAMPLES / model_name, model)
+    return run_flow_on(tmp_path, model)
+
+
+def run_flow_on(tmp_path: Path, model: Path) -> dict:
+    """Record, pin a non-fastest candidate, locked, frozen, verify (with its control),
+    bisect against a lock pinning another tactic, export-cache."""
     lock, caches = tmp_path / "t.lock", tmp_path / "caches"
     kw = {"backend": "tensorrt", "cache_dir": caches}
     recorded = reprobuild.build(model, lock=lock, out=tmp_path / "a.engine", **kw)
@@ -467,3 +473,62 @@ def test_export_cache_names_the_cache_by_the_converted_model(
         with pytest.raises(reprobuild.errors.UsageError, match="pass --model"):
             export_pinned_cache(lock, tmp_path / "other.cache", caches)
         assert not (tmp_path / "other.cache").exists()
+
+
+def _half_io_model(path: Path) -> Path:
+    """A Gemm -> Relu -> Gemm network whose input, weights and output are FLOAT16."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float16), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float16), "w2")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+            helper.make_node("Relu", ["h"], ["r"], name="relu1"),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2"),
+        ],
+        "half_io",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 4])],
+        [w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_the_whole_flow_with_half_inputs_and_outputs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Non-FLOAT engine I/O: ``get_tensor_dtype`` says HALF, ``run`` moves FP16 bytes."""
+    import numpy as np
+
+    install_standin(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    model = _half_io_model(tmp_path / "half.onnx")
+    out = run_flow_on(tmp_path, model)
+    assert out["recorded"].recorded and out["verify"].reproducible
+    assert out["verify"].power is True
+    assert out["bisect"].culprits and out["export"].locked >= 2
+    from reprobuild.backends import get_backend
+
+    be = get_backend("tensorrt")
+    engine = (tmp_path / "b.engine").read_bytes()
+    result = be.run(engine, {"x": np.ones((2, 8), np.float16)})
+    assert result["y"].dtype == np.float16 and result["y"].shape == (2, 4)
+    want = np.maximum(np.ones((2, 8), np.float16) @ _weights(model, "w1"), 0) @ _weights(
+        model, "w2"
+    )
+    assert np.allclose(result["y"].astype(np.float32), want.astype(np.float32), rtol=1e-2)
+
+
+def _weights(model: Path, name: str):
+    import onnx
+    from onnx import numpy_helper
+
+    init = {t.name: t for t in onnx.load(str(model)).graph.initializer}
+    return numpy_helper.to_array(init[name])

@@ -289,6 +289,9 @@ class OnnxParser(_Strict):
         graph = proto.graph
         self._network._model_path = str(model)
         initializers = {t.name for t in graph.initializer}
+        self._network._io_types = {
+            v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)
+        }
         for value in graph.input:
             if value.name in initializers:
                 continue
@@ -948,6 +951,7 @@ class Builder(_Strict):
             "inputs": [t.name for t in network._inputs],
             "input_shapes": {t.name: list(t.shape) for t in network._inputs},
             "outputs": list(network._outputs),
+            "io_types": dict(getattr(network, "_io_types", {})),
         }
         return IHostMemory(_ENGINE_MAGIC + _json.dumps(engine).encode())
 
@@ -1031,6 +1035,22 @@ def _typed_tensors(model_path, major_minor):
     return {"nodes": nodes, "desc": desc}
 
 
+# ONNX elem_type -> (DataType member, NumPy type name)
+_IO_TYPES = {
+    1: ("FLOAT", "float32"),
+    10: ("HALF", "float16"),
+    3: ("INT8", "int8"),
+    6: ("INT32", "int32"),
+    9: ("BOOL", "bool"),
+}
+
+
+def _np_type(data, name):
+    import numpy as _np
+
+    return _np.dtype(_IO_TYPES.get(data.get("io_types", {}).get(name, 1), ("", "float32"))[1])
+
+
 class ICudaEngine(_Strict):
     def __init__(self, state, data):
         self._state = state
@@ -1058,7 +1078,11 @@ class ICudaEngine(_Strict):
         return mode.OUTPUT if name in self._data["outputs"] else mode.NONE
 
     def get_tensor_dtype(self, name):
-        return self._state.module.DataType.FLOAT
+        """The I/O tensor's type from the graph, as a strongly typed engine keeps it (the
+        real inspector prints it: ``Input ->DataType.FLOAT`` in
+        tests/fixtures/trt-logs/trt1016_cookbook_engineinspector_oneline.log)."""
+        code = self._data.get("io_types", {}).get(name, 1)
+        return getattr(self._state.module.DataType, _IO_TYPES.get(code, ("FLOAT",))[0])
 
     def create_execution_context(self):
         return IExecutionContext(self)
@@ -1108,7 +1132,8 @@ class IExecutionContext(_Strict):
         if name in self._shapes:
             return self._shapes[name]
         if self._out_shapes is None:
-            zeros = {n: _np.zeros(s, _np.float32) for n, s in self._shapes.items()}
+            data = self._engine._data
+            zeros = {n: _np.zeros(s, _np_type(data, n)) for n, s in self._shapes.items()}
             self._out_shapes = {k: v.shape for k, v in self._evaluate(zeros).items()}
         return self._out_shapes.get(name, ())
 
@@ -1124,16 +1149,19 @@ class IExecutionContext(_Strict):
         data = self._engine._data
         feeds = {}
         for name in data["inputs"]:
-            shape = self._shapes[name]
-            nbytes = int(_np.prod(shape, dtype=_np.int64)) * 4
+            shape, dtype = self._shapes[name], _np_type(data, name)
+            nbytes = int(_np.prod(shape, dtype=_np.int64)) * dtype.itemsize
             raw = (_ctypes.c_char * nbytes).from_address(self._addresses[name])
-            feeds[name] = _np.frombuffer(bytes(raw), _np.float32).reshape(shape)
+            feeds[name] = _np.frombuffer(bytes(raw), dtype).reshape(shape)
         outputs = self._evaluate(feeds)
         seed = _hex_digest(*sorted(data["tactics"].items()))
         rng = _np.random.default_rng(int(seed, 16))
         for name in data["outputs"]:
-            out = _np.ascontiguousarray(outputs[name], dtype=_np.float32)
-            out.view(_np.uint32)[...] ^= rng.integers(0, 2, out.shape, dtype=_np.uint32)
+            dtype = _np_type(data, name)
+            out = _np.ascontiguousarray(outputs[name], dtype=dtype)
+            if dtype.kind == "f":  # the last mantissa bit, at the type's own width
+                bits = _np.dtype(f"uint{8 * dtype.itemsize}")
+                out.view(bits)[...] ^= rng.integers(0, 2, out.shape, dtype=bits)
             _ctypes.memmove(self._addresses[name], out.ctypes.data, out.nbytes)
         return True
 
