@@ -532,3 +532,27 @@ def _weights(model: Path, name: str):
 
     init = {t.name: t for t in onnx.load(str(model)).graph.initializer}
     return numpy_helper.to_array(init[name])
+
+
+def test_update_refusing_a_key_matters_only_where_the_lock_changes_it(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    """``update()`` may return False for an existing key; reprobuild writes only the entries
+    the lock changes, so a refused key the lock leaves as recorded never stops a build, and
+    one it must change is one line naming the layer and key (exit 2), nothing written."""
+    trt = install_standin(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "mlp.onnx"
+    shutil.copy(EXAMPLES / "mlp.onnx", model)
+    args = ("build", str(model), "--backend", "tensorrt", "--lock", "t.lock")
+    assert cli(*args).code == 0
+    lock = load_lock(tmp_path / "t.lock")
+    trt._standin.refuse_update.update(e.key for e in lock.layers)
+    assert cli(*args, "-o", "locked.engine").code == 0  # nothing to change: no update()
+    layer = _pin_second_candidate(tmp_path / "t.lock")
+    before = (tmp_path / "t.lock").read_bytes()
+    res = cli(*args, "-o", "pinned.engine")
+    assert res.code == 2, res
+    assert f"layer '{layer}' (key 0x" in res.err and "cannot pin tactic" in res.err
+    assert (tmp_path / "t.lock").read_bytes() == before
+    assert not (tmp_path / "pinned.engine").exists()

@@ -98,6 +98,10 @@ class _State:
         # Test knob: class names ("Builder", "Runtime", "OnnxParser") whose constructor
         # fails as on a machine whose driver cannot serve this TensorRT.
         self.fail_create = set()
+        # Test knob: keys whose update() returns False although they exist ("returns false
+        # if the key is not found or the value is invalid": ITimingCache::update in
+        # NVIDIA/TensorRT include/NvInfer.h, 10.8+; what TensorRT calls invalid is not listed).
+        self.refuse_update = set()
 
 
 _NULLPTR = "pybind11::init(): factory function returned nullptr"
@@ -525,7 +529,7 @@ class ITimingCache(_Strict):
         k = self._key(key)
         if not isinstance(value, TimingCacheValue):
             raise TypeError("incompatible function arguments: expected TimingCacheValue")
-        if k not in self._entries:
+        if k not in self._entries or k in self._state.refuse_update:
             return False
         if _math.isnan(value.timingMSec):
             del self._entries[k]
