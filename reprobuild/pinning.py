@@ -54,22 +54,26 @@ class PinResult:
     layer: str
     tactic: int
     previous: int
+    updated: bool = True  # False: the cache already held exactly what the lock says
 
 
 def update_tactics(
     cache: TimingCache, entries: Iterable[_Entry], *, pinned_only: bool = False
 ) -> list[PinResult]:
-    """``update()`` every (pinned) entry's tactic in the timing cache (the name mirrors
-    ``ITimingCache.update``; editing the lock's pins is ``lock.edit.apply_pins``); any False
-    return raises ``BuildError``.
+    """``update()`` every (pinned) entry the cache does not already hold as the lock says
+    (the name mirrors ``ITimingCache.update``; editing the lock's pins is
+    ``lock.edit.apply_pins``); any False return raises ``BuildError``.
 
-    Exactly the given entries are updated, nothing else in the cache. The time written is
+    Only what the lock changes is written: an entry whose cache value already has the
+    locked tactic and the locked time (or no locked time) is left alone, so a key the
+    lock does not change keeps exactly what the recording build wrote. The time written is
     the entry's recorded time (``time_ms``, exact, from the lock): a builder chooses between
     the several keys of one layer by their cached times, so writing the recorded ones back
-    makes a rebuild on any machine of the target choose as the recording did. An entry
-    without a usable recorded time (a schema-1 lock; ``inf`` for a key whose tactics all
-    failed, which TensorRT's ``update()`` refuses, as it refuses NaN, which would delete the
-    entry) keeps the cache's current time when that is finite.
+    makes a rebuild on any machine of the target choose as the recording did. Without a
+    usable recorded time (a schema-1 lock; ``inf`` for a key whose tactics all failed, which
+    TensorRT's ``update()`` refuses, as it refuses NaN, which would delete the entry) the
+    cache's current time is kept when finite, and a non-finite one becomes
+    :data:`FAILED_TIME_MS`, never a cheap time that could win a format choice.
     """
     results: list[PinResult] = []
     for entry in entries:
@@ -77,7 +81,16 @@ def update_tactics(
             continue
         current = cache.query(entry.key)
         recorded = getattr(entry, "time_ms", None)
-        if recorded is not None and math.isfinite(recorded) and recorded >= 0:
+        usable = recorded is not None and math.isfinite(recorded) and recorded >= 0
+        previous = current.tactic_hash if current is not None else -1
+        if (
+            current is not None
+            and int(current.tactic_hash) == int(entry.tactic)
+            and (not usable or float(current.time_ms) == float(recorded))
+        ):
+            results.append(PinResult(entry.key, entry.layer, entry.tactic, previous, False))
+            continue
+        if usable:
             time_ms = float(recorded)
         else:
             time_ms = finite_time(current.time_ms if current is not None else None)
@@ -97,26 +110,22 @@ def update_tactics(
                 f"layer {entry.layer!r} (key {entry.key}): cannot pin tactic "
                 f"0x{entry.tactic:x}: {why}"
             )
-        results.append(
-            PinResult(
-                key=entry.key,
-                layer=entry.layer,
-                tactic=entry.tactic,
-                previous=current.tactic_hash if current is not None else -1,
-            )
-        )
+        results.append(PinResult(entry.key, entry.layer, entry.tactic, previous, True))
     return results
 
 
-FALLBACK_TIME_MS = 1.0
-"""Written when the cache holds no usable time: finite and positive, so ``update`` accepts
-it; the builder never re-times a key it holds, so the value only has to be valid."""
+FAILED_TIME_MS = 3.4028234663852886e38
+"""Written for a key whose cached time is not finite (every tactic failed: ``inf``) or
+missing: the largest float32, finite so that ``update()`` accepts it, and the most expensive
+time there is, so a pinned failed entry can never undercut a real cost when the builder
+chooses between a layer's keys by their cached times."""
 
 
 def finite_time(time_ms: float | None) -> float:
-    """A timing ``update()`` accepts: the given one when finite and >= 0, else a fallback."""
+    """A timing ``update()`` accepts: the given one when finite and >= 0, else
+    :data:`FAILED_TIME_MS` (expensive, never cheap)."""
     if time_ms is None or not math.isfinite(time_ms) or time_ms < 0:
-        return FALLBACK_TIME_MS
+        return FAILED_TIME_MS
     return float(time_ms)
 
 
@@ -290,9 +299,11 @@ def idle_keys(layer_info_json: str, locked_entries: Sequence[_Entry]) -> set[str
         ]
 
         def runs(entry: _Entry, shown: list = shown) -> bool:
+            # By hash where the inspector shows one (names repeat across tactics).
             return any(
-                (value is not None and int(value) == int(entry.tactic))
-                or (kernel is not None and kernel == entry.kernel)
+                int(value) == int(entry.tactic)
+                if value is not None
+                else kernel is not None and kernel == entry.kernel
                 for value, kernel in shown
             )
 
@@ -325,22 +336,36 @@ def _check_layer(op_name: str, entries: list[_Entry], layers: Sequence, check: K
     want = " or ".join(sorted(repr(k) for k in locked_kernels)) or "its locked tactic"
     for layer in matched:
         value, used = layer.tactic_value, layer.tactic_name
-        if value is not None and int(value) in locked_tactics:
+        if value is not None:
+            # The hash decides: real candidates share kernel names across tactic hashes.
+            if int(value) in locked_tactics:
+                continue
+            if int(value) in other_tactics:
+                check.problems.append(
+                    f"layer {op_name!r}: engine layer {layer.name!r} uses tactic "
+                    f"0x{int(value):x} ({used or 'no TacticName'}), the lock says "
+                    f"{' or '.join(f'0x{t:x}' for t in sorted(locked_tactics))}"
+                )
+            else:
+                check.warnings.append(
+                    f"layer {op_name!r}: engine layer {layer.name!r} runs tactic "
+                    f"0x{int(value):x}, none of the layer's recorded candidates (a fused or "
+                    "split layer?); not checked"
+                )
             continue
-        if used and used in locked_kernels:
-            continue
-        if (value is not None and int(value) in other_tactics) or (used and used in other_kernels):
-            shown = used or f"0x{int(value or 0):x}"
-            check.problems.append(
-                f"layer {op_name!r}: engine layer {layer.name!r} uses kernel {shown!r}, "
-                f"the lock says {want}"
-            )
-        elif not used and value is None:
+        if not used:
             check.warnings.append(
                 f"layer {op_name!r}: engine layer {layer.name!r} reports no TacticName"
             )
+        elif used in locked_kernels:
+            continue
+        elif used in other_kernels:
+            check.problems.append(
+                f"layer {op_name!r}: engine layer {layer.name!r} uses kernel {used!r}, "
+                f"the lock says {want}"
+            )
         else:
             check.warnings.append(
-                f"layer {op_name!r}: engine layer {layer.name!r} runs {used or hex(value or 0)!r}, "
-                "none of the layer's recorded candidates (a fused or split layer?); not checked"
+                f"layer {op_name!r}: engine layer {layer.name!r} runs {used!r}, none of the "
+                "layer's recorded candidates (a fused or split layer?); not checked"
             )

@@ -207,3 +207,28 @@ def test_unnamed_nodes_of_a_converted_plan_map_like_onnx_tensorrt(tmp_path: Path
     assert follows["MatMul_1"] == ["node_of_h"]  # after the inserted input Cast
     assert follows["Relu_2"] == ["node_of_y__fp16"]  # its output renamed by the conversion
     assert {v["planned"] for v in check["layers"]} == {"fp16"}
+
+
+def test_a_difference_seen_at_recording_fails_only_when_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TensorRT may fuse a Cast without listing it in Metadata, so the recording itself can
+    differ from the plan: that verdict goes into the lock, and later builds fail only on
+    a change from it."""
+    from reprobuild.lock.yamlio import load_lock
+
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "fp16_middle.onnx"
+    shutil.copy(EXAMPLES / "fp16_middle.onnx", model)
+    rec = reprobuild.build(model, lock=tmp_path / "t.lock", backend=OffPlanBackend())
+    assert any("layer 'fc2' runs in FP32" in w for w in rec.warnings)
+    assert load_lock(tmp_path / "t.lock").precision.engine_differs == ("fc2",)
+    locked = reprobuild.build(model, lock=tmp_path / "t.lock", backend=OffPlanBackend())
+    assert any("(as at recording)" in w for w in locked.warnings)
+    report = reprobuild.verify(
+        lock=tmp_path / "t.lock", rebuilds=1, backend=OffPlanBackend(), control=False
+    )
+    assert report.follows_plan
+    # the engine following the plan now is a change for the better: a warning, not drift
+    better = reprobuild.build(model, lock=tmp_path / "t.lock", backend="reference")
+    assert any("differed from the precision plan at recording" in w for w in better.warnings)

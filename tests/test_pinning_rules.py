@@ -3,13 +3,14 @@ change only with what makes caches differ."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 from reprobuild.backends.base import TimingValue
 from reprobuild.cachedir import cache_path
-from reprobuild.lock.model import LayerEntry
-from reprobuild.pinning import FALLBACK_TIME_MS, finite_time, update_tactics
+from reprobuild.lock.model import LayerEntry, LockCandidate
+from reprobuild.pinning import FAILED_TIME_MS, cross_check_kernels, finite_time, update_tactics
 from reprobuild.types import BuildSettings
 from tests.conftest import trt_env
 
@@ -47,10 +48,43 @@ def test_update_tactics_writes_exactly_the_locked_keys_with_finite_times() -> No
     assert cache.entries[k[2]] == TimingValue(3, 0.25)
 
 
+def test_update_tactics_writes_only_what_the_lock_changes() -> None:
+    k = ["0x" + c * 32 for c in "abcd"]
+    cache = _RecordingCache(
+        {
+            k[0]: TimingValue(1, 0.5),  # the lock says the same tactic and time: untouched
+            k[1]: TimingValue(2, 0.5),  # same tactic, no time in the lock: untouched
+            k[2]: TimingValue(3, 0.5),  # same tactic, another recorded time: written
+            k[3]: TimingValue(4, float("inf")),  # same tactic, failed: untouched (stays inf)
+        }
+    )
+    results = update_tactics(
+        cache,
+        [
+            LayerEntry(k[0], "a", 1, time_ms=0.5),
+            LayerEntry(k[1], "b", 2),
+            LayerEntry(k[2], "c", 3, time_ms=0.75),
+            LayerEntry(k[3], "d", 4),
+        ],
+    )
+    assert cache.updates == [(k[2], 3, 0.75)]
+    assert [r.updated for r in results] == [False, False, True, False]
+    assert math.isinf(cache.entries[k[3]].time_ms)
+
+
+def test_a_failed_entry_never_becomes_cheap() -> None:
+    k = ["0x" + c * 32 for c in "ab"]
+    real = TimingValue(5, 0.02)
+    cache = _RecordingCache({k[0]: TimingValue(1, float("inf")), k[1]: real})
+    update_tactics(cache, [LayerEntry(k[0], "a", 9, time_ms=float("inf"))])
+    assert cache.updates == [(k[0], 9, FAILED_TIME_MS)]
+    assert cache.entries[k[0]].time_ms > real.time_ms  # cannot win a choice of keys
+
+
 def test_finite_time() -> None:
     assert finite_time(0.5) == 0.5 and finite_time(0.0) == 0.0
     for bad in (None, float("inf"), float("-inf"), float("nan"), -1.0):
-        assert finite_time(bad) == FALLBACK_TIME_MS
+        assert finite_time(bad) == FAILED_TIME_MS
 
 
 def test_cache_file_name_changes_only_with_what_makes_caches_differ(tmp_path: Path) -> None:
@@ -68,3 +102,45 @@ def test_cache_file_name_changes_only_with_what_makes_caches_differ(tmp_path: Pa
         trt_env(cuda_major="13", driver="550.54", runtime="12.4"),
     ):
         assert cache_path(tmp_path, changed, BuildSettings(), "ab" * 32) != name
+
+
+def test_the_kernel_check_compares_hashes_when_candidates_share_a_kernel_name() -> None:
+    """Real tables list one kernel name under several tactic hashes (e.g. the ``tactic_id``
+    column of sampleEditableTimingCache's table, and the repeated ``sm80_xmma_gemm`` names
+    in tests/fixtures/trt-logs): the engine's TacticValue decides, not TacticName."""
+    shared = "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16"
+    cands = [LockCandidate(0x11, shared), LockCandidate(0x22, shared)]
+    entries = [LayerEntry("0x" + "a" * 32, "fc", 0x11, shared, False, cands)]
+
+    def info(tactic: int | None) -> str:
+        layer: dict = {"Name": "fc", "TacticName": shared}
+        if tactic is not None:
+            layer["TacticValue"] = f"0x{tactic:016x}"
+        return json.dumps({"Layers": [layer], "Bindings": []})
+
+    assert cross_check_kernels(info(0x11), entries).problems == []
+    drift = cross_check_kernels(info(0x22), entries)
+    assert len(drift.problems) == 1 and "0x22" in drift.problems[0]
+    # without a TacticValue the shared name proves nothing either way: no drift claimed
+    assert cross_check_kernels(info(None), entries).problems == []
+
+
+def test_a_key_whose_table_prints_twice_keeps_the_timed_candidates() -> None:
+    """A second, one-row table for a key (a cache hit announced again, like the ``got cached
+    result`` lines of tests/fixtures/trt-logs/INDEX.md's 8.x logs) must not replace the
+    candidates the timed table listed."""
+    from types import SimpleNamespace as NS
+
+    from reprobuild.workflow.pinned import entries_from_records
+
+    key = "0x" + "c" * 32
+    cands = [NS(tactic_hash=0x1, kernel="k1"), NS(tactic_hash=0x2, kernel="k2")]
+    timed = NS(
+        key=key, layer="fc", chosen=0x1, candidates=cands, chosen_kernel="k1", from_cache=False
+    )
+    echo = NS(
+        key=key, layer="fc", chosen=0x1, candidates=cands[:1], chosen_kernel="k1", from_cache=True
+    )
+    for records in ([timed, echo], [echo, timed]):
+        entries, _ = entries_from_records(records, {key: 0x1})
+        assert [c.tactic for c in entries[0].candidates] == [0x1, 0x2]

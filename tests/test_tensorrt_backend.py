@@ -801,25 +801,28 @@ def test_cross_check_on_a_real_exported_layer_info_file() -> None:
     if not path.exists():
         pytest.skip("shared TensorRT fixtures are not available in this checkout")
     text = path.read_text().split("\n", 1)[1]  # line 1 is the collector's '# source:' note
-    real = {r["Name"]: r.get("TacticName") for r in json.loads(text)["Layers"]}
-    conv5 = real["Conv_5 + Add_6 + Relu_7"]
+    layers = {r["Name"]: r for r in json.loads(text)["Layers"]}
+    conv5 = layers["Conv_5 + Add_6 + Relu_7"]["TacticName"]
+    value = int(layers["Conv_5 + Add_6 + Relu_7"]["TacticValue"], 16)
     assert conv5
     ok = [
-        LayerEntry("0x" + "5" * 32, "Conv_5", 5, conv5, True),
-        LayerEntry("0x" + "6" * 32, "Add_6", 6, conv5, True),  # not the Reformat feeding it
+        LayerEntry("0x" + "5" * 32, "Conv_5", value, conv5, True),
+        LayerEntry("0x" + "6" * 32, "Add_6", value, conv5, True),  # not the Reformat feeding it
     ]
     assert cross_check_kernels(text, ok).problems == []
     other = LockCandidate(5, "sm80_other_kernel")
     wrong = [LayerEntry("0x" + "5" * 32, "Conv_5", 5, "sm80_other_kernel", True, [other])]
     assert len(cross_check_kernels(text, wrong).problems) == 0  # the real one is unknown here
+    # the engine runs another recorded candidate: its TacticValue (the hash) says so, even
+    # when the candidates' kernel names are the same
     drifted = [
         LayerEntry(
             "0x" + "5" * 32,
             "Conv_5",
             5,
-            "sm80_other_kernel",
+            conv5,
             True,
-            [other, LockCandidate(6, conv5)],
+            [LockCandidate(5, conv5), LockCandidate(value, conv5)],
         )
     ]
     assert len(cross_check_kernels(text, drifted).problems) == 1
@@ -995,3 +998,57 @@ def test_cuda_probe_never_raises_and_explains_a_missing_gpu() -> None:
         {"index": g.index, "name": g.name, "compute_capability": g.compute_capability}
         for g in info.gpus
     ]
+
+
+# ---------------------------------------------------------------- constructors that fail
+
+
+@pytest.mark.parametrize("failing", ["Builder", "Runtime", "OnnxParser"])
+def test_a_constructor_that_fails_is_an_environment_error_not_a_crash(
+    trt: ModuleType, cli, tmp_path: Path, failing: str
+) -> None:
+    """The real bindings raise TypeError("... factory function returned nullptr") when the
+    driver cannot serve this TensorRT (tests/test_trt_real_bindings.py): exit 3, one line."""
+    trt._standin.fail_create.add(failing)
+    out = tmp_path / "mlp.engine"
+    res = cli(
+        "build",
+        str(MLP),
+        "--backend",
+        "tensorrt",
+        "--lock",
+        str(tmp_path / "t.lock"),
+        "-o",
+        str(out),
+    )
+    assert res.code == EXIT_ENV, res
+    assert "factory function returned nullptr" in res.err and "driver" in res.err
+    errors = [line for line in res.err.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in res.err and len(errors) == 1
+    assert not out.exists() and not (tmp_path / "t.lock").exists()
+
+
+def test_doctor_creates_a_builder_and_a_runtime_before_calling_tensorrt_available(
+    trt: ModuleType, cli
+) -> None:
+    res = cli("doctor", "--json")
+    assert json.loads(res.out)["backends"]["tensorrt"]["available"] is True
+    trt._standin.fail_create.add("Runtime")
+    res = cli("doctor", "--json")
+    state = json.loads(res.out)["backends"]["tensorrt"]
+    assert state["available"] is False
+    assert "could not create a runtime" in state["problem"]
+    assert "factory function returned nullptr" in state["problem"]
+
+
+def test_a_strict_build_that_fails_is_retried_loudly(trt: ModuleType, cli, tmp_path: Path) -> None:
+    """ERROR_ON_TIMING_CACHE_MISS fails the pinned build on a missing key; the retry
+    without it is named in the drift message, never silent."""
+    lock, out = tmp_path / "t.lock", tmp_path / "mlp.engine"
+    args = ("build", str(MLP), "--backend", "tensorrt", "--lock", str(lock), "-o", str(out))
+    assert cli(*args).code == 0
+    trt._standin.rekey_ops.add("fc2")  # fc2 gets a new key: a miss the flag stops
+    res = cli(*args)
+    assert res.code == EXIT_DIFFERENT, res
+    assert "was added by the build" in res.err
+    assert "failed with ERROR_ON_TIMING_CACHE_MISS (Timing cache miss for node fc2" in res.err

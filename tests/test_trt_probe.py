@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tarfile
 from pathlib import Path
@@ -44,8 +45,16 @@ def test_probe_on_the_default_standin_works_and_bundles_everything(
     assert report["ok"] is True
     assert [a["question"] for a in report["answers"]] == list(QUESTIONS)
     by_q = {a["question"]: a for a in report["answers"]}
-    assert all(by_q[q]["result"] == "pass" for q in QUESTIONS if q != "trtexec")
+    in_process = ("trtexec", "stable-keys")
+    assert all(by_q[q]["result"] == "pass" for q in QUESTIONS if q not in in_process)
     assert by_q["trtexec"]["result"] == "skipped"  # no trtexec on PATH here
+    # the stand-in lives in this process only: another process cannot build with it
+    assert by_q["stable-keys"]["result"] == "skipped"
+    assert all(a["action"] for a in report["answers"])
+    # the stand-in shares keys between identical layers without the editable flag
+    assert "0 of 2 keys shared (1 without the flag)" in by_q["editable-keys"]["detail"]
+    assert by_q["miss-fails"]["detail"].startswith("cnn: fails (key 0x")
+    assert by_q["tactic-value"]["detail"] == "cnn: 2/2 TacticValues are cache hashes"
     assert all(a["observed"] == ["default"] for a in report["answers"])
     assert by_q["run"]["detail"] == "host memory (test stand-in)"
     names = _members(bundle)
@@ -100,7 +109,72 @@ def test_probe_records_an_unexpected_exception_as_a_failed_step(
     assert res.code == 1, res
     report = json.loads(res.out)
     failed = [s for s in report["steps"] if s["ok"] is False]
-    # the recording build runs the engine first (the target's expected bits)
-    assert {s["name"] for s in failed} == {"record"}
-    assert "unexpected RuntimeError: CUDA error 700" in failed[0]["detail"]
+    # the recording build's run of the engine (the target's expected bits) becomes a
+    # warning there; verify needs the outputs, so its step fails with the message
+    assert {s["name"] for s in failed} == {"verify"}
+    assert "TensorRT failed to run the engine (RuntimeError: CUDA error 700" in failed[0]["detail"]
     assert "Traceback" not in res.err and (tmp_path / "b.tar.gz").is_file()
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_probe_writes_only_its_bundle_and_prints_one_table(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    install_standin(monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mlp.engine").write_bytes(b"the user's own engine")
+    (work / "mlp.onnx").write_bytes(b"the user's own model")
+    before = _snapshot(work)
+    monkeypatch.chdir(work)
+    bundle = tmp_path / "b.tar.gz"
+    res = cli("doctor", "--probe", "--bundle", str(bundle))
+    assert res.code == 0, res
+    assert _snapshot(work) == before and sorted(p.name for p in work.iterdir()) == [
+        "mlp.engine",
+        "mlp.onnx",
+    ]
+    assert "question" in res.out and "what reprobuild does with it" in res.out
+    header = next(line for line in res.out.splitlines() if line.startswith("question"))
+    assert header.split(" | ")[1].strip() == "answer"
+    assert bundle.is_file()
+
+
+def test_an_expected_trtexec_miss_is_an_answer_not_a_failure(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    """trtexec cannot set the editable flag, so its keys may differ and
+    --errorOnTimingCacheMiss stops it: exit 0, the answer says so."""
+    install_standin(monkeypatch)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "trtexec"
+    fake.write_text("#!/bin/sh\necho '[E] [TRT] Error: timing cache miss for layer fc1'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    res = cli("doctor", "--probe", "--bundle", "b.tar.gz", "--json")
+    assert res.code == 0, res
+    by_q = {a["question"]: a for a in json.loads(res.out)["answers"]}
+    assert "expected: trtexec cannot set EDITABLE_TIMING_CACHE" in by_q["trtexec"]["detail"]
+    assert "probe/cnn/trtexec.log" in _members(tmp_path / "b.tar.gz")
+
+
+def test_a_failed_recording_keeps_its_raw_log_in_the_bundle(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    trt = install_standin(monkeypatch)
+    trt._standin.fail_create.add("Runtime")  # the build logs, then the inspector step fails
+    monkeypatch.chdir(tmp_path)
+    res = cli("doctor", "--probe", "--bundle", "b.tar.gz")
+    assert res.code == 1, res
+    assert "step 'plain build' failed for cnn" in res.err  # the first failed step
+    assert "step cnn: record: FAILED" in res.out
+    with tarfile.open(tmp_path / "b.tar.gz") as tf:
+        log = tf.extractfile("probe/cnn/recording.log").read().decode()
+    assert (
+        "Autotuning op" in log and "# the build failed: TensorRT could not create a runtime" in log
+    )

@@ -58,9 +58,15 @@ def _pin_second_candidate(lock_path: Path) -> str:
 
 
 def run_flow(tmp_path: Path, model_name: str) -> dict:
-    """The full flow in ``tmp_path``; returns what each step produced."""
+    """The full flow in ``tmp_path`` on a bundled example; returns what each step produced."""
     model = tmp_path / model_name
     shutil.copy(EXAMPLES / model_name, model)
+    return run_flow_on(tmp_path, model)
+
+
+def run_flow_on(tmp_path: Path, model: Path) -> dict:
+    """Record, pin a non-fastest candidate, locked, frozen, verify (with its control),
+    bisect against a lock pinning another tactic, export-cache."""
     lock, caches = tmp_path / "t.lock", tmp_path / "caches"
     kw = {"backend": "tensorrt", "cache_dir": caches}
     recorded = reprobuild.build(model, lock=lock, out=tmp_path / "a.engine", **kw)
@@ -422,3 +428,133 @@ def test_a_miss_under_error_on_timing_cache_miss_is_retried_so_the_map_names_it(
     update_tactics(cache, [LayerEntry(key, "x", 0x1234)])  # no layer can use this tactic
     with pytest.raises(BuildError, match="TensorRT failed to build the engine"):
         be.build(model, settings, cache, lambda line: None, pinned=True)
+
+
+@pytest.mark.parametrize("precision", [None, "fp16", "int8"])
+def test_export_cache_names_the_cache_by_the_converted_model(
+    precision: str | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A lock with a precision plan builds a converted model, and its recording cache is
+    named by that model's hash: export-cache finds the one `build` wrote (no re-recording)
+    and writes a cache holding the lock's tactics, for FP32, FP16 and INT8 locks alike."""
+    from reprobuild.lock.plan import PrecisionSettings
+    from reprobuild.workflow.export import export_pinned_cache
+    from reprobuild.workflow.request import PrecisionRequest
+
+    install_standin(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "mlp.onnx"
+    shutil.copy(EXAMPLES / "mlp.onnx", model)
+    lock, caches = tmp_path / "t.lock", tmp_path / "caches"
+    request = None
+    if precision is not None:
+        calibration = None
+        if precision == "int8":
+            import numpy as np
+            import onnx
+
+            (inp,) = onnx.load(str(model)).graph.input
+            dims = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+            calibration = str(tmp_path / "calib.npz")
+            rng = np.random.default_rng(0)
+            np.savez(calibration, **{inp.name: rng.random([4, *dims[1:]], np.float32)})
+        request = PrecisionRequest(precision, PrecisionSettings(), calibration=calibration)
+    reprobuild.build(model, lock=lock, backend="tensorrt", cache_dir=caches, precision=request)
+    written = sorted(caches.iterdir())
+    assert len(written) == 1
+    result = export_pinned_cache(lock, tmp_path / "pinned.cache", caches)
+    assert result.recorded_now is False and result.recording_cache == str(written[0])
+    be = __import__("reprobuild.backends", fromlist=["get_backend"]).get_backend("tensorrt")
+    exported = be.create_timing_cache((tmp_path / "pinned.cache").read_bytes())
+    assert load_lock(lock).tactic_map().items() <= exported.tactic_map().items()
+    # without the model the converted hash cannot be known: one clear line, nothing written
+    if precision is not None:
+        model.unlink()
+        with pytest.raises(reprobuild.errors.UsageError, match="pass --model"):
+            export_pinned_cache(lock, tmp_path / "other.cache", caches)
+        assert not (tmp_path / "other.cache").exists()
+
+
+def _half_io_model(path: Path) -> Path:
+    """A Gemm -> Relu -> Gemm network whose input, weights and output are FLOAT16."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float16), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float16), "w2")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+            helper.make_node("Relu", ["h"], ["r"], name="relu1"),
+            helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2"),
+        ],
+        "half_io",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 4])],
+        [w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_the_whole_flow_with_half_inputs_and_outputs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Non-FLOAT engine I/O: ``get_tensor_dtype`` says HALF, ``run`` moves FP16 bytes."""
+    import numpy as np
+
+    install_standin(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    model = _half_io_model(tmp_path / "half.onnx")
+    out = run_flow_on(tmp_path, model)
+    assert out["recorded"].recorded and out["verify"].reproducible
+    assert out["verify"].power is True
+    assert out["bisect"].culprits and out["export"].locked >= 2
+    from reprobuild.backends import get_backend
+
+    be = get_backend("tensorrt")
+    engine = (tmp_path / "b.engine").read_bytes()
+    result = be.run(engine, {"x": np.ones((2, 8), np.float16)})
+    assert result["y"].dtype == np.float16 and result["y"].shape == (2, 4)
+    want = np.maximum(np.ones((2, 8), np.float16) @ _weights(model, "w1"), 0) @ _weights(
+        model, "w2"
+    )
+    assert np.allclose(result["y"].astype(np.float32), want.astype(np.float32), rtol=1e-2)
+
+
+def _weights(model: Path, name: str):
+    import onnx
+    from onnx import numpy_helper
+
+    init = {t.name: t for t in onnx.load(str(model)).graph.initializer}
+    return numpy_helper.to_array(init[name])
+
+
+def test_update_refusing_a_key_matters_only_where_the_lock_changes_it(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    """``update()`` may return False for an existing key; reprobuild writes only the entries
+    the lock changes, so a refused key the lock leaves as recorded never stops a build, and
+    one it must change is one line naming the layer and key (exit 2), nothing written."""
+    trt = install_standin(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "mlp.onnx"
+    shutil.copy(EXAMPLES / "mlp.onnx", model)
+    # band 0: the lock holds the builder's own choices, so the recording cache already has
+    # every locked tactic (the tie rule would move some, and moving one is a change)
+    args = ("build", str(model), "--backend", "tensorrt", "--lock", "t.lock", "--tie-band", "0")
+    assert cli(*args).code == 0
+    lock = load_lock(tmp_path / "t.lock")
+    trt._standin.refuse_update.update(e.key for e in lock.layers)
+    assert cli(*args, "-o", "locked.engine").code == 0  # nothing to change: no update()
+    layer = _pin_second_candidate(tmp_path / "t.lock")
+    before = (tmp_path / "t.lock").read_bytes()
+    res = cli(*args, "-o", "pinned.engine")
+    assert res.code == 2, res
+    assert f"layer '{layer}' (key 0x" in res.err and "cannot pin tactic" in res.err
+    assert (tmp_path / "t.lock").read_bytes() == before
+    assert not (tmp_path / "pinned.engine").exists()

@@ -52,13 +52,26 @@ def _print(report: Any) -> None:
         f"TensorRT {env.get('tensorrt_version')} on {env.get('gpu')} "
         f"(sm {env.get('compute_capability')}, CUDA {env.get('cuda_version')})"
     )
-    for i, a in enumerate(report.answers, 1):
-        typer.echo(f"{i}. {a.question:<14} {a.result:<7} observed: {', '.join(a.observed)}")
-        typer.echo(f"   {a.text}")
-        if a.detail:
-            typer.echo(f"   {a.detail}")
+    rows = [("question", "answer", "what reprobuild does with it")]
+    for a in report.answers:
+        seen = "" if a.observed == ["default"] else f" [observed: {', '.join(a.observed)}]"
+        rows.append((a.text, f"{a.result}: {a.detail}{seen}", a.action))
+    typer.echo(_table(rows))
     for s in report.steps:
         state = "ok" if s.ok else "skipped" if s.ok is None else "FAILED"
         typer.echo(f"step {s.model}: {s.name}: {state} ({s.seconds:.2f} s) {s.detail}".rstrip())
     typer.echo(f"bundle: {report.bundle}")
     typer.echo("cycle: " + ("works" if report.ok else "FAILED"))
+
+
+def _table(rows: list[tuple[str, str, str]]) -> str:
+    """One plain-text table (a rich table wraps unpredictably in logs and bug reports)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append(
+            " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        )
+        if n == 0:
+            lines.append("-+-".join("-" * w for w in widths))
+    return "\n".join(lines)

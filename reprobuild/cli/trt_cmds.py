@@ -31,12 +31,13 @@ def export_cache(
 ) -> None:
     """Write a standard TensorRT timing cache holding the lock's tactics.
 
-    trtexec (--timingCacheFile) and Torch-TensorRT (timing_cache_path) load it. Caveat: its
-    keys were made with the editable-cache flag, which trtexec and Torch-TensorRT cannot
-    set (and without it identical layers share one key), so their builds may miss these
-    keys and re-time; use --errorOnTimingCacheMiss to see it. Unproven either way until
-    `reprobuild doctor --probe` runs trtexec on a GPU. Needs TensorRT and the GPU the lock
-    was recorded on (exit 3 otherwise).
+    Its keys are made with the editable-cache flag (for a lock with a precision plan: those
+    of the converted model, so --model is needed when the lock's model is not at hand).
+    TensorRT's Python API with that flag honours them; trtexec loads the file but cannot set
+    the flag, so it may miss and re-time (--errorOnTimingCacheMiss shows it; `reprobuild
+    doctor --probe` checks it); Torch-TensorRT does not pin from it (strict attach, its own
+    network, overwrites the file). See docs/export-cache.md. Needs TensorRT and the GPU the
+    lock was recorded on (exit 3 otherwise).
 
     \b
     Example:
@@ -110,6 +111,10 @@ def doctor(
     cuda = cuda_probe.probe_cuda()
     tensorrt_info = tensorrt_backend.probe_tensorrt()
     tensorrt_reason = tensorrt_info.problem or cuda.no_gpu_reason
+    if tensorrt_reason is None:
+        # Importing TensorRT and seeing a GPU is not enough (a driver too old for this
+        # TensorRT fails only when a builder or runtime is created): create both.
+        tensorrt_reason = tensorrt_backend.creation_problem()
     ref_env, ref_reason = _reference_environment()
     report: dict[str, Any] = {
         "tensorrt": tensorrt_info.to_dict(),

@@ -132,6 +132,10 @@ class PrecisionPlan:
     # fp16/bf16: the model was converted to a newer opset before planning (``--opset``, or
     # automatically when the precision needs it); a locked build converts it again.
     opset: OpsetConversion | None = field(default=None, repr=False)
+    # Engine layers the recording build ran in another precision than planned (TensorRT
+    # may fuse a Cast without naming it in Metadata): the recording's own verdict, so a
+    # locked build fails only where it changes. Written only when non-empty.
+    engine_differs: tuple[str, ...] = field(default=(), repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -144,6 +148,8 @@ class PrecisionPlan:
         if self.quantization is not None:  # absent otherwise: older locks keep their bytes
             d["quantization"] = self.quantization.to_dict()
         d["nodes"] = [n.to_dict() for n in self.nodes]
+        if self.engine_differs:  # absent otherwise: older locks keep their bytes
+            d["engine_differs"] = list(self.engine_differs)
         return d
 
     def by_node(self) -> dict[str, NodePrecision]:
@@ -152,7 +158,10 @@ class PrecisionPlan:
 
 def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
     m = doc.mapping(
-        value, path, ("mode", "nodes"), ("settings", "calibration", "opset", "quantization")
+        value,
+        path,
+        ("mode", "nodes"),
+        ("settings", "calibration", "opset", "quantization", "engine_differs"),
     )
     mode = doc.choice(m["mode"], path + ("mode",), MODES)
     settings = PrecisionSettings()
@@ -230,4 +239,7 @@ def plan_from_data(doc: Doc, value: Any, path: Path_) -> PrecisionPlan:
         nodes=nodes,
         quantization=quantization,
         opset=opset,
+        engine_differs=tuple(
+            doc.str_list(m.get("engine_differs", []), path + ("engine_differs",)) or ()
+        ),
     )

@@ -73,10 +73,15 @@ def _tensor(obj: Any) -> TensorDesc | None:
         isinstance(d, int) and not isinstance(d, bool) for d in dims_raw
     ):
         dims = tuple(dims_raw)
-    if "Format/Datatype" in obj:
-        fmt, dtype = _str_or_none(obj.get("Format/Datatype")), None
+    # TensorRT's inspector writes "Datatype"; its API spells the type "DataType"
+    # (trt.DataType), and tools that re-export layer information may follow the API's
+    # spelling: read both, so a precision check never silently sees no tensor types.
+    combined = next((k for k in ("Format/Datatype", "Format/DataType") if k in obj), None)
+    if combined is not None:
+        fmt, dtype = _str_or_none(obj.get(combined)), None
     else:
-        fmt, dtype = _str_or_none(obj.get("Format")), _str_or_none(obj.get("Datatype"))
+        raw = obj.get("Datatype", obj.get("DataType"))
+        fmt, dtype = _str_or_none(obj.get("Format")), _str_or_none(raw)
     return TensorDesc(name=str(obj.get("Name", "")), dimensions=dims, format=fmt, datatype=dtype)
 
 

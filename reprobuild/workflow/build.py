@@ -294,24 +294,13 @@ def _build(
 
 
 def _plan_check(done: Built, built_model: Path, warnings: list[str]) -> Any:
-    """Does the engine run each layer in the precision the lock's plan says? A locked build
-    that does not is drift (exit 1, nothing written); a recording build warns, as the plan
-    it just made is what the lock will hold. None without a plan (nothing to import)."""
-    if done.lock.precision is None:
-        return None
-    from reprobuild.workflow.plancheck import check_engine
+    """The engine against the lock's precision plan (``plancheck.judge`` decides: a
+    recording keeps its own verdict, a locked build fails only on a change from it)."""
+    from reprobuild.workflow.plancheck import check_engine, judge
 
-    check = check_engine(done.output.layer_info, done.lock.precision, built_model)
-    if check is None or check.follows:
-        return check
-    if not done.recorded:
-        raise DriftError(
-            "the engine does not follow the lock's precision plan: "
-            + "; ".join(check.problems())
-            + "; check the model's Cast nodes and tensor types, or re-record the lock"
-        )
-    warnings.extend(check.problems())
-    return check
+    plan = done.lock.precision
+    check = check_engine(done.output.layer_info, plan, built_model)
+    return judge(check, plan, done.recorded, warnings)
 
 
 def _locked(

@@ -8,6 +8,7 @@ with ``update()`` applied for every lock entry, then serialized.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,14 +74,19 @@ def export_pinned_cache(
             f"{lock_path}: recorded for another environment ({'; '.join(diffs)}); "
             "export on the machine the lock was recorded on, or re-record the lock here"
         )
-    rec_path = cache_path(cache_dir, here, lock.settings, lock.model.sha256)
     warnings: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="reprobuild-export-") as tmp:
+        built = _built_model(lock, lock_path, model, Path(tmp))
+        # The recording cache is named by the model the builds built: the converted one
+        # for a lock with a precision plan (what `build` names it by), else the lock's.
+        built_sha = lock.model.sha256 if built is None else sha256_file(built)
+        rec_path = cache_path(cache_dir, here, lock.settings, built_sha)
 
-    def record(cache: TimingCache) -> None:
-        model_path = _recordable_model(lock, lock_path, rec_path, model)
-        backend.build(str(model_path), lock.settings, cache, lambda line: None)
+        def record(cache: TimingCache) -> None:
+            model_path = built or _recordable_model(lock, lock_path, rec_path, model)
+            backend.build(str(model_path), lock.settings, cache, lambda line: None)
 
-    cache, recorded_now = get_or_record(backend, rec_path, record, warnings)
+        cache, recorded_now = get_or_record(backend, rec_path, record, warnings)
     pins = update_tactics(cache, lock.layers)
     tactics = cache.tactic_map()
     wrong = [e for e in lock.layers if tactics.get(e.key) != e.tactic]
@@ -104,6 +110,32 @@ def export_pinned_cache(
         unlocked_entries=len(set(tactics) - locked_keys),
         warnings=warnings,
     )
+
+
+def _built_model(
+    lock: Lock, lock_path: Path, model: str | Path | None, workdir: Path
+) -> Path | None:
+    """The converted model a lock with a precision plan builds (made in ``workdir`` from
+    the lock's model, as ``build --frozen`` makes it); None for a lock without a plan."""
+    if lock.precision is None:
+        return None
+    from reprobuild.workflow.prepare import prepare_model
+
+    candidates = _model_candidates(lock_path, lock.model.path, Path(model) if model else None)
+    model_path = next((p for p in candidates if p.is_file()), None)
+    if model_path is None:
+        raise UsageError(
+            f"{lock_path}: the lock has a {lock.precision.mode} precision plan, so the "
+            f"recording cache is named by the converted model, and the model {candidates[0]} "
+            "is not there to convert; pass --model MODEL.onnx"
+        )
+    if sha256_file(model_path) != lock.model.sha256.lower():
+        raise UsageError(
+            f"{model_path}: sha256 differs from the lock's model.sha256; the model changed "
+            "since the lock was recorded: re-record the lock"
+        )
+    built, _, _ = prepare_model(model_path, lock, None, True, workdir, lock_path)
+    return built
 
 
 def _recordable_model(

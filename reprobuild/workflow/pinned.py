@@ -143,7 +143,12 @@ def entries_from_records(
     warnings: list[str] = []
     by_key: dict[str, Any] = {}
     for rec in records:
-        if rec.key is not None:
+        if rec.key is None:
+            continue
+        seen = by_key.get(rec.key)
+        # A key's table can print twice (a second pass, or a one-row "got cached result"
+        # table): the timed table with the most candidates names them, never the echo.
+        if seen is None or _richer(rec, seen):
             by_key[rec.key] = rec
     unlogged = {k: t for k, t in cache_map.items() if k not in by_key}
     named = attribute_keyless(unlogged, records, layer_info)
@@ -174,6 +179,14 @@ def entries_from_records(
         kernel = next((c.kernel for c in cands if c.tactic == tactic), rec.chosen_kernel)
         entries.append(LayerEntry(key, rec.layer, tactic, kernel, False, cands))
     return entries, warnings
+
+
+def _richer(new: Any, old: Any) -> bool:
+    """Whether ``new`` names a key's candidates better than ``old``: timed beats cached,
+    then more candidates win; a tie keeps the first."""
+    if bool(new.from_cache) != bool(old.from_cache):
+        return not new.from_cache
+    return len(new.candidates) > len(old.candidates)
 
 
 def with_recorded_times(entries: list[LayerEntry], cache: TimingCache) -> list[LayerEntry]:
@@ -293,6 +306,15 @@ def pinned_build(
         backend, model_path, settings, cache, progress, "pinned build", pinned=True, save=save
     )
     after = cache.tactic_map()
+    retry = None
+    if output.extra.get("retried_without_error_on_miss"):
+        # Never silent: the strict build failed and the map check below is now the guard.
+        retry = (
+            "the pinned build failed with ERROR_ON_TIMING_CACHE_MISS "
+            f"({output.extra.get('strict_failure', 'no error was logged')}) and was built "
+            "again without it; the timing-cache map comparison decides whether it drifted"
+        )
+        warnings.append(retry)
     problems = tactic_map_drift(before, after)
     # Informational only: a header for a locked key may just be TensorRT announcing a hit.
     timed = [r for r in log.records if r.key is not None and not r.from_cache]
@@ -301,7 +323,7 @@ def pinned_build(
         problems += kernels.problems
         warnings += [w for w in kernels.warnings if w not in warnings]
     if problems and strict:
-        raise DriftError(drift_message(problems, names))
+        raise DriftError(drift_message(problems, names) + (f" ({retry})" if retry else ""))
     hits = sum(1 for r in log.records if r.from_cache)
     return PinnedBuild(
         output,

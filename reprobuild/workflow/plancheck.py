@@ -35,6 +35,7 @@ __all__ = [
     "PlanCheck",
     "check_against_lock",
     "check_engine",
+    "judge",
     "check_plan",
     "model_ops",
 ]
@@ -246,6 +247,41 @@ def check_engine(
     except LogParseError as err:
         return PlanCheck(note=f"layer information unreadable: {err}")
     return check_plan(info, plan, model_ops(built_model))
+
+
+def judge(
+    check: PlanCheck | None, plan: PrecisionPlan | None, recorded: bool, warnings: list[str]
+) -> PlanCheck | None:
+    """What a build does with its plan check.
+
+    A recording build warns and keeps its own verdict in the plan (``engine_differs``):
+    TensorRT can legitimately differ (a Cast fused without a Metadata entry). A locked
+    build is drift (``DriftError``: exit 1, nothing written) only where it changes from
+    that verdict: a layer that differs now but did not at recording."""
+    from reprobuild.errors import DriftError
+
+    if check is None or plan is None:
+        return check
+    differs = sorted({v.layer for v in check.by_status("differs")})
+    if recorded:
+        plan.engine_differs = tuple(differs)
+        warnings.extend(check.problems())
+        return check
+    new = [v.message() for v in check.by_status("differs") if v.layer not in plan.engine_differs]
+    if new:
+        raise DriftError(
+            "the engine does not follow the lock's precision plan: "
+            + "; ".join(new)
+            + "; check the model's Cast nodes and tensor types, or re-record the lock"
+        )
+    warnings.extend(f"{m} (as at recording)" for m in check.problems() if m not in warnings)
+    now_follow = sorted(set(plan.engine_differs) - set(differs))
+    if now_follow:
+        warnings.append(
+            f"layers {', '.join(now_follow)} differed from the precision plan at recording "
+            "and follow it now"
+        )
+    return check
 
 
 def check_against_lock(info: LayerInfo, lock: str | Path) -> PlanCheck:

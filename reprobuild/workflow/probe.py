@@ -11,6 +11,7 @@ TensorRT shows), and writes one ``.tar.gz`` bundle of the raw evidence for a bug
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -45,7 +46,15 @@ QUESTIONS = {
     "strict-attach": "does a strict attach (ignore_mismatch=False) accept a reloaded cache?",
     "run": "which CUDA runtime ran the engines?",
     "trtexec": "does trtexec build from export-cache's file with --errorOnTimingCacheMiss?",
+    "editable-keys": "do builds without EDITABLE_TIMING_CACHE (trtexec, Torch-TensorRT) "
+    "compute the same keys (Python API)?",
+    "tactic-value": "is the inspector's TacticValue the timing cache's tactic hash?",
+    "miss-fails": "does ERROR_ON_TIMING_CACHE_MISS fail a build whose cache lacks a key "
+    "(negative control)?",
+    "strict-retried": "was a pinned build retried without ERROR_ON_TIMING_CACHE_MISS?",
+    "stable-keys": "are the keys the same when another process builds the model?",
 }
+EXPECTED_MISS = "missed a key (expected: trtexec cannot set EDITABLE_TIMING_CACHE)"
 BUNDLE_FILES = (
     "report.json",
     "environment.json",
@@ -112,6 +121,7 @@ class _ModelRun:
     strict_attach: bool | None = None
     shuffled: bool = False
     trtexec: ProbeStep | None = None
+    keys: Any = None  # probe_keys.KeyEvidence
 
 
 def probe(
@@ -195,11 +205,27 @@ def _cycle(
 
     _step(run, steps, "plain build", plain)
     be.label = "recording"
-    if not _step(run, steps, "record", lambda: reprobuild.build(local, lock=lock, **kw)):
+    first = len(be.builds)  # this model's recording builds come after
+    # Every output goes under the bundle's folder: never the current folder, where a
+    # user's own engine of the same name may be.
+    recorded = _step(
+        run,
+        steps,
+        "record",
+        lambda: reprobuild.build(local, lock=lock, out=run.dir / "recording.engine", **kw),
+    )
+    recording = [b for b in be.builds[first:] if b.label == "recording"]
+    # its raw log, failed or not: the build that timed every candidate, not the tie rule's
+    # rebuild from the cache that may follow it
+    timed = [b for b in recording if not b.pinned]
+    run.recording = (timed or recording)[0] if recording else None
+    if not recorded:
         return
-    run.recording = be.builds[-1]
     run.shuffled = _keys_shuffle(be, caches)
     run.strict_attach = _strict_attach(be, caches)
+    from reprobuild.workflow.probe_keys import gather_keys
+
+    run.keys = gather_keys(be, local, caches, run.recording)
     if not _step(run, steps, "pin a non-fastest candidate", lambda: _pin(run, lock)):
         return
     be.label = "locked"
@@ -232,7 +258,11 @@ def _cycle(
         "export-cache",
         lambda: export_pinned_cache(lock, run.dir / "pinned.cache", caches, backend=be),
     )
-    run.trtexec = _trtexec(run, local, bool(exported))
+    try:
+        run.trtexec = _trtexec(run, local, bool(exported))
+    except Exception as err:  # noqa: BLE001 - evidence for the bundle, as in _step
+        detail = f"unexpected {type(err).__name__}: {err}"
+        run.trtexec = ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", False, detail)
     steps.append(run.trtexec)
 
 
@@ -303,16 +333,23 @@ def _trtexec(run: _ModelRun, model: Path, exported: bool) -> ProbeStep:
         f"--exportLayerInfo={layers}",
         f"--saveEngine={run.dir / 'trtexec.engine'}",
     ]
-    if str(run.lock.environment.tensorrt_version or "").startswith("10."):
+    version = run.lock.environment.identity_dict().get("tensorrt_version") or ""
+    if str(version).startswith("10."):
         cmd.append("--stronglyTyped")
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", False, str(err))
-    (run.dir / "trtexec.log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    text = proc.stdout + proc.stderr
+    (run.dir / "trtexec.log").write_text(" ".join(cmd) + "\n" + text)
     if proc.returncode != 0:
-        detail = f"exit {proc.returncode}: see trtexec.log (a miss means the keys differ)"
+        if re.search(r"timing cache miss|cache miss", text, re.IGNORECASE):
+            # Expected: trtexec cannot set the editable flag, so its keys may differ. An
+            # answer (the file does not pin trtexec builds), not a failure of the cycle.
+            detail = f"{EXPECTED_MISS}: exit {proc.returncode}, see trtexec.log"
+            return ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", None, detail)
+        detail = f"exit {proc.returncode}: see trtexec.log"
         return ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", False, detail, _since(t0))
     check = cross_check_kernels(layers.read_text(), run.lock.layers)
     detail = "; ".join(check.problems[:3]) or f"{len(check.warnings)} layers not checkable"

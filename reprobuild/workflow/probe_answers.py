@@ -26,6 +26,7 @@ class Answer:
     result: str  # pass | fail | skipped
     observed: list[str]  # stand-in behaviour names this TensorRT shows, or ["default"]
     detail: str = ""
+    action: str = ""  # what reprobuild does with this answer (the table's last column)
 
 
 def _result(ok: bool) -> str:
@@ -43,24 +44,28 @@ def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> lis
     headers = sorted(
         {r.name for r in locked for line in r.locked.lines if _KEY_HEADER.search(line)}
     )
+    cached = any("got cached result" in line for r in locked for line in r.locked.lines)
     out.append(
         Answer(
             "hit-headers",
             questions["hit-headers"],
             _result(built),
-            ["hit-headers"] if headers else ["default"],
+            (["hit-headers"] if headers else []) + (["cached-result-lines"] if cached else [])
+            or ["default"],
             f"headers in the locked build of {', '.join(headers)}" if headers else "no headers",
         )
     )
     unmatched = sorted(
         {w for r in runs for w in r.warnings if "engine layer" in w and "layer '" in w}
     )
+    typed = any(_typed(r.locked.layer_info) for r in locked)
     out.append(
         Answer(
             "engine-names",
             questions["engine-names"],
             _result(built),
-            ["myelin-names"] if unmatched else ["default"],
+            (["myelin-names"] if unmatched else []) + (["typed-io"] if typed else [])
+            or ["default"],
             "; ".join(unmatched[:5]) or "every locked layer matched an engine layer",
         )
     )
@@ -132,6 +137,134 @@ def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> lis
             "; ".join(f"{s.model}: {s.detail or 'ok'}" for s in tx) or "not run",
         )
     )
+    out += key_answers(runs, questions, shared_names(runs))
+    for answer in out:
+        answer.action = answer.action or ACTIONS.get(answer.question, "")
+    return out
+
+
+ACTIONS = {
+    "hit-headers": "decides drift by the cache map and inspector only, never by log headers",
+    "engine-names": "matches engine layers by name variants; unmatched layers are warnings",
+    "keyless": "names keyless keys from the log and inspector; locks them all",
+    "pins": "pins with update() and the recorded times; compares the map before and after",
+    "strict-attach": "attaches caches with ignore_mismatch=True and checks the map instead",
+    "run": "runs engines through that CUDA runtime",
+    "trtexec": "export-cache documents what trtexec honours (docs/export-cache.md)",
+}
+
+
+_ROW = re.compile(r"\d+, [\d.]+, [\d.]+, [\d.]+, ([^,]+), (0x[0-9a-fA-F]+)")
+
+
+def shared_names(runs: list[Any]) -> bool:
+    """Whether a recording's tables list one kernel name under several tactic hashes."""
+    seen: dict[str, set[int]] = {}
+    for r in runs:
+        for line in r.recording.lines if r.recording is not None else []:
+            if m := _ROW.search(line):
+                seen.setdefault(m.group(1).strip(), set()).add(int(m.group(2), 16))
+    return any(len(v) > 1 for v in seen.values())
+
+
+def _typed(layer_info: str) -> bool:
+    from reprobuild.logs.layerinfo import parse_layer_info
+
+    try:
+        info = parse_layer_info(layer_info, "engine layer information", strict=False)
+    except Exception:  # noqa: BLE001 - unreadable: no types seen
+        return False
+    return any(t.datatype or t.format for x in info.layers for t in (*x.inputs, *x.outputs))
+
+
+def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False) -> list[Answer]:
+    """The answers from :mod:`.probe_keys` and the pinned builds' retries."""
+    evs = [(r.name, r.keys) for r in runs if getattr(r, "keys", None) is not None]
+    out = []
+    asked = [(n, e) for n, e in evs if e.non_editable is not None]
+    same = [n for n, e in asked if set(e.non_editable) == set(e.recorded)]
+    out.append(
+        Answer(
+            "editable-keys",
+            questions["editable-keys"],
+            "skipped" if not asked else "pass",
+            ["default"],
+            "; ".join(
+                f"{n}: {len(set(e.non_editable) & set(e.recorded))} of {len(e.recorded)} "
+                f"keys shared ({len(e.non_editable)} without the flag)"
+                for n, e in asked
+            )
+            or "; ".join(f"{n}: {e.non_editable_why}" for n, e in evs)
+            or "not asked",
+            "an exported cache pins builds without the flag"
+            if asked and len(same) == len(asked)
+            else "export-cache's file pins only builds that set the editable flag",
+        )
+    )
+    counted = [(n, e.tactic_values) for n, e in evs if e.tactic_values[1]]
+    equal = all(m == t for _, (m, t) in counted)
+    out.append(
+        Answer(
+            "tactic-value",
+            questions["tactic-value"],
+            "skipped" if not counted else _result(equal),
+            ["shared-kernel-names"] if shared else ["default"],
+            "; ".join(f"{n}: {m}/{t} TacticValues are cache hashes" for n, (m, t) in counted)
+            or "no engine layer showed a TacticValue",
+            "cross-checks kernels by TacticValue, names only where it is absent",
+        )
+    )
+    misses = [(n, e) for n, e in evs if e.miss != "skipped"]
+    stops = all(e.miss == "fails" for _, e in misses)
+    out.append(
+        Answer(
+            "miss-fails",
+            questions["miss-fails"],
+            "skipped" if not misses else "pass",
+            ["default"],
+            "; ".join(f"{n}: {e.miss} ({e.miss_detail})" for n, e in evs) or "not asked",
+            "sets the flag on pinned builds and compares the whole map anyway"
+            if stops
+            else "relies on the whole-map comparison: the flag did not stop a miss",
+        )
+    )
+    retried = sorted(
+        {
+            r.name
+            for r in runs
+            for c in ([r.locked] if r.locked else [])
+            if c.extra.get("retried_without_error_on_miss")
+        }
+    )
+    out.append(
+        Answer(
+            "strict-retried",
+            questions["strict-retried"],
+            _result(not retried) if runs else "skipped",
+            ["default"],
+            f"retried in {', '.join(retried)}" if retried else "no pinned build was retried",
+            "warns and names the retry; the map comparison then decides drift",
+        )
+    )
+    other = [(n, e) for n, e in evs if e.other_process is not None]
+    stable = all(set(e.other_process) == set(e.recorded) for _, e in other)
+    out.append(
+        Answer(
+            "stable-keys",
+            questions["stable-keys"],
+            "skipped" if not other else _result(stable),
+            ["default"],
+            "; ".join(
+                f"{n}: {'same' if set(e.other_process) == set(e.recorded) else 'DIFFERENT'} keys"
+                for n, e in other
+            )
+            or "; ".join(sorted({e.other_process_why for _, e in evs}))
+            or "not asked",
+            "reuses recording caches across runs (caches/)"
+            if stable
+            else "must re-record in every process: report this",
+        )
+    )
     return out
 
 
@@ -188,8 +321,9 @@ def write_json(path: Path, data: Any) -> None:
 def write_evidence(run: Any) -> None:
     """The raw evidence of one model, under its folder in the bundle."""
     d = run.dir
-    if run.recording is not None:
-        (d / "recording.log").write_text("\n".join(run.recording.lines) + "\n")
+    if run.recording is not None:  # also when the recording failed: the log is the evidence
+        failed = f"# the build failed: {run.recording.error}\n" if run.recording.error else ""
+        (d / "recording.log").write_text("\n".join(run.recording.lines) + "\n" + failed)
     if run.locked is not None:
         (d / "locked.log").write_text("\n".join(run.locked.lines) + "\n")
         write_json(d / "cache_before.json", run.locked.cache_json("before"))
@@ -197,6 +331,9 @@ def write_evidence(run: Any) -> None:
         (d / "inspector.json").write_text(run.locked.layer_info)
     for junk in (
         "caches",
+        "recording.engine",
+        "recording.engine.report.json",
+        "recording.engine.layers.json",
         "locked.engine",
         "locked.engine.report.json",
         "trtexec.engine",

@@ -264,7 +264,14 @@ def verify(
                     drift,
                     pb.problems,
                     round(time.perf_counter() - t0, 3),
-                    [] if plan is None else plan.problems(),
+                    # only a change from the recording's own verdict (see build._plan_check)
+                    []
+                    if plan is None
+                    else [
+                        v.message()
+                        for v in plan.by_status("differs")
+                        if v.layer not in data.precision.engine_differs
+                    ],
                 )
             )
             del pb, got  # this rebuild's engine must not be alive while the next builds

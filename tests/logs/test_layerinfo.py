@@ -197,3 +197,14 @@ def test_is_reformat() -> None:
     flags = [layer.is_reformat for layer in parse_layer_info(text).layers]
     assert flags == [True, True, True, False]
     assert is_reformat(parse_layer_info(text).layers[1])
+
+
+def test_datatype_is_read_in_either_spelling() -> None:
+    for key in ("Datatype", "DataType"):
+        tensor = {"Name": "x", "Format": "Row major linear", key: "FP16"}
+        text = json.dumps({"Layers": [{"Name": "a", "Inputs": [tensor], "Outputs": []}]})
+        (layer,) = parse_layer_info(text).layers
+        assert layer.inputs[0].datatype == "FP16", key
+    combined = {"Name": "x", "Format/DataType": "Row major linear FP16 format"}
+    text = json.dumps({"Layers": [{"Name": "a", "Inputs": [combined], "Outputs": []}]})
+    assert parse_layer_info(text).layers[0].inputs[0].format == "Row major linear FP16 format"

@@ -49,6 +49,7 @@ SCANNED_FILES = (
     "backends/tensorrt/cuda_probe.py",
     "backends/tensorrt/device.py",
     "backends/tensorrt/execute.py",
+    "backends/tensorrt/install.py",
     "backends/tensorrt/config.py",
     "backends/tensorrt/logger.py",
     "cli/trt_cmds.py",

@@ -36,6 +36,17 @@ nothing public rules out. Each is named, so a test can run the whole workflow un
 - ``inf-nan``: the slowest candidate times as NaN and every recorded entry holds an
   infinite time (``update()`` refuses infinite times, as it refuses negative ones).
 - ``shuffled-keys``: ``queryKeys()`` returns the keys in a different order on every call.
+- ``shared-kernel-names``: MatMul/Gemm candidates that differ only in pipeline stages share
+  one kernel name under several tactic hashes (as in a real 10.16 log; see ``_impl``).
+- ``cached-result-lines``: a key served from the cache prints trtexec's ``<layer> [..]
+  got cached result: <Runner>, tactic 0x.., <t> ms`` line (10.16 trtexec; see ``_impl``).
+- ``typed-io``: the inspector lists each layer's input and output tensors with the types
+  of the ONNX graph (10.x ``Format/Datatype``, 11.x ``Format`` + ``Datatype``).
+
+Test knobs (``module._standin``): ``fail_create`` (constructors that raise ``TypeError``
+"factory function returned nullptr", as the real bindings do), ``rekey_ops`` (a key that
+changes every build: ``ERROR_ON_TIMING_CACHE_MISS`` really fails on it, and without the flag
+it is a new key).
 
 Always on: JIT-compiled Myelin kernels are kept with the timing cache object and reused
 by later builds unless ``BuilderFlag.DISABLE_COMPILATION_CACHE`` is set.
@@ -55,6 +66,9 @@ BEHAVIOURS = (
     "strict-attach",
     "inf-nan",
     "shuffled-keys",
+    "shared-kernel-names",
+    "cached-result-lines",
+    "typed-io",
 )
 
 # Version strings tests use; the conformance test checks each variant's names.

@@ -56,11 +56,15 @@ _ENGINE_MAGIC = b"STANDIN-TRT-ENGINE\x00"
 _INVALID = 2**64 - 1
 _KEY_RE = _re.compile(r"0x[0-9a-fA-F]{32}")
 _AUTOTUNED = ("MatMul", "Gemm", "Conv")
+# QuantizeLinear/DequantizeLinear: explicit quantization, in onnx-tensorrt's operator list
+# (https://github.com/onnx/onnx-tensorrt/blob/main/docs/operators.md) since TensorRT 8.
 _SUPPORTED = frozenset(
     {
         "Add",
         "Cast",
         "Conv",
+        "DequantizeLinear",
+        "QuantizeLinear",
         "Flatten",
         "Gemm",
         "GlobalAveragePool",
@@ -91,6 +95,26 @@ class _State:
         self.behaviours = set()
         self.myelin_style = 0
         self.module = None
+        # Test knob: class names ("Builder", "Runtime", "OnnxParser") whose constructor
+        # fails as on a machine whose driver cannot serve this TensorRT.
+        self.fail_create = set()
+        # Test knob: keys whose update() returns False although they exist ("returns false
+        # if the key is not found or the value is invalid": ITimingCache::update in
+        # NVIDIA/TensorRT include/NvInfer.h, 10.8+; what TensorRT calls invalid is not listed).
+        self.refuse_update = set()
+
+
+_NULLPTR = "pybind11::init(): factory function returned nullptr"
+
+
+def _maybe_fail_create(state, what):
+    """The real bindings raise ``TypeError`` from pybind11's factory ``__init__`` when
+    ``createInferBuilder``/``createInferRuntime``/``createNvOnnxParser`` return null (seen
+    running ``tensorrt-cu12-bindings`` 10.13.3.9 and ``tensorrt-cu13-bindings`` 11.4.0.106
+    against stub libraries whose factories return null: tests/test_trt_real_bindings.py
+    shows it; pybind11's ``init`` factory raises "factory function returned nullptr")."""
+    if what in state.fail_create:
+        raise TypeError(_NULLPTR)
 
 
 class _Strict:
@@ -243,6 +267,7 @@ class OnnxParser(_Strict):
         if not isinstance(network, INetworkDefinition):
             raise TypeError("incompatible function arguments: expected INetworkDefinition")
         _check_logger(logger)
+        _maybe_fail_create(network._state, "OnnxParser")
         self._network = network
         self._logger = logger
         self._errors = []
@@ -268,6 +293,9 @@ class OnnxParser(_Strict):
         graph = proto.graph
         self._network._model_path = str(model)
         initializers = {t.name for t in graph.initializer}
+        self._network._io_types = {
+            v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)
+        }
         for value in graph.input:
             if value.name in initializers:
                 continue
@@ -501,7 +529,7 @@ class ITimingCache(_Strict):
         k = self._key(key)
         if not isinstance(value, TimingCacheValue):
             raise TypeError("incompatible function arguments: expected TimingCacheValue")
-        if k not in self._entries:
+        if k not in self._entries or k in self._state.refuse_update:
             return False
         if _math.isnan(value.timingMSec):
             del self._entries[k]
@@ -537,9 +565,23 @@ class ITimingCache(_Strict):
 
 
 class _Candidate:
-    def __init__(self, kernel):
+    def __init__(self, kernel, variant=""):
         self.kernel = kernel
-        self.tactic_hash = int(_hex_digest("tactic", kernel, n=13), 16)
+        parts = ("tactic", kernel, variant) if variant else ("tactic", kernel)
+        self.tactic_hash = int(_hex_digest(*parts, n=13), 16)
+
+
+def _shared_names(kernels):
+    """``shared-kernel-names``: candidates that differ only in their pipeline stages print
+    one kernel name with several tactic hashes, as real tables do (43 names under 2 or more
+    hashes in tests/fixtures/trt-logs/trt1016_cookbook_python_logger_verbose_excerpt.log,
+    e.g. ``sm80_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize32x32x64_stage...``)."""
+    return [
+        _Candidate(
+            _re.sub(r"_stage\d+", "", k), m.group(0) if (m := _re.search(r"_stage\d+", k)) else ""
+        )
+        for k in kernels
+    ]
 
 
 def _candidates(state, op, config, combo=""):
@@ -571,6 +613,8 @@ def _candidates(state, op, config, combo=""):
     level = config.builder_optimization_level
     if level == 1:
         kernels = kernels[: max(1, len(kernels) // 2)]
+    if "shared-kernel-names" in state.behaviours:
+        return _shared_names(kernels)
     return [_Candidate(k) for k in kernels]
 
 
@@ -636,6 +680,16 @@ class _Tuner:
                 )
                 return None
             chosen = match[0]
+            if "cached-result-lines" in st.behaviours:
+                # A cache hit as 10.16 trtexec prints it on a rebuild
+                # (tests/fixtures/trt-logs/trt1016_cookbook_trtexec_verbose_excerpt.log:
+                # "node_conv2d + node_relu [Float(...) -> Float(...)] got cached result:
+                # CaskConvolution, tactic 0x5b8bf1b8028629d9, 0.00534603 ms").
+                runner = "CaskConvolution" if op == "Conv" else "CaskGemm"
+                self.say(
+                    f"{name} [Float(1,1,1,1) -> Float(1,1,1,1)] got cached result: {runner}, "
+                    f"tactic 0x{cached:016x}, {entries[key][1]:g} ms"
+                )
             if "hit-headers" in st.behaviours:
                 self._table(marker, name, key, [(entries[key][1], 0, chosen)], write=False)
             if op != "Conv" and self.compile_cache and key in self.cache._compiled:
@@ -733,6 +787,7 @@ class Builder(_Strict):
 
     def __init__(self, logger):
         _check_logger(logger)
+        _maybe_fail_create(self._state, "Builder")
         self._logger = logger
 
     def create_network(self, flags=0):
@@ -900,6 +955,7 @@ class Builder(_Strict):
             "inputs": [t.name for t in network._inputs],
             "input_shapes": {t.name: list(t.shape) for t in network._inputs},
             "outputs": list(network._outputs),
+            "io_types": dict(getattr(network, "_io_types", {})),
         }
         return IHostMemory(_ENGINE_MAGIC + _json.dumps(engine).encode())
 
@@ -924,6 +980,8 @@ class EngineInspector(_Strict):
             return "\n".join(
                 ", ".join(f"{k}: {v}" for k, v in layer.items()) for layer in data["layers"]
             )
+        typed = "typed-io" in st.behaviours
+        tensors = _typed_tensors(data["model"], st.major_minor) if typed else None
         layers = []
         for layer in data["layers"]:
             record = {
@@ -933,12 +991,68 @@ class EngineInspector(_Strict):
                 "Outputs": [],
                 "TacticName": layer["TacticName"],
             }
+            if tensors is not None:
+                node = tensors["nodes"].get(
+                    _re.sub(r"^\[ONNX Layer: (.*)\]$", r"\1", layer["Metadata"])
+                )
+                if node is not None:
+                    record["Inputs"] = [tensors["desc"](t) for t in node[0]]
+                    record["Outputs"] = [tensors["desc"](t) for t in node[1]]
             if "TacticValue" in layer:
                 record["TacticValue"] = layer["TacticValue"]
             record["StreamId"] = 0
             record["Metadata"] = layer["Metadata"]
             layers.append(record)
         return _json.dumps({"Layers": layers, io_key: io})
+
+
+_TYPE_WORDS = {1: "FP32", 10: "FP16", 16: "BF16", 3: "Int8", 6: "Int32", 7: "Int64", 9: "Bool"}
+
+
+def _typed_tensors(model_path, major_minor):
+    """``typed-io``: each layer's input and output tensors with their types, taken from the
+    ONNX graph (a strongly typed build runs the graph's types). 10.x writes one
+    ``"Format/Datatype": "Row major linear FP32"`` field (tests/fixtures/trt-logs/
+    trt84_trex_resnet_a100_fp16_exportLayerInfo.json); 11.x splits it into ``Format`` and
+    ``Datatype`` (tests/fixtures/logparse/layerinfo_trt11_detailed.json)."""
+    import onnx
+
+    proto = onnx.shape_inference.infer_shapes(onnx.load(model_path))
+    graph = proto.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.output)}
+    types.update({v.name: v.type.tensor_type.elem_type for v in graph.value_info})
+    consts = {t.name for t in graph.initializer}
+    nodes = {
+        (n.name or f"{n.op_type}_{i}"): (
+            [t for t in n.input if t and t not in consts],
+            [t for t in n.output if t],
+        )
+        for i, n in enumerate(graph.node)
+    }
+
+    def desc(tensor):
+        word = _TYPE_WORDS.get(types.get(tensor), "FP32")
+        if major_minor >= (11, 0):
+            return {"Name": tensor, "Format": "Row major linear", "Datatype": word}
+        return {"Name": tensor, "Format/Datatype": f"Row major linear {word}"}
+
+    return {"nodes": nodes, "desc": desc}
+
+
+# ONNX elem_type -> (DataType member, NumPy type name)
+_IO_TYPES = {
+    1: ("FLOAT", "float32"),
+    10: ("HALF", "float16"),
+    3: ("INT8", "int8"),
+    6: ("INT32", "int32"),
+    9: ("BOOL", "bool"),
+}
+
+
+def _np_type(data, name):
+    import numpy as _np
+
+    return _np.dtype(_IO_TYPES.get(data.get("io_types", {}).get(name, 1), ("", "float32"))[1])
 
 
 class ICudaEngine(_Strict):
@@ -968,7 +1082,11 @@ class ICudaEngine(_Strict):
         return mode.OUTPUT if name in self._data["outputs"] else mode.NONE
 
     def get_tensor_dtype(self, name):
-        return self._state.module.DataType.FLOAT
+        """The I/O tensor's type from the graph, as a strongly typed engine keeps it (the
+        real inspector prints it: ``Input ->DataType.FLOAT`` in
+        tests/fixtures/trt-logs/trt1016_cookbook_engineinspector_oneline.log)."""
+        code = self._data.get("io_types", {}).get(name, 1)
+        return getattr(self._state.module.DataType, _IO_TYPES.get(code, ("FLOAT",))[0])
 
     def create_execution_context(self):
         return IExecutionContext(self)
@@ -1003,7 +1121,13 @@ class IExecutionContext(_Strict):
         from onnx.reference import ReferenceEvaluator
 
         data = self._engine._data
-        outputs = ReferenceEvaluator(data["model"]).run(None, feeds)
+        try:
+            outputs = ReferenceEvaluator(data["model"]).run(None, feeds)
+        except RuntimeError:  # an op version onnx.reference lacks (Q/DQ before opset 19)
+            import onnxruntime as _ort
+
+            session = _ort.InferenceSession(data["model"], providers=["CPUExecutionProvider"])
+            outputs = session.run(None, feeds)
         return dict(zip(data["outputs"], outputs, strict=True))
 
     def get_tensor_shape(self, name):
@@ -1012,7 +1136,8 @@ class IExecutionContext(_Strict):
         if name in self._shapes:
             return self._shapes[name]
         if self._out_shapes is None:
-            zeros = {n: _np.zeros(s, _np.float32) for n, s in self._shapes.items()}
+            data = self._engine._data
+            zeros = {n: _np.zeros(s, _np_type(data, n)) for n, s in self._shapes.items()}
             self._out_shapes = {k: v.shape for k, v in self._evaluate(zeros).items()}
         return self._out_shapes.get(name, ())
 
@@ -1028,16 +1153,19 @@ class IExecutionContext(_Strict):
         data = self._engine._data
         feeds = {}
         for name in data["inputs"]:
-            shape = self._shapes[name]
-            nbytes = int(_np.prod(shape, dtype=_np.int64)) * 4
+            shape, dtype = self._shapes[name], _np_type(data, name)
+            nbytes = int(_np.prod(shape, dtype=_np.int64)) * dtype.itemsize
             raw = (_ctypes.c_char * nbytes).from_address(self._addresses[name])
-            feeds[name] = _np.frombuffer(bytes(raw), _np.float32).reshape(shape)
+            feeds[name] = _np.frombuffer(bytes(raw), dtype).reshape(shape)
         outputs = self._evaluate(feeds)
         seed = _hex_digest(*sorted(data["tactics"].items()))
         rng = _np.random.default_rng(int(seed, 16))
         for name in data["outputs"]:
-            out = _np.ascontiguousarray(outputs[name], dtype=_np.float32)
-            out.view(_np.uint32)[...] ^= rng.integers(0, 2, out.shape, dtype=_np.uint32)
+            dtype = _np_type(data, name)
+            out = _np.ascontiguousarray(outputs[name], dtype=dtype)
+            if dtype.kind == "f":  # the last mantissa bit, at the type's own width
+                bits = _np.dtype(f"uint{8 * dtype.itemsize}")
+                out.view(bits)[...] ^= rng.integers(0, 2, out.shape, dtype=bits)
             _ctypes.memmove(self._addresses[name], out.ctypes.data, out.nbytes)
         return True
 
@@ -1047,6 +1175,7 @@ class Runtime(_Strict):
 
     def __init__(self, logger):
         _check_logger(logger)
+        _maybe_fail_create(self._state, "Runtime")
         self._logger = logger
 
     def deserialize_cuda_engine(self, serialized_engine):

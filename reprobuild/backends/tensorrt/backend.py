@@ -40,18 +40,28 @@ those exists does it fall back to Polygraphy's ``TrtRunner``, which searches sys
 
 from __future__ import annotations
 
-import importlib
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink, TimingCache
 from reprobuild.backends.tensorrt import cuda_probe
 from reprobuild.backends.tensorrt.cache import TrtTimingCache
 from reprobuild.backends.tensorrt.config import configure
+from reprobuild.backends.tensorrt.install import (
+    MIN_VERSION,
+    TensorRTInfo,
+    TensorRTNotInstalled,
+    _editable_cache_refusal,
+    _trt,
+    _version,
+    creation_problem,
+    is_usable,
+    machine_environment,
+    probe_tensorrt,
+    trt_create,
+    unusable_reason,
+)
 from reprobuild.backends.tensorrt.logger import LogRouter, trt_make_logger
 from reprobuild.errors import (
     BackendUnavailable,
@@ -67,163 +77,13 @@ __all__ = [
     "TensorRTInfo",
     "TensorRTNotInstalled",
     "TrtTimingCache",
+    "creation_problem",
     "is_usable",
     "machine_environment",
     "probe_tensorrt",
+    "trt_create",
     "unusable_reason",
 ]
-
-MIN_VERSION = (10, 8)
-INSTALL_HINT = (
-    "pip install --extra-index-url https://pypi.nvidia.com 'tensorrt-cu12>=10.8' "
-    "(or tensorrt-cu13 for CUDA 13)"
-)
-
-
-class TensorRTNotInstalled(BackendUnavailable):
-    """No ``tensorrt`` module at all (as opposed to one that fails to load)."""
-
-
-def _trt() -> ModuleType:
-    """The ``tensorrt`` module (or the test stand-in in ``sys.modules``); imported lazily."""
-    try:
-        return importlib.import_module("tensorrt")
-    except ImportError as err:
-        if getattr(err, "name", None) == "tensorrt":
-            raise TensorRTNotInstalled(f"TensorRT is not installed: {INSTALL_HINT}") from None
-        raise BackendUnavailable(
-            f"TensorRT is installed but cannot be loaded ({err}); reinstall it: {INSTALL_HINT}"
-        ) from None
-    except Exception as err:  # e.g. OSError for missing libnvinfer, CUDA init failures
-        raise BackendUnavailable(
-            f"TensorRT is installed but cannot be loaded ({type(err).__name__}: {err}); "
-            f"reinstall it: {INSTALL_HINT}"
-        ) from None
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = re.findall(r"\d+", version)
-    return tuple(int(p) for p in parts[:4])
-
-
-def _version(trt: ModuleType) -> str:
-    if hasattr(trt, "__version__"):
-        return str(trt.__version__)
-    from importlib import metadata
-
-    for dist in ("tensorrt", "tensorrt-cu13", "tensorrt-cu12"):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown"
-
-
-def _editable_cache_refusal(trt: ModuleType) -> str | None:
-    version = _version(trt)
-    parts = _version_tuple(version)
-    too_old = bool(parts) and parts[:2] < MIN_VERSION  # unparsable: trust the flag check
-    if too_old or not hasattr(trt.BuilderFlag, "EDITABLE_TIMING_CACHE"):
-        return (
-            f"TensorRT {version} has no editable timing cache; upgrade to >= 10.8; "
-            "`reprobuild log` still parses its logs"
-        )
-    return None
-
-
-@dataclass(frozen=True)
-class TensorRTInfo:
-    """What ``doctor`` reports about the TensorRT install (works without TensorRT)."""
-
-    installed: bool
-    version: str | None
-    editable_timing_cache: bool
-    weak_typing_available: bool
-    problem: str | None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "installed": self.installed,
-            "version": self.version,
-            "editable_timing_cache": self.editable_timing_cache,
-            "weak_typing_available": self.weak_typing_available,
-            "problem": self.problem,
-        }
-
-
-def probe_tensorrt() -> TensorRTInfo:
-    try:
-        trt = _trt()
-    except BackendUnavailable as err:
-        installed = not isinstance(err, TensorRTNotInstalled)
-        return TensorRTInfo(installed, None, False, False, str(err))
-    refusal = _editable_cache_refusal(trt)
-    return TensorRTInfo(
-        installed=True,
-        version=_version(trt),
-        editable_timing_cache=refusal is None,
-        weak_typing_available=hasattr(trt.BuilderFlag, "FP16"),
-        problem=refusal,
-    )
-
-
-def unusable_reason() -> str | None:
-    """Why the backend cannot run here (one line), or None when it can."""
-    try:
-        trt = _trt()
-    except BackendUnavailable as err:
-        return str(err)
-    refusal = _editable_cache_refusal(trt)
-    if refusal:
-        return refusal
-    return cuda_probe.probe_cuda().no_gpu_reason
-
-
-def is_usable() -> bool:
-    return unusable_reason() is None
-
-
-def machine_environment(cuda: cuda_probe.CudaInfo | None = None) -> Environment:
-    """This machine's ``tensorrt`` environment; fields are None where unknown (no GPU/TRT)."""
-    info = cuda if cuda is not None else cuda_probe.probe_cuda()
-    try:
-        version: str | None = _version(_trt())
-    except BackendUnavailable:
-        version = None
-    gpu = info.gpus[0] if info.gpus else None
-    # Identity: what decides which kernels exist and which TensorRT may pick (its full
-    # version, the GPU model: name, compute capability and SM count, and the CUDA major
-    # version TensorRT was built for). Advisory: the driver (an update changes neither keys
-    # nor tactics), the first libcudart the loader finds (not necessarily TensorRT's) and
-    # which card of the model this is.
-    identity = {
-        "tensorrt_version": version,
-        "gpu": gpu.name if gpu else None,
-        "compute_capability": gpu.compute_capability if gpu else None,
-        "sm_count": gpu.sm_count if gpu else None,
-        "cuda_major": tensorrt_cuda_major(),
-    }
-    advisory = {
-        "driver_version": info.driver_version,
-        "cuda_runtime": info.runtime_version,
-        "card": f"{gpu.index} {gpu.uuid or ''}".strip() if gpu else None,
-    }
-    return Environment.make("tensorrt", identity, advisory)
-
-
-def tensorrt_cuda_major() -> str | None:
-    """The CUDA major version of the installed TensorRT flavour, from its distribution's
-    name (``tensorrt-cu12``, ``tensorrt_cu13_bindings``, ...): what its kernels were built
-    against, whichever ``libcudart`` the loader would find first."""
-    import re
-    from importlib import metadata
-
-    try:
-        dists = metadata.packages_distributions().get("tensorrt", [])
-    except Exception:  # a broken site-packages: unknown, not fatal
-        return None
-    majors = sorted({m.group(1) for d in dists if (m := re.search(r"cu(\d+)", d.lower()))})
-    return majors[0] if len(majors) == 1 else None
 
 
 def _check_settings(settings: BuildSettings) -> None:
@@ -295,14 +155,12 @@ class TensorRTBackend:
     def _trt_builder(self) -> Any:
         if self._trt_builder_obj is None:
             mark = self._router.error_mark()
-            self._trt_builder_obj = self._trt_module.Builder(self._trt_logger)
-            if self._trt_builder_obj is None:
-                errors = self._router.errors_since(mark)
-                raise BackendUnavailable(
-                    "TensorRT could not create a builder"
-                    + (f": {errors[-1]}" if errors else "")
-                    + "; check the GPU driver with `reprobuild doctor`"
-                )
+            self._trt_builder_obj = trt_create(
+                self._trt_module.Builder,
+                "a builder",
+                self._trt_logger,
+                errors=lambda: self._router.errors_since(mark),
+            )
         return self._trt_builder_obj
 
     # ------------------------------------------------------------------ timing caches
@@ -353,7 +211,9 @@ class TensorRTBackend:
         return 0
 
     def _trt_parse(self, trt_network: Any, path: Path) -> Any:
-        trt_parser = self._trt_module.OnnxParser(trt_network, self._trt_logger)
+        trt_parser = trt_create(
+            self._trt_module.OnnxParser, "an ONNX parser", trt_network, self._trt_logger
+        )
         if bool(trt_parser.parse_from_file(str(path))):
             return trt_parser
         problems = []
@@ -376,7 +236,10 @@ class TensorRTBackend:
         log: LogSink,
         *,
         pinned: bool = False,
+        editable: bool = True,
     ) -> BuildOutput:
+        """``editable=False`` builds without ``EDITABLE_TIMING_CACHE``, as trtexec and
+        Torch-TensorRT do: only ``doctor --probe`` asks for it, to compare the keys."""
         _check_settings(settings)
         path = Path(model_path)
         if not path.is_file():
@@ -391,6 +254,11 @@ class TensorRTBackend:
             trt_parser = self._trt_parse(trt_network, path)
             trt_config = trt_builder.create_builder_config()
             applied = configure(trt, self.version, trt_builder, trt_network, trt_config, settings)
+            if not editable:
+                trt_config.clear_flag(trt.BuilderFlag.EDITABLE_TIMING_CACHE)
+                applied["builder_flags"] = [
+                    f for f in applied["builder_flags"] if f != "EDITABLE_TIMING_CACHE"
+                ]
             if not bool(trt_config.set_timing_cache(trt_cache, ignore_mismatch=True)):
                 raise CacheError(
                     "TensorRT refused the timing cache even with ignore_mismatch; delete the "
@@ -407,9 +275,13 @@ class TensorRTBackend:
             if trt_serialized is None and strict:
                 # A miss or another failure: without the flag a miss lands in the cache,
                 # where the caller's map check names the key; other failures fail again.
-                trt_config.clear_flag(trt.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
-                trt_serialized = trt_builder.build_serialized_network(trt_network, trt_config)
+                # The caller warns about the retry and reports it (``strict_failure``).
+                first = self._router.errors_since(mark)
                 applied["retried_without_error_on_miss"] = True
+                applied["strict_failure"] = first[-1] if first else "no error was logged"
+                trt_config.clear_flag(trt.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
+                mark = self._router.error_mark()
+                trt_serialized = trt_builder.build_serialized_network(trt_network, trt_config)
             if trt_serialized is None:
                 errors = self._router.errors_since(mark)
                 detail = " | ".join(errors[-3:]) if errors else "no error was logged"
@@ -426,7 +298,7 @@ class TensorRTBackend:
 
     def _layer_info(self, engine: bytes) -> str:
         trt = self._trt_module
-        trt_runtime = trt.Runtime(self._trt_logger)
+        trt_runtime = trt_create(trt.Runtime, "a runtime", self._trt_logger)
         trt_engine = trt_runtime.deserialize_cuda_engine(engine)
         if trt_engine is None:
             raise BuildError("TensorRT could not load the engine it just built; see the log")
@@ -438,8 +310,13 @@ class TensorRTBackend:
     # ------------------------------------------------------------------ running
 
     def _trt_load_engine(self, engine: bytes) -> tuple[Any, Any]:
-        trt_runtime = self._trt_module.Runtime(self._trt_logger)
         mark = self._router.error_mark()
+        trt_runtime = trt_create(
+            self._trt_module.Runtime,
+            "a runtime",
+            self._trt_logger,
+            errors=lambda: self._router.errors_since(mark),
+        )
         trt_engine = trt_runtime.deserialize_cuda_engine(bytes(engine))
         if trt_engine is None:
             errors = self._router.errors_since(mark)

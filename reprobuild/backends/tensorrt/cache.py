@@ -4,7 +4,8 @@ Ownership (the design choice): an ``ITimingCache`` is created by an ``IBuilderCo
 (``create_timing_cache``), but per the binding's own documentation it "doesn't belong to a
 specific builder config" and can be attached to several. So the wrapper holds the
 ``ITimingCache`` object itself (plus the config that created it, kept alive), and every
-build attaches that same object with ``config.set_timing_cache(cache, ignore_mismatch=False)``.
+build attaches that same object with ``config.set_timing_cache(cache, ignore_mismatch=True)``
+(why lenient: see the backend module's docstring).
 Entries the builder writes therefore land in the wrapper directly; nothing is serialized and
 re-created between the recording build, ``update()`` and the pinned build.
 
@@ -16,7 +17,6 @@ key returns ``tacticHash == 2**64 - 1``; ``update()`` only changes existing keys
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from types import ModuleType
@@ -99,10 +99,3 @@ class TrtTimingCache:
 
     def __len__(self) -> int:
         return len(self.trt_cache.queryKeys())
-
-
-def nan_safe_time(time_ms: float | None) -> float:
-    """A finite timing for ``update``: NaN would delete the entry instead of pinning it."""
-    if time_ms is None or not math.isfinite(time_ms) or time_ms < 0:
-        return 0.0
-    return float(time_ms)

@@ -46,10 +46,32 @@ class Device:
             self.memcpy(int(array.ctypes.data), ptr, int(array.nbytes), _D2H)
 
 
+# cudaError_t values (CUDA runtime API, driver_types.h) a user can act on.
+CUDA_ERRORS = {
+    2: "cudaErrorMemoryAllocation: out of GPU memory",
+    3: "cudaErrorInitializationError: CUDA could not initialise",
+    34: "cudaErrorStubLibrary: a stub libcuda was loaded instead of the driver's",
+    35: "cudaErrorInsufficientDriver: the driver is older than this CUDA runtime",
+    46: "cudaErrorDevicesUnavailable: the GPU is busy or in exclusive mode",
+    100: "cudaErrorNoDevice: no GPU is visible",
+    209: "cudaErrorNoKernelImageForDevice: built for another GPU",
+    700: "cudaErrorIllegalAddress: the engine accessed invalid memory",
+    999: "cudaErrorUnknown",
+}
+
+
 def _check(code: Any, what: str) -> None:
+    """A CUDA runtime status: non-zero is an environment error (exit 3) naming the call,
+    the code and, where known, what it means; never a bare RuntimeError (exit 4)."""
     code = int(code[0] if isinstance(code, tuple) else code)
     if code != 0:
-        raise RuntimeError(f"{what} failed with CUDA error {code}")
+        from reprobuild.errors import BackendUnavailable
+
+        meaning = CUDA_ERRORS.get(code, "see cudaError_t in the CUDA runtime API")
+        raise BackendUnavailable(
+            f"{what} failed with CUDA error {code} ({meaning}); check the GPU and driver "
+            "with `reprobuild doctor` and nvidia-smi"
+        )
 
 
 def _ctypes_device(lib: ctypes.CDLL, path: str) -> Device:
@@ -145,5 +167,6 @@ def find_device() -> tuple[Device | None, str]:
     return None, (
         "no CUDA runtime found: no libcudart under site-packages/nvidia/* or on the loader "
         "path, and neither cuda-python nor cupy is installed; install "
-        "nvidia-cuda-runtime-cu12 (or -cu13), cuda-python or cupy"
+        "nvidia-cuda-runtime-cu12 (CUDA 12) or nvidia-cuda-runtime (CUDA 13), cuda-python "
+        "or cupy"
     )
