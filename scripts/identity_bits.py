@@ -38,7 +38,7 @@ out = {"blas_kernels": threadpoolctl.threadpool_info()[0].get("architecture")}
 for i, path in enumerate(sys.argv[3:]):
     be = ReferenceBackend(timing="seed:1", threads=threads)
     built = be.build(path, BuildSettings(), be.create_timing_cache(), lambda _l: None)
-    feeds, _ = load_inputs(None, Path(path), 0)
+    feeds = load_inputs(None, Path(path), 0).feeds
     out[str(i)] = outputs_digest(output_hashes(be.run(built.engine, feeds)))[:12]
 out["target"] = be.environment().name
 print(json.dumps(out))
