@@ -344,7 +344,7 @@ def _check_layer(op_name: str, entries: list[_Entry], layers: Sequence, check: K
                 check.problems.append(
                     f"layer {op_name!r}: engine layer {layer.name!r} uses tactic "
                     f"0x{int(value):x} ({used or 'no TacticName'}), the lock says "
-                    f"{' or '.join(f'0x{t:x}' for t in sorted(locked_tactics))}"
+                    f"{' or '.join(f'0x{t:x}' for t in sorted(locked_tactics))} ({want})"
                 )
             else:
                 check.warnings.append(

@@ -157,7 +157,7 @@ def test_layers_checks_an_fp32_lock_s_kernels_and_tactics(cli, tmp_path: Path) -
     res = cli("layers", str(engine), "--lock", str(lock))
     assert res.code == 1, res
     assert f"layer {entry.layer!r}: engine layer" in res.out
-    assert f"the lock says {other.kernel!r}" in res.out
+    assert f"the lock says 0x{other.tactic:x} ({other.kernel!r})" in res.out
     js = json.loads(cli("layers", str(engine), "--lock", str(lock), "--json").out)
     assert js["kernel_check"]["follows"] is False and len(js["kernel_check"]["problems"]) == 1
 
