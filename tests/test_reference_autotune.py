@@ -166,7 +166,9 @@ def test_a_forced_choice_drops_the_others_and_keeps_them_in_table_and_report(tmp
 
 def test_avg_timing_iterations_bounds_the_runs(tmp_path) -> None:
     path = cnn_model(tmp_path)
-    out, _, _ = build(ReferenceBackend(), path, settings=BuildSettings(avg_timing_iterations=1))
+    # band 0: no settling rounds, whose runs depend on the measured costs
+    settings = BuildSettings(avg_timing_iterations=1, tie_band=0.0)
+    out, _, _ = build(ReferenceBackend(), path, settings=settings)
     report = out.extra["autotune"]
     assert report["policy"]["max_runs_per_candidate"] == 1
     assert report["dropped_candidates"] == 0
@@ -196,3 +198,41 @@ def test_the_build_report_records_the_policy_and_the_lock_keeps_every_candidate(
         assert sorted(c.kernel for c in locked.candidates) == timed  # dropped ones included
         dropped = [c["kernel"] for c in entry["candidates"] if c["dropped"]]
         assert dropped and locked.kernel not in dropped
+
+
+def test_settling_rounds_run_the_unsure_candidates_together_until_none_is_left() -> None:
+    # after 2 rounds candidate 0 (1.3) and the best (1.0) are in doubt; each settling
+    # round runs both, once each, in candidate order, until ``settle`` names none
+    measure, order = scripted([[1.3, 1.3, 1.2, 1.05], [1.0, 1.0, 1.0, 1.0], [1.5, 1.5]])
+    asked: list[list[float]] = []
+
+    def settle(costs: list[float]) -> list[int]:
+        asked.append(list(costs))
+        return [0, 1] if costs[0] > 1.1 else []
+
+    t = tune(3, measure, AutotunePolicy(reps=2, settle_rounds=5), settle=settle)
+    assert order == [0, 1, 2, 0, 1, 2, 0, 1, 0, 1]
+    assert t.runs == [4, 4, 2] and t.settle_runs == 4 and t.costs == [1.05, 1.0, 1.5]
+    assert [c[0] for c in asked] == [1.3, 1.2, 1.05]  # asked after every round, as compared
+
+
+def test_settling_stops_at_its_cap_and_never_runs_a_dropped_candidate() -> None:
+    measure, order = scripted([[1.0] * 9, [3.0], [1.2] * 9])
+    t = tune(3, measure, AutotunePolicy(reps=2, settle_rounds=3), settle=lambda c: [1, 2])
+    assert t.dropped == [1]  # 3x the best after round 1
+    assert order == [0, 1, 2, 0, 2, 2, 2, 2] and t.settle_runs == 3 and t.runs == [2, 1, 5]
+    # no settle callback (band 0): the rounds alone, as before settling existed
+    measure, order = scripted([[1.0] * 9, [1.2] * 9])
+    t = tune(2, measure, AutotunePolicy(reps=2, settle_rounds=3))
+    assert order == [0, 1, 0, 1] and t.settle_runs == 0
+
+
+@pytest.mark.parametrize(("band", "clock", "settle"), [(0.0, "wall", 0), (0.3, "cpu", 6)])
+def test_a_tie_band_times_on_the_cpu_clock_and_settles(tmp_path, band, clock, settle) -> None:
+    path = cnn_model(tmp_path)
+    # injected costs: prefer:splitk4 puts every other kernel 1000x behind, nothing is unsure
+    be = ReferenceBackend(timing="prefer:splitk4")
+    out, _, _ = build(be, path, settings=BuildSettings(tie_band=band))
+    report = out.extra["autotune"]
+    assert report["policy"]["clock"] == clock and report["policy"]["settle_rounds"] == settle
+    assert report["settle_runs"] == 0

@@ -19,8 +19,10 @@ from reprobuild.tiebreak import TieCandidate, TieDecision, decide, describe_poli
 from reprobuild.types import BuildSettings
 
 MEASURED_RUNS = (
-    "each candidate's timed runs (the reference builder's rounds, up to avg_timing_iterations "
-    "runs each): noise = median over candidates of (second-fastest - fastest) / fastest"
+    "each candidate's timed runs on the builder's clock (the reference builder: CPU time, in "
+    "rounds of up to avg_timing_iterations runs each, then settling rounds for the candidates "
+    "near the band's edge): cost = the fastest run; noise (reported, not used) = median over "
+    "candidates of (second-fastest - fastest) / fastest"
 )
 MEASURED_LOG = (
     "one time per candidate from the verbose log (the builder's average over "

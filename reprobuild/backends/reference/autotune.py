@@ -16,6 +16,16 @@ The policy (:class:`AutotunePolicy`, written to the build report under ``autotun
   keeps its cost, stays in the timing table, the log and the lock's candidate list, and is
   listed as dropped in the build report. The best is never dropped (its ratio is 1), and a
   dropped candidate cannot win later: its cost is frozen while the best's can only fall.
+- **Clock.** ``wall`` (elapsed time, with ``--tie-band 0``) or ``cpu`` (this process's CPU
+  time, with a tie band): a neighbour that takes the core away mid-run adds its whole
+  time slice to the elapsed time (a 2 ms kernel timed at 2 or 12 ms on a loaded machine)
+  but nothing to the CPU time, and the tie band needs costs that hold still.
+- **Settling** (with a tie band only). After the rounds, while the tie rule is unsure of
+  a candidate's side of the band edge (:func:`reprobuild.tiebreak.unsure`: the rule's
+  choice or a candidate before it in the rule's order lies near the edge), those
+  candidates and the best run one more round together, up to ``settle_rounds`` rounds:
+  the minimum over more runs falls to the kernel's undisturbed cost, and running them
+  together lets a burst of load fall on all of them.
 - **Shared operands.** A Conv's FP32 copies, padding and im2col matrix are made once per
   layer (:class:`.kernels.ConvOperands`); the time they took is added to the cost of each
   candidate that uses them (the im2col time only to im2col kernels), so ``direct`` and the
@@ -30,6 +40,7 @@ computed once more.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +48,11 @@ from typing import Any
 DEFAULT_TIMING_REPS = 3
 DROP_AFTER_RUNS = 1
 DROP_FACTOR = 2.0
+
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+"""How a run is timed, in seconds. ``wall``: elapsed time, which also counts every moment
+the scheduler gave the core to another process. ``cpu``: the CPU time this process spent,
+which a neighbour cannot inflate by taking the core away."""
 
 
 @dataclass(frozen=True)
@@ -46,12 +62,16 @@ class AutotunePolicy:
     reps: int = DEFAULT_TIMING_REPS
     drop_after: int = DROP_AFTER_RUNS
     drop_factor: float = DROP_FACTOR
+    clock: str = "wall"  # a key of CLOCKS
+    settle_rounds: int = 0  # at most this many extra rounds for unsure candidates
 
     def to_json(self) -> dict[str, Any]:
         return {
             "max_runs_per_candidate": self.reps,
             "warm_up": "counted: a candidate's first run is its first timed run",
             "cost": "minimum over the candidate's runs, in ms",
+            "clock": self.clock,
+            "settle_rounds": self.settle_rounds,
             "order": "rounds: each remaining candidate runs once per round",
             "drop_after_runs": self.drop_after,
             "drop_factor": self.drop_factor,
@@ -73,6 +93,7 @@ class Tuning:
     output: Any
     extra_runs: int = 0  # a dropped winner computed once more
     samples: list[list[float]] = field(default_factory=list)  # every timed run, raw ms
+    settle_runs: int = 0  # runs of the settling rounds (included in ``runs``)
 
     @property
     def kernel_runs(self) -> int:
@@ -82,14 +103,19 @@ class Tuning:
 Measure = Callable[[int], tuple[float, Any]]
 """Run candidate ``i`` once: (its cost in ms for this run, its output)."""
 
+Settle = Callable[[list[float]], list[int]]
+"""The candidates (indices) to run once more, given the costs as compared; [] when none."""
+
 
 def tune(
     count: int,
     measure: Measure,
     policy: AutotunePolicy,
     perceive: Callable[[list[float]], list[float]] = list,
+    settle: Settle | None = None,
 ) -> Tuning:
-    """Time ``count`` candidates by ``policy``; ``perceive`` maps raw costs to compared ones."""
+    """Time ``count`` candidates by ``policy``; ``perceive`` maps raw costs to compared ones,
+    ``settle`` names the candidates still in doubt after the rounds (the module docstring)."""
     if count < 1:
         raise ValueError("a layer needs at least one candidate")
     best_raw = [math.inf] * count
@@ -112,13 +138,24 @@ def tune(
                 outputs[i] = None  # never needed again unless it wins
             dropped += slow
             racing = [i for i in racing if i not in slow]
+    settled = 0
+    for _ in range(policy.settle_rounds if settle is not None else 0):
+        again = [i for i in settle(perceive(best_raw)) if i in racing]
+        if not again:
+            break
+        for i in again:
+            ms, outputs[i] = measure(i)
+            best_raw[i] = min(best_raw[i], ms)
+            samples[i].append(ms)
+            runs[i] += 1
+            settled += 1
     costs = perceive(best_raw)
     best = min(range(count), key=lambda i: (costs[i], i))
     extra = 0
     if outputs[best] is None:
         _ms, outputs[best] = measure(best)
         extra = 1
-    return Tuning(costs, runs, sorted(dropped), best, outputs[best], extra, samples)
+    return Tuning(costs, runs, sorted(dropped), best, outputs[best], extra, samples, settled)
 
 
 @dataclass
@@ -128,6 +165,7 @@ class AutotuneStats:
     policy: AutotunePolicy
     kernel_runs: int = 0  # every run of an autotuned layer's kernel, timed or not
     timed_runs: int = 0
+    settle_runs: int = 0
     candidates: int = 0
     layers: list[dict[str, Any]] = field(default_factory=list)
 
@@ -143,6 +181,7 @@ class AutotuneStats:
         workflow's tie band is measured from (:mod:`reprobuild.tiebreak`)."""
         self.kernel_runs += tuning.kernel_runs
         self.timed_runs += sum(tuning.runs)
+        self.settle_runs += tuning.settle_runs
         self.candidates += len(names)
         self.layers.append(
             {
@@ -165,6 +204,7 @@ class AutotuneStats:
             "policy": self.policy.to_json(),
             "kernel_runs": self.kernel_runs,
             "timed_runs": self.timed_runs,
+            "settle_runs": self.settle_runs,
             "timed_candidates": self.candidates,
             "dropped_candidates": sum(
                 c["dropped"] for entry in self.layers for c in entry["candidates"]
