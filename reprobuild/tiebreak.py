@@ -11,14 +11,15 @@ fixed fraction: a band widened by each recording's measured noise moves its own 
 one recording to the next. The measured noise (the median, over the candidates timed more
 than once, of (second-fastest run - fastest run) / fastest run) is reported, not used.
 
-Why the default band is wide (0.3) and what the rule prefers: measured on a loaded two-core
-machine, a candidate's cost relative to its key's best moves by up to 20 % between
-recordings even on a CPU-time clock (a neighbour's cache and memory traffic slows some
-kernels more than others), so any band edge with candidates near it is a knife edge. The
-default rule therefore prefers the kernel that is usually the fastest (one reduction pass:
-fastest, or within 6 % of it, in 9 of 10 key-recordings measured), and the band is wide
-enough that its preference stays inside it; a kernel that is much slower everywhere still
-stays out. ``docs/stability.md`` has the figures.
+Why the default band is wide (0.4) and what the rule prefers: measured on a loaded two-core
+machine, a candidate's cost relative to its key's best moves between recordings by 5 to 30 %
+even on the CPU-time clock (a neighbour's cache and memory traffic slows some kernels more
+than others): that is a change of the machine, not noise that more runs remove, so any
+band edge with a candidate near it is a knife edge. The default rule therefore prefers the
+kernel that is usually the fastest (one reduction pass: the fastest or within 6 % of it in
+9 of 10 key-recordings measured), and the band is wide enough that this preference stays
+inside it; a kernel that is clearly slower still stays out. ``docs/stability.md`` has the
+figures.
 
 The rules (neither reads a time or the order candidates were timed in):
 

@@ -22,10 +22,11 @@ class TimingValue:
     time_ms: float
 
 
-DEFAULT_TIE_BAND = 0.3
+DEFAULT_TIE_BAND = 0.4
 """A recording's tie band, as a fraction of a key's best time: candidates timed within it
 of the best are near-ties, chosen between by :data:`DEFAULT_TIE_RULE` (``docs/stability.md``
-says why it is this wide: under load, the candidates' relative costs move by up to 20 %)."""
+says why it is this wide: under load, a kernel's cost relative to the best moves by up
+to 30 % between recordings, and the rule prefers a kernel that is usually the fastest)."""
 
 DEFAULT_TIE_RULE = "steady-then-splits"
 TIE_RULES = (DEFAULT_TIE_RULE, "steady-then-hash")

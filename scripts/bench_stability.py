@@ -35,6 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the re-weighted zoo lives in tests/models
+from reprobuild.types import DEFAULT_TIE_BAND  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
 GOALS = {"time": 1.3, "engine": 1.05, "stability": 6.0, "agreement": 0.99}
@@ -65,6 +66,7 @@ def record(model: Path, where: Path, band: float, busy: bool) -> dict:
         start = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - start
+        load = os.getloadavg()[0]
     finally:
         if other is not None:
             other.kill()
@@ -73,7 +75,7 @@ def record(model: Path, where: Path, band: float, busy: bool) -> dict:
         raise SystemExit(f"recording failed ({proc.returncode}): {proc.stderr[-500:]}")
     result = json.loads(proc.stdout)
     return {"wall": wall, "duration_s": result["duration_s"], "tactics": result["tactic_map"],
-            "engine": where / "m.engine", "busy": busy}  # fmt: skip
+            "engine": where / "m.engine", "busy": busy, "load": load}  # fmt: skip
 
 
 def agreement(runs: list[dict]) -> float:
@@ -144,21 +146,25 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-stability-") as tmp:
         for name in args.models:
             model = zoo.reweighted_path(name, args.zoo_dir or Path(tmp), 0)
-            runs: dict[float, list[dict]] = {0.05: [], 0.0: []}
+            band_d = DEFAULT_TIE_BAND
+            runs: dict[float, list[dict]] = {band_d: [], 0.0: []}
             for i in range(args.records):
                 busy = i >= args.quiet
-                for band in (0.05, 0.0) if i % 2 == 0 else (0.0, 0.05):
+                for band in (band_d, 0.0) if i % 2 == 0 else (0.0, band_d):
                     where = Path(tmp) / f"{name}-{band}-{i}"
                     where.mkdir()
                     runs[band].append(record(model, where, band, busy))
-            d, z = runs[0.05], runs[0.0]
+            d, z = runs[band_d], runs[0.0]
+            loads = [r["load"] for r in d + z]
             print(
                 f"{name}: {len(d[0]['tactics'])} keys, {args.records} recordings each "
-                f"({args.quiet} quiet, {args.records - args.quiet} with a busy neighbour)"
+                f"({args.quiet} quiet, {args.records - args.quiet} with a busy neighbour); "
+                f"1-min load average after each recording {min(loads):.1f} to {max(loads):.1f}"
             )
             ad, az = agreement(d), agreement(z)
             print(
-                f"  agreement: default policy {ad:.1%} ({flips(d)} keys flipped), "
+                f"  agreement: default policy (band {band_d:g}) {ad:.1%} "
+                f"({flips(d)} keys flipped), "
                 f"--tie-band 0 {az:.1%} ({flips(z)} flipped); goal >= 99%: "
                 f"{'met' if ad >= GOALS['agreement'] else 'NOT met'}"
             )

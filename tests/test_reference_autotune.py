@@ -127,7 +127,8 @@ def test_shared_conv_operands_give_every_kernel_its_own_bits() -> None:
 def test_a_forced_choice_drops_the_others_and_keeps_them_in_table_and_report(tmp_path) -> None:
     path = cnn_model(tmp_path)
     backend = ReferenceBackend(timing="prefer:splitk4")
-    out, lines, cache = build(backend, path)
+    # band 0: the builder's own policy (a tie band drops after two runs: the test below)
+    out, lines, cache = build(backend, path, settings=BuildSettings(tie_band=0.0))
     report = out.extra["autotune"]
     assert report["policy"]["drop_factor"] == 2.0 and report["policy"]["drop_after_runs"] == 1
     # one entry per key: the Convs' im2col (linear) and direct (hwc) keys, the Gemm's one
@@ -227,8 +228,12 @@ def test_settling_stops_at_its_cap_and_never_runs_a_dropped_candidate() -> None:
     assert order == [0, 1, 0, 1] and t.settle_runs == 0
 
 
-@pytest.mark.parametrize(("band", "clock", "settle"), [(0.0, "wall", 0), (0.3, "cpu", 6)])
-def test_a_tie_band_times_on_the_cpu_clock_and_settles(tmp_path, band, clock, settle) -> None:
+@pytest.mark.parametrize(
+    ("band", "clock", "settle", "drop_after"), [(0.0, "wall", 0, 1), (0.3, "cpu", 6, 2)]
+)
+def test_a_tie_band_times_on_the_cpu_clock_and_settles(
+    tmp_path, band, clock, settle, drop_after
+) -> None:
     path = cnn_model(tmp_path)
     # injected costs: prefer:splitk4 puts every other kernel 1000x behind, nothing is unsure
     be = ReferenceBackend(timing="prefer:splitk4")
@@ -236,3 +241,6 @@ def test_a_tie_band_times_on_the_cpu_clock_and_settles(tmp_path, band, clock, se
     report = out.extra["autotune"]
     assert report["policy"]["clock"] == clock and report["policy"]["settle_rounds"] == settle
     assert report["settle_runs"] == 0
+    assert report["policy"]["drop_after_runs"] == drop_after
+    for entry in report["layers"]:  # every dropped candidate ran drop_after times
+        assert all(c["runs"] == drop_after for c in entry["candidates"] if c["dropped"])

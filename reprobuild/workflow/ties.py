@@ -1,11 +1,12 @@
 """A recording's near-ties: the rule's choice per key, written back and rebuilt from the cache.
 
-The builder has already chosen (the fastest as measured) when the recording build ends, on
-TensorRT as on the reference backend. So the workflow reads every key's candidates and
-times (the verbose log's table; the reference backend also reports each candidate's runs),
-lets :mod:`reprobuild.tiebreak` decide, writes the rule's tactic with ``update()`` where it
-differs from the builder's, and builds again from that cache: the second build times
-nothing and is checked like any pinned build (cache map and engine kernels). With
+TensorRT has already chosen (the fastest as measured) when the recording build ends. So
+the workflow reads every key's candidates and times (the verbose log's table; the
+reference backend also reports each candidate's runs), lets :mod:`reprobuild.tiebreak`
+decide, writes the rule's tactic with ``update()`` where it differs from the builder's,
+and builds again from that cache: the second build times nothing and is checked like any
+pinned build (cache map and engine kernels). The reference builder applies the same rule
+to the same costs while it times, so there it agrees and nothing is written back. With
 ``tie_band`` 0 nothing is decided and nothing is rebuilt.
 """
 
@@ -49,7 +50,10 @@ class TieOutcome:
             **head,
             "keys": len(self.decisions),
             "near_ties": sum(1 for d in self.decisions.values() if d.near_tie),
-            "changed_from_fastest": len(self.moved),
+            "changed_from_fastest": sum(
+                1 for d in self.decisions.values() if d.chosen != d.fastest
+            ),
+            "written_back": len(self.moved),
             "rebuilt_from_cache": self.rebuilt,
             "second_build_timed": self.second_build_timed,
             "layers": [

@@ -26,6 +26,11 @@ The policy (:class:`AutotunePolicy`, written to the build report under ``autotun
   candidates and the best run one more round together, up to ``settle_rounds`` rounds:
   the minimum over more runs falls to the kernel's undisturbed cost, and running them
   together lets a burst of load fall on all of them.
+- **Choice.** The cheapest; with a tie band, the tie rule's choice among the costs
+  (:func:`reprobuild.tiebreak.decide`, on the same costs the workflow reads from the
+  report, so it agrees and has nothing to write back), and a candidate is dropped only
+  after two runs: one cold or preempted first run (a 0.14 ms kernel's first run once took
+  41 ms of CPU time) must not drop the rule's choice in one recording and not in another.
 - **Shared operands.** A Conv's FP32 copies, padding and im2col matrix are made once per
   layer (:class:`.kernels.ConvOperands`); the time they took is added to the cost of each
   candidate that uses them (the im2col time only to im2col kernels), so ``direct`` and the
@@ -113,9 +118,11 @@ def tune(
     policy: AutotunePolicy,
     perceive: Callable[[list[float]], list[float]] = list,
     settle: Settle | None = None,
+    pick: Callable[[list[float]], int] | None = None,
 ) -> Tuning:
     """Time ``count`` candidates by ``policy``; ``perceive`` maps raw costs to compared ones,
-    ``settle`` names the candidates still in doubt after the rounds (the module docstring)."""
+    ``settle`` names the candidates still in doubt after the rounds (the module docstring),
+    ``pick`` chooses from the final costs (default: the cheapest, the lowest index on a tie)."""
     if count < 1:
         raise ValueError("a layer needs at least one candidate")
     best_raw = [math.inf] * count
@@ -150,7 +157,7 @@ def tune(
             runs[i] += 1
             settled += 1
     costs = perceive(best_raw)
-    best = min(range(count), key=lambda i: (costs[i], i))
+    best = pick(costs) if pick is not None else min(range(count), key=lambda i: (costs[i], i))
     extra = 0
     if outputs[best] is None:
         _ms, outputs[best] = measure(best)

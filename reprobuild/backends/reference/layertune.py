@@ -34,7 +34,7 @@ from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.prepared import Layer, execute_spec
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError
-from reprobuild.tiebreak import TieCandidate, unsure
+from reprobuild.tiebreak import TieCandidate, decide, unsure
 
 
 def layer_key(
@@ -281,10 +281,18 @@ class LayerTuner:
         names = [s.name for s in specs]
         band, rule = self.settings.tie_band, self.settings.tie_rule
 
+        def cands(costs: list[float]) -> list[TieCandidate]:
+            return [
+                TieCandidate(s.tactic_hash, s.name, (c,)) for s, c in zip(specs, costs, strict=True)
+            ]
+
         def settle(costs: list[float]) -> list[int]:
-            pairs = zip(specs, costs, strict=True)
-            cands = [TieCandidate(s.tactic_hash, s.name, (c,)) for s, c in pairs]
-            return unsure(cands, band, rule)
+            return unsure(cands(costs), band, rule)
+
+        def pick(costs: list[float]) -> int:
+            d = decide(cands(costs), band, rule)
+            assert d is not None  # every candidate ran at least once
+            return next(i for i, s in enumerate(specs) if s.tactic_hash == d.chosen)
 
         tuning = tune(
             len(specs),
@@ -292,12 +300,14 @@ class LayerTuner:
             self.stats.policy,
             lambda raw: self.knob.apply(key, names, raw),
             settle if band > 0 else None,
+            pick if band > 0 else None,
         )
         times = self.knob.runs(key, names, tuning.samples)
         self.stats.add_timed(layer.name, key, names, tuning, times)
         costs = tuning.costs
         order = sorted(range(len(specs)), key=lambda i: (costs[i], i))
-        for line in autotune_lines(layer.name, key, [(i, costs[i], specs[i]) for i in order]):
+        rows = [(i, costs[i], specs[i]) for i in order]
+        for line in autotune_lines(layer.name, key, rows, (costs[tuning.best], specs[tuning.best])):
             self.log.verbose(line)
         best = tuning.best
         self.cache.record(key, specs[best].tactic_hash, costs[best])
