@@ -53,10 +53,13 @@ _LOW_ACCUMULATION = ("f16acc", "bf16acc", "_k16_")
 _SPLITS = re.compile(r"_(?:splitk|tree)(\d+)_")
 _CHUNKS = re.compile(r"_k(\d+)_")
 
-UNSURE_MARGIN = 0.5
-"""A candidate is unsure (:func:`unsure`) while its cost is within this fraction of the
-band of the band's edge, on either side: ``edge / (1 + m * band) < cost / best <=
-edge * (1 + m * band)`` with ``edge = 1 + band``."""
+UNSURE_BELOW = 0.5
+UNSURE_ABOVE = 1.0
+"""A candidate is unsure (:func:`unsure`) while ``edge / (1 + UNSURE_BELOW * band) <
+cost / best <= edge * (1 + UNSURE_ABOVE * band)``, ``edge = 1 + band``. Wider above the
+edge: a cost is a minimum over runs, so more runs can only lower it, and a candidate
+lifted out of the band by a burst of load (one was seen 1.7x the best over six runs,
+the fastest in every other recording) comes back in only if it runs again."""
 
 
 @dataclass(frozen=True)
@@ -175,9 +178,9 @@ def unsure(
     cands: Sequence[TieCandidate], tie_band: float, rule: str = DEFAULT_TIE_RULE
 ) -> list[int]:
     """Indices into ``cands`` worth timing again before the rule decides: every candidate
-    up to the rule's choice (in the rule's order) whose cost lies within
-    :data:`UNSURE_MARGIN` of the band's edge, and then also the best (the band is measured
-    from it). Only these can change the choice: a candidate after the choice in the rule's
+    up to the rule's choice (in the rule's order) whose cost lies near the band's edge
+    (:data:`UNSURE_BELOW`, :data:`UNSURE_ABOVE`), and then also the best (the band is
+    measured from it). Only these can change the choice: a candidate after the choice in the rule's
     order never can. Empty when nothing is in doubt, or with ``tie_band`` 0."""
     if tie_band <= 0:
         return []
@@ -185,11 +188,12 @@ def unsure(
     if not timed:
         return []
     best = min(timed, key=lambda i: (cands[i].cost, cands[i].tactic))
-    edge, slack = 1.0 + tie_band, 1.0 + UNSURE_MARGIN * tie_band
+    edge = 1.0 + tie_band
+    low, high = edge / (1.0 + UNSURE_BELOW * tie_band), edge * (1.0 + UNSURE_ABOVE * tie_band)
     doubt = []
     for i in sorted(timed, key=lambda i: rule_key(cands[i], rule)):
         ratio = cands[i].cost / cands[best].cost
-        if edge / slack < ratio <= edge * slack:
+        if low < ratio <= high:
             doubt.append(i)
         if ratio <= edge:  # the rule's choice: nothing after it matters
             break

@@ -112,18 +112,23 @@ def _cands(*costs: float) -> list[TieCandidate]:
 
 
 def test_unsure_names_the_candidates_near_the_band_edge_up_to_the_choice() -> None:
-    # band 0.3, margin 0.5: unsure between 1.3 / 1.15 = 1.130 and 1.3 * 1.15 = 1.495
+    # band 0.3: unsure between 1.3 / 1.15 = 1.130 and 1.3 * 1.3 = 1.69
     assert unsure(_cands(1.00, 1.02, 1.20, 1.40), 0.3) == []  # blas is the best: certain
     assert unsure(_cands(1.05, 1.00, 1.20, 1.40), 0.3) == []  # blas 5 % behind: inside
     # blas 1.25x the best (splitk2): near the edge, timed again with the best
     assert unsure(_cands(1.25, 1.00, 1.60, 1.80), 0.3) == [0, 1]
     # blas far out (2x): certain; splitk2 is then the best and the choice: nothing unsure
+    assert unsure(_cands(1.75, 1.00, 1.40, 1.80), 0.3) == []
+    # blas 1.6x: outside, but a minimum only falls: unsure (half a band below would not be)
+    assert unsure(_cands(1.60, 1.00, 1.40, 1.80), 0.3) == [0, 1]
+    assert unsure(_cands(1.10, 1.00, 1.40, 1.80), 0.3) == []
     assert unsure(_cands(2.00, 1.00, 1.40, 1.80), 0.3) == []
     # blas far out: splitk2 (the best) is next in the rule's order and chosen, so splitk4
     # and tree8 never matter, however near the edge
     assert unsure(_cands(2.00, 1.00, 1.29, 1.31), 0.3) == []
-    # blas far out, splitk2 near the edge (1.35x the best, tree8): both are timed again
-    assert unsure(_cands(2.00, 1.35, 1.60, 1.00), 0.3) == [1, 3]
+    # blas far out, splitk2 and splitk4 near the edge (1.35x, 1.6x the best, tree8): all
+    # three timed again
+    assert unsure(_cands(2.00, 1.35, 1.60, 1.00), 0.3) == [1, 2, 3]
     assert unsure(_cands(1.25, 1.00), 0.0) == []  # band 0: the fastest, nothing to settle
     # any order of the same candidates names the same ones
     c = _cands(1.25, 1.00, 1.60, 1.80)
