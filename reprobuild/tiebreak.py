@@ -212,6 +212,20 @@ RULE_TEXT = {
 }
 
 
+def ahead(
+    cands: Sequence[TieCandidate], tie_band: float, rule: str = DEFAULT_TIE_RULE
+) -> list[int]:
+    """Indices into ``cands`` of the candidates before the rule's choice in the rule's
+    order: the ones the rule would rather keep, were they within the band. A backend that
+    drops clearly slower candidates early drops these only after more runs. Empty with
+    ``tie_band`` 0."""
+    d = decide(cands, tie_band, rule) if tie_band > 0 else None
+    if d is None:
+        return []
+    chosen = next(c for c in cands if c.tactic == d.chosen)
+    return [i for i, c in enumerate(cands) if rule_key(c, rule) < rule_key(chosen, rule)]
+
+
 def describe_policy(tie_band: float, rule: str, measured: str) -> dict[str, Any]:
     """The build report's ``tie_break`` head: the policy and how the band was measured."""
     return {

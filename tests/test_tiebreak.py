@@ -20,6 +20,7 @@ from reprobuild.backends.reference.knob import TimingKnob, seeded_ranks
 from reprobuild.lock.yamlio import dumps_lock, load_lock, loads_lock
 from reprobuild.tiebreak import (
     TieCandidate,
+    ahead,
     decide,
     measured_noise,
     partial_sums,
@@ -109,6 +110,14 @@ def _cands(*costs: float) -> list[TieCandidate]:
         TieCandidate(0x100 - i, f"ref_gemm_{n}_f32", (c,))
         for i, (n, c) in enumerate(zip(names, costs, strict=False))
     ]
+
+
+def test_ahead_names_the_candidates_the_rule_would_rather_keep() -> None:
+    # blas 3x the best (splitk4): out of the band; the choice is splitk2 (1.1x, inside),
+    # so blas alone is ahead of it in the rule's order
+    assert ahead(_cands(3.00, 1.10, 1.00, 1.50), 0.3) == [0]
+    assert ahead(_cands(1.00, 1.10, 1.20, 1.50), 0.3) == []  # blas is the choice
+    assert ahead(_cands(3.00, 1.10, 1.00, 1.50), 0.0) == []  # band 0: no rule
 
 
 def test_unsure_names_the_candidates_near_the_band_edge_up_to_the_choice() -> None:

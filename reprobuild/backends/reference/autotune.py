@@ -28,9 +28,12 @@ The policy (:class:`AutotunePolicy`, written to the build report under ``autotun
   together lets a burst of load fall on all of them.
 - **Choice.** The cheapest; with a tie band, the tie rule's choice among the costs
   (:func:`reprobuild.tiebreak.decide`, on the same costs the workflow reads from the
-  report, so it agrees and has nothing to write back), and a candidate is dropped only
-  after two runs: one cold or preempted first run (a 0.14 ms kernel's first run once took
-  41 ms of CPU time) must not drop the rule's choice in one recording and not in another.
+  report, so it agrees and has nothing to write back), and a candidate ahead of the
+  rule's current choice in the rule's order (:func:`reprobuild.tiebreak.ahead`: one the
+  rule would rather keep) is dropped only after ``GUARDED_RUNS`` runs: one cold first run
+  (a 0.14 ms kernel's once took 41 ms of CPU time) must not drop the rule's preference in
+  one recording and not in another. Candidates behind the choice drop as before: they
+  can only move the best, and a candidate twice the best does not.
 - **Shared operands.** A Conv's FP32 copies, padding and im2col matrix are made once per
   layer (:class:`.kernels.ConvOperands`); the time they took is added to the cost of each
   candidate that uses them (the im2col time only to im2col kernels), so ``direct`` and the
@@ -53,6 +56,7 @@ from typing import Any
 DEFAULT_TIMING_REPS = 3
 DROP_AFTER_RUNS = 1
 DROP_FACTOR = 2.0
+GUARDED_RUNS = 2  # runs before a candidate ahead of the tie rule's choice can be dropped
 
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 """How a run is timed, in seconds. ``wall``: elapsed time, which also counts every moment
@@ -69,6 +73,7 @@ class AutotunePolicy:
     drop_factor: float = DROP_FACTOR
     clock: str = "wall"  # a key of CLOCKS
     settle_rounds: int = 0  # at most this many extra rounds for unsure candidates
+    guard_ahead: bool = False  # a tie band: candidates ahead of the rule's choice drop late
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,11 +82,18 @@ class AutotunePolicy:
             "cost": "minimum over the candidate's runs, in ms",
             "clock": self.clock,
             "settle_rounds": self.settle_rounds,
+            "guard_ahead": self.guard_ahead,
             "order": "rounds: each remaining candidate runs once per round",
             "drop_after_runs": self.drop_after,
             "drop_factor": self.drop_factor,
             "drop_rule": (
-                f"after {self.drop_after} run(s), a candidate whose cost is more than "
+                (
+                    "a candidate ahead of the tie rule's choice in the rule's order only "
+                    f"after {max(self.drop_after, GUARDED_RUNS)} runs; otherwise "
+                    if self.guard_ahead
+                    else ""
+                )
+                + f"after {self.drop_after} run(s), a candidate whose cost is more than "
                 f"{self.drop_factor:g}x the best cost so far runs no more (the best never)"
             ),
         }
@@ -119,10 +131,12 @@ def tune(
     perceive: Callable[[list[float]], list[float]] = list,
     settle: Settle | None = None,
     pick: Callable[[list[float]], int] | None = None,
+    ahead: Settle | None = None,
 ) -> Tuning:
     """Time ``count`` candidates by ``policy``; ``perceive`` maps raw costs to compared ones,
     ``settle`` names the candidates still in doubt after the rounds (the module docstring),
-    ``pick`` chooses from the final costs (default: the cheapest, the lowest index on a tie)."""
+    ``pick`` chooses from the final costs (default: the cheapest, the lowest index on a tie),
+    ``ahead`` names the candidates not to drop before :data:`GUARDED_RUNS` runs."""
     if count < 1:
         raise ValueError("a layer needs at least one candidate")
     best_raw = [math.inf] * count
@@ -140,7 +154,13 @@ def tune(
         if round_no >= policy.drop_after and round_no < policy.reps:
             costs = perceive(best_raw)
             fastest = min(costs)
-            slow = [i for i in racing if costs[i] > policy.drop_factor * fastest]
+            guarded = set(ahead(costs)) if ahead is not None else set()
+            slow = [
+                i
+                for i in racing
+                if costs[i] > policy.drop_factor * fastest
+                and (i not in guarded or runs[i] >= GUARDED_RUNS)
+            ]
             for i in slow:
                 outputs[i] = None  # never needed again unless it wins
             dropped += slow

@@ -158,7 +158,7 @@ class Builder:
         # a tie band needs costs that a neighbour process cannot inflate, and settled where
         # the rule is unsure (autotune's docstring); band 0 times as before the band existed
         if settings.tie_band > 0:
-            policy = AutotunePolicy(reps, drop_after=2, clock="cpu", settle_rounds=2 * reps)
+            policy = AutotunePolicy(reps, clock="cpu", settle_rounds=2 * reps, guard_ahead=True)
         else:
             policy = AutotunePolicy(reps)
         self.stats = AutotuneStats(policy)

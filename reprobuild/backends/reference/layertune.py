@@ -34,7 +34,7 @@ from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.prepared import Layer, execute_spec
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError
-from reprobuild.tiebreak import TieCandidate, decide, unsure
+from reprobuild.tiebreak import TieCandidate, ahead, decide, unsure
 
 
 def layer_key(
@@ -294,6 +294,9 @@ class LayerTuner:
             assert d is not None  # every candidate ran at least once
             return next(i for i, s in enumerate(specs) if s.tactic_hash == d.chosen)
 
+        def guard(costs: list[float]) -> list[int]:
+            return ahead(cands(costs), band, rule)
+
         tuning = tune(
             len(specs),
             measure,
@@ -301,6 +304,7 @@ class LayerTuner:
             lambda raw: self.knob.apply(key, names, raw),
             settle if band > 0 else None,
             pick if band > 0 else None,
+            guard if band > 0 else None,
         )
         times = self.knob.runs(key, names, tuning.samples)
         self.stats.add_timed(layer.name, key, names, tuning, times)
