@@ -16,8 +16,16 @@ thread per core). Printed per model:
 - with ``--stability``: ``reprobuild stability --records N`` wall time vs one quiet
   recording's (goal <= 6x), and its plot with ``--plot FILE``.
 
+- with ``--keep DIR``: each recording's build report is copied to DIR/MODEL-BAND-I.json, so
+  that ``--replay DIR`` can re-decide every key offline from the recorded per-candidate
+  runs (the reference backend reports them) under other bands and rules, without
+  recording again. A replay cannot re-run the settling rounds: those the recordings made
+  for their own band are in the runs, no others.
+
     python scripts/bench_stability.py --models squeezenet
     python scripts/bench_stability.py --models resnet50 --stability --plot docs/stability.svg
+    python scripts/bench_stability.py --models squeezenet --keep runs/
+    python scripts/bench_stability.py --replay runs/ --bands 0 0.05 0.2 0.4
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the re-weighted zoo lives in tests/models
+from reprobuild.types import DEFAULT_TIE_BAND, TIE_RULES  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
 GOALS = {"time": 1.3, "engine": 1.05, "stability": 6.0, "agreement": 0.99}
@@ -65,6 +75,7 @@ def record(model: Path, where: Path, band: float, busy: bool) -> dict:
         start = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - start
+        load = os.getloadavg()[0]
     finally:
         if other is not None:
             other.kill()
@@ -73,7 +84,7 @@ def record(model: Path, where: Path, band: float, busy: bool) -> dict:
         raise SystemExit(f"recording failed ({proc.returncode}): {proc.stderr[-500:]}")
     result = json.loads(proc.stdout)
     return {"wall": wall, "duration_s": result["duration_s"], "tactics": result["tactic_map"],
-            "engine": where / "m.engine", "busy": busy}  # fmt: skip
+            "engine": where / "m.engine", "busy": busy, "load": load}  # fmt: skip
 
 
 def agreement(runs: list[dict]) -> float:
@@ -91,8 +102,10 @@ def flips(runs: list[dict]) -> int:
     )
 
 
-def engine_times(a: Path, b: Path, runs: int) -> tuple[float, float]:
-    """Median run time (s) of two engines on the same seeded inputs, run alternately."""
+def engine_times(a: Path, b: Path, runs: int) -> tuple[float, float, float, float]:
+    """Median run time (s) of two engines on the same seeded inputs, run alternately: on the
+    wall clock and on the CPU clock (this process's CPU time, which a loaded machine's
+    neighbours do not inflate; the engine runs one BLAS thread)."""
     from reprobuild.backends.reference import ReferenceBackend
 
     be = ReferenceBackend()
@@ -103,13 +116,45 @@ def engine_times(a: Path, b: Path, runs: int) -> tuple[float, float]:
     x = np.random.default_rng(0).standard_normal(tuple(inp["shape"])).astype(np.float32)
     feeds = {inp["name"]: x}
     be.run(ea, feeds), be.run(eb, feeds)  # warm both
-    ta, tb = [], []
+    wall: dict[int, list[float]] = {0: [], 1: []}
+    cpu: dict[int, list[float]] = {0: [], 1: []}
     for _ in range(runs):
-        for engine, out in ((ea, ta), (eb, tb)):
-            start = time.perf_counter()
+        for i, engine in enumerate((ea, eb)):
+            start, cstart = time.perf_counter(), time.process_time()
             be.run(engine, feeds)
-            out.append(time.perf_counter() - start)
-    return statistics.median(ta), statistics.median(tb)
+            cpu[i].append(time.process_time() - cstart)
+            wall[i].append(time.perf_counter() - start)
+    med = statistics.median
+    return med(wall[0]), med(wall[1]), med(cpu[0]), med(cpu[1])
+
+
+def replay(folder: Path, bands: list[float], rules: list[str]) -> None:
+    """Re-decide every key of the kept reports (``--keep``) under each band and rule."""
+    from reprobuild.backends.reference.kernels import tactic_hash
+    from reprobuild.tiebreak import TieCandidate, decide
+
+    groups: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("*.json")):
+        groups.setdefault(path.stem.rsplit("-", 1)[0], []).append(json.loads(path.read_text()))
+    for group, reports in groups.items():
+        print(f"{group}: {len(reports)} recordings")
+        for rule in rules:
+            for band in bands:
+                maps = []
+                for rep in reports:
+                    tactics = {}
+                    for entry in rep["autotune"]["layers"]:
+                        cands = [
+                            TieCandidate(
+                                tactic_hash(c["kernel"]), c["kernel"], tuple(c["times_ms"])
+                            )
+                            for c in entry["candidates"]
+                        ]
+                        d = decide(cands, band, rule)
+                        if d is not None:
+                            tactics[entry["key"]] = d.chosen
+                    maps.append({"tactics": tactics})
+                print(f"  rule {rule}, band {band:g}: agreement {agreement(maps):.1%}")
 
 
 def stability_run(model: Path, records: int, plot: Path | None) -> float:
@@ -139,26 +184,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stability", action="store_true", help="also time `stability`")
     ap.add_argument("--plot", type=Path, default=None, help="the stability plot (.svg/.png)")
     ap.add_argument("--zoo-dir", type=Path, default=None, help="re-weighted models (cached)")
+    ap.add_argument("--keep", type=Path, default=None, help="copy each build report here")
+    ap.add_argument("--replay", type=Path, default=None, help="re-decide kept reports offline")
+    ap.add_argument("--bands", type=float, nargs="+", default=[0.0, 0.05, 0.1, 0.2, 0.3, 0.4])
+    ap.add_argument("--rules", nargs="+", default=list(TIE_RULES))
     args = ap.parse_args(argv)
+    if args.replay is not None:
+        replay(args.replay, args.bands, args.rules)
+        return 0
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory(prefix="bench-stability-") as tmp:
         for name in args.models:
             model = zoo.reweighted_path(name, args.zoo_dir or Path(tmp), 0)
-            runs: dict[float, list[dict]] = {0.05: [], 0.0: []}
+            band_d = DEFAULT_TIE_BAND
+            runs: dict[float, list[dict]] = {band_d: [], 0.0: []}
             for i in range(args.records):
                 busy = i >= args.quiet
-                for band in (0.05, 0.0) if i % 2 == 0 else (0.0, 0.05):
+                for band in (band_d, 0.0) if i % 2 == 0 else (0.0, band_d):
                     where = Path(tmp) / f"{name}-{band}-{i}"
                     where.mkdir()
                     runs[band].append(record(model, where, band, busy))
-            d, z = runs[0.05], runs[0.0]
+                    if args.keep is not None:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        report = where / "m.engine.report.json"
+                        shutil.copy(report, args.keep / f"{name}-{band:g}-{i}.json")
+            d, z = runs[band_d], runs[0.0]
+            loads = [r["load"] for r in d + z]
             print(
                 f"{name}: {len(d[0]['tactics'])} keys, {args.records} recordings each "
-                f"({args.quiet} quiet, {args.records - args.quiet} with a busy neighbour)"
+                f"({args.quiet} quiet, {args.records - args.quiet} with a busy neighbour); "
+                f"1-min load average after each recording {min(loads):.1f} to {max(loads):.1f}"
             )
             ad, az = agreement(d), agreement(z)
             print(
-                f"  agreement: default policy {ad:.1%} ({flips(d)} keys flipped), "
+                f"  agreement: default policy (band {band_d:g}) {ad:.1%} "
+                f"({flips(d)} keys flipped), "
                 f"--tie-band 0 {az:.1%} ({flips(z)} flipped); goal >= 99%: "
                 f"{'met' if ad >= GOALS['agreement'] else 'NOT met'}"
             )
@@ -169,11 +229,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{[round(r['duration_s'], 1) for r in d]}, band 0 "
                 f"{[round(r['duration_s'], 1) for r in z]}"
             )
-            td, tz = engine_times(d[0]["engine"], z[0]["engine"], args.runs)
-            print(
-                f"  engine run: default-policy engine {td * 1e3:.1f} ms vs fastest-as-measured "
-                f"{tz * 1e3:.1f} ms: {td / tz:.3f}x (goal <= 1.05x)"
-            )
+            for j in range(args.quiet):  # the engines of the quiet recordings
+                td, tz, cd, cz = engine_times(d[j]["engine"], z[j]["engine"], args.runs)
+                print(
+                    f"  engine run (quiet recording {j}): default-policy engine CPU "
+                    f"{cd * 1e3:.1f} ms vs fastest-as-measured {cz * 1e3:.1f} ms: {cd / cz:.3f}x "
+                    f"(goal <= 1.05x); wall {td * 1e3:.1f} vs {tz * 1e3:.1f} ms: {td / tz:.3f}x"
+                )
             if args.stability:
                 one = statistics.median(r["wall"] for r in d[: args.quiet])
                 wall = stability_run(model, args.records, args.plot)

@@ -22,6 +22,7 @@ from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import ReferenceBackend, kernels
 from reprobuild.backends.reference.autotune import AutotunePolicy, tune
 from reprobuild.lock.yamlio import load_lock
+from reprobuild.tiebreak import partial_sums
 from reprobuild.workflow.build import build as workflow_build
 
 from .conftest import EXAMPLES
@@ -127,7 +128,8 @@ def test_shared_conv_operands_give_every_kernel_its_own_bits() -> None:
 def test_a_forced_choice_drops_the_others_and_keeps_them_in_table_and_report(tmp_path) -> None:
     path = cnn_model(tmp_path)
     backend = ReferenceBackend(timing="prefer:splitk4")
-    out, lines, cache = build(backend, path)
+    # band 0: the builder's own policy (a tie band drops after two runs: the test below)
+    out, lines, cache = build(backend, path, settings=BuildSettings(tie_band=0.0))
     report = out.extra["autotune"]
     assert report["policy"]["drop_factor"] == 2.0 and report["policy"]["drop_after_runs"] == 1
     # one entry per key: the Convs' im2col (linear) and direct (hwc) keys, the Gemm's one
@@ -166,7 +168,9 @@ def test_a_forced_choice_drops_the_others_and_keeps_them_in_table_and_report(tmp
 
 def test_avg_timing_iterations_bounds_the_runs(tmp_path) -> None:
     path = cnn_model(tmp_path)
-    out, _, _ = build(ReferenceBackend(), path, settings=BuildSettings(avg_timing_iterations=1))
+    # band 0: no settling rounds, whose runs depend on the measured costs
+    settings = BuildSettings(avg_timing_iterations=1, tie_band=0.0)
+    out, _, _ = build(ReferenceBackend(), path, settings=settings)
     report = out.extra["autotune"]
     assert report["policy"]["max_runs_per_candidate"] == 1
     assert report["dropped_candidates"] == 0
@@ -196,3 +200,61 @@ def test_the_build_report_records_the_policy_and_the_lock_keeps_every_candidate(
         assert sorted(c.kernel for c in locked.candidates) == timed  # dropped ones included
         dropped = [c["kernel"] for c in entry["candidates"] if c["dropped"]]
         assert dropped and locked.kernel not in dropped
+
+
+def test_settling_rounds_run_the_unsure_candidates_together_until_none_is_left() -> None:
+    # after 2 rounds candidate 0 (1.3) and the best (1.0) are in doubt; each settling
+    # round runs both, once each, in candidate order, until ``settle`` names none
+    measure, order = scripted([[1.3, 1.3, 1.2, 1.05], [1.0, 1.0, 1.0, 1.0], [1.5, 1.5]])
+    asked: list[list[float]] = []
+
+    def settle(costs: list[float]) -> list[int]:
+        asked.append(list(costs))
+        return [0, 1] if costs[0] > 1.1 else []
+
+    t = tune(3, measure, AutotunePolicy(reps=2, settle_rounds=5), settle=settle)
+    assert order == [0, 1, 2, 0, 1, 2, 0, 1, 0, 1]
+    assert t.runs == [4, 4, 2] and t.settle_runs == 4 and t.costs == [1.05, 1.0, 1.5]
+    assert [c[0] for c in asked] == [1.3, 1.2, 1.05]  # asked after every round, as compared
+
+
+def test_a_guarded_candidate_survives_a_cold_first_run() -> None:
+    # candidate 0's first run is cold (10x); candidate 1 is steady at 1.0
+    times = [[10.0, 0.9, 0.9], [1.0, 1.0, 1.0], [5.0, 5.0, 5.0]]
+    measure, _ = scripted(times)
+    t = tune(3, measure, AutotunePolicy(reps=3))
+    assert t.dropped == [0, 2] and t.best == 1  # unguarded: dropped on its cold run
+    measure, _ = scripted(times)
+    t = tune(3, measure, AutotunePolicy(reps=3), ahead=lambda costs: [0, 2])
+    assert t.dropped == [2] and t.runs == [3, 3, 2] and t.best == 0 and t.costs[0] == 0.9
+
+
+def test_settling_stops_at_its_cap_and_never_runs_a_dropped_candidate() -> None:
+    measure, order = scripted([[1.0] * 9, [3.0], [1.2] * 9])
+    t = tune(3, measure, AutotunePolicy(reps=2, settle_rounds=3), settle=lambda c: [1, 2])
+    assert t.dropped == [1]  # 3x the best after round 1
+    assert order == [0, 1, 2, 0, 2, 2, 2, 2] and t.settle_runs == 3 and t.runs == [2, 1, 5]
+    # no settle callback (band 0): the rounds alone, as before settling existed
+    measure, order = scripted([[1.0] * 9, [1.2] * 9])
+    t = tune(2, measure, AutotunePolicy(reps=2, settle_rounds=3))
+    assert order == [0, 1, 0, 1] and t.settle_runs == 0
+
+
+@pytest.mark.parametrize(("band", "clock", "settle"), [(0.0, "wall", 0), (0.3, "cpu", 6)])
+def test_a_tie_band_times_on_the_cpu_clock_and_settles(tmp_path, band, clock, settle) -> None:
+    path = cnn_model(tmp_path)
+    # injected costs: prefer:splitk4 puts every other kernel 1000x behind, nothing is unsure
+    be = ReferenceBackend(timing="prefer:splitk4")
+    out, _, _ = build(be, path, settings=BuildSettings(tie_band=band))
+    report = out.extra["autotune"]
+    assert report["policy"]["clock"] == clock and report["policy"]["settle_rounds"] == settle
+    assert report["policy"]["guard_ahead"] is (band > 0)
+    assert report["settle_runs"] == 0
+    for entry in report["layers"]:
+        for c in entry["candidates"]:
+            if not c["dropped"]:
+                continue
+            # with a band, blas and splitk2 come before splitk4 (the rule's choice) in the
+            # rule's order: dropped after two runs; tree8 comes after it: after one
+            guarded = band > 0 and partial_sums(c["kernel"]) < 4
+            assert c["runs"] == (2 if guarded else 1), c

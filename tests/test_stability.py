@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild.backends.reference.knob import key_factor
-from reprobuild.types import BuildSettings
+from reprobuild.types import DEFAULT_TIE_BAND, BuildSettings
 from reprobuild.workflow.stability import _per_key
 
 from .conftest import EXAMPLES, sample_lock
@@ -34,14 +34,16 @@ def test_json_per_layer_figures_from_injected_near_ties(work: Path, cli) -> None
     )  # fmt: skip
     assert r.code == 0, r
     data = json.loads(r.out)
-    assert data["records"] == 2 and data["tie_band"] == 0.05 and data["agreement"] == 1.0
+    assert (
+        data["records"] == 2 and data["tie_band"] == DEFAULT_TIE_BAND and data["agreement"] == 1.0
+    )
     assert len(data["recording_s"]) == 2
     for row in data["layers"]:
         assert row["held"] and row["flip_rate"] == 0.0
         # the knob's costs: the best is the key's factor, the next 0.4 % above it
         f = key_factor(row["key"])
         assert row["best_ms"] == pytest.approx(f) and row["second_ms"] == pytest.approx(f * 1.004)
-        assert row["band_ms"] >= 0.05 * row["best_ms"] - 1e-12
+        assert row["band_ms"] >= DEFAULT_TIE_BAND * row["best_ms"] - 1e-12
     assert not list(work.glob("caches*"))  # each recording's folders were temporary
 
 
@@ -91,4 +93,4 @@ def test_plot_is_written(work: Path, cli) -> None:
     )  # fmt: skip
     assert r.code == 0, r
     text = (work / "s.svg").read_text()
-    assert text.startswith("<?xml") and "tie band 0.05" in text
+    assert text.startswith("<?xml") and f"tie band {DEFAULT_TIE_BAND:g}" in text

@@ -18,8 +18,16 @@ import pytest
 from reprobuild.backends.reference import ReferenceBackend
 from reprobuild.backends.reference.knob import TimingKnob, seeded_ranks
 from reprobuild.lock.yamlio import dumps_lock, load_lock, loads_lock
-from reprobuild.tiebreak import NOISE_CAP, TieCandidate, decide, measured_noise
-from reprobuild.types import DEFAULT_TIE_BAND, BuildSettings
+from reprobuild.tiebreak import (
+    TieCandidate,
+    ahead,
+    decide,
+    measured_noise,
+    partial_sums,
+    rule_key,
+    unsure,
+)
+from reprobuild.types import DEFAULT_TIE_BAND, DEFAULT_TIE_RULE, BuildSettings
 from reprobuild.workflow.build import build
 
 from .conftest import EXAMPLES, sample_lock
@@ -37,10 +45,39 @@ def test_the_rule_ignores_the_order_candidates_are_timed_in(order) -> None:
     # within 5 % of 0.99: LOW (fastest, but FP16 accumulation), WIDE_A, WIDE_B; SLOW is not.
     assert d.fastest == LOW.tactic
     assert set(d.ties) == {LOW.tactic, WIDE_A.tactic, WIDE_B.tactic}
-    # wide accumulation first, then the lowest hash: 0x30 before 0x50 before the k16 kernel
-    assert d.ties == (WIDE_A.tactic, WIDE_B.tactic, LOW.tactic)
-    assert d.chosen == WIDE_A.tactic and d.chosen_ms == 1.00
+    # wide accumulation first, then the fewest partial sums: blas (one) before splitk2
+    # (two, though its hash is lower), then the k16 kernel
+    assert d.ties == (WIDE_B.tactic, WIDE_A.tactic, LOW.tactic)
+    assert d.chosen == WIDE_B.tactic and d.chosen_ms == 1.02
     assert d.best_ms == 0.99 and d.second_ms == 1.00
+    # the other rule skips the partial sums: the lowest hash among the wide kernels
+    h = decide(order, 0.05, "steady-then-hash")
+    assert h is not None and h.ties == (WIDE_A.tactic, WIDE_B.tactic, LOW.tactic)
+
+
+@pytest.mark.parametrize(
+    ("name", "sums"),
+    [
+        ("ref_conv_im2col_blas_f32", 1),
+        ("ref_conv_direct_f16_f32acc", 1),
+        ("ref_gemm_splitk2_f32", 2),
+        ("ref_matmul_splitk4_bf16_bf16acc", 4),
+        ("ref_conv_im2col_tree8_f32", 8),
+        ("ref_gemm_k16_f16_f16acc", 1 << 30),
+        ("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs", 1),
+        (None, 1),
+    ],
+)
+def test_partial_sums_read_from_the_kernel_name(name, sums) -> None:
+    assert partial_sums(name) == sums
+
+
+def test_the_rule_order_reads_no_time() -> None:
+    fast = TieCandidate(0x9, "ref_gemm_splitk2_f32", (0.5,))
+    slow = TieCandidate(0x9, "ref_gemm_splitk2_f32", (5.0,))
+    assert rule_key(fast) == rule_key(slow)
+    with pytest.raises(ValueError, match="unknown tie rule"):
+        rule_key(fast, "fastest")
 
 
 def test_band_zero_is_the_fastest_as_measured() -> None:
@@ -54,18 +91,58 @@ def test_a_candidate_outside_the_band_is_never_chosen_by_the_rule() -> None:
     assert d is not None and d.chosen == LOW.tactic and not d.near_tie
 
 
-def test_measured_noise_widens_the_band_up_to_the_cap() -> None:
+def test_measured_noise_is_reported_but_never_moves_the_band() -> None:
+    # a band widened by each recording's own noise would move its edge between recordings
     noisy = [
         TieCandidate(0x2, "a", (1.00, 1.08)),
-        TieCandidate(0x1, "b", (1.07, 1.15)),  # 7 % behind: inside only when widened
+        TieCandidate(0x1, "b", (1.07, 1.15)),  # 7 % behind: outside a 5 % band
     ]
     assert measured_noise(noisy) == pytest.approx(0.0767, abs=1e-3)
     d = decide(noisy, 0.05)
-    assert d is not None and d.band_rel == pytest.approx(0.0767, abs=1e-3)
-    assert d.chosen == 0x1
-    very = [TieCandidate(0x2, "a", (1.0, 3.0)), TieCandidate(0x1, "b", (1.3, 3.0))]
-    d = decide(very, 0.05)
-    assert d is not None and d.band_rel == NOISE_CAP * 0.05 and d.chosen == 0x2
+    assert d is not None and d.noise_rel == pytest.approx(0.0767, abs=1e-3)
+    assert d.band_rel == 0.05 and d.chosen == 0x2
+
+
+def _cands(*costs: float) -> list[TieCandidate]:
+    """blas, splitk2, splitk4, tree8 (the rule's order) at the given costs."""
+    names = ("blas", "splitk2", "splitk4", "tree8")
+    return [
+        TieCandidate(0x100 - i, f"ref_gemm_{n}_f32", (c,))
+        for i, (n, c) in enumerate(zip(names, costs, strict=False))
+    ]
+
+
+def test_ahead_names_the_candidates_the_rule_would_rather_keep() -> None:
+    # blas 3x the best (splitk4): out of the band; the choice is splitk2 (1.1x, inside),
+    # so blas alone is ahead of it in the rule's order
+    assert ahead(_cands(3.00, 1.10, 1.00, 1.50), 0.3) == [0]
+    assert ahead(_cands(1.00, 1.10, 1.20, 1.50), 0.3) == []  # blas is the choice
+    assert ahead(_cands(3.00, 1.10, 1.00, 1.50), 0.0) == []  # band 0: no rule
+
+
+def test_unsure_names_the_candidates_near_the_band_edge_up_to_the_choice() -> None:
+    # band 0.3: unsure between 1.3 / 1.15 = 1.130 and 1.3 * 1.3 = 1.69
+    assert unsure(_cands(1.00, 1.02, 1.20, 1.40), 0.3) == []  # blas is the best: certain
+    assert unsure(_cands(1.05, 1.00, 1.20, 1.40), 0.3) == []  # blas 5 % behind: inside
+    # blas 1.25x the best (splitk2): near the edge, timed again with the best
+    assert unsure(_cands(1.25, 1.00, 1.60, 1.80), 0.3) == [0, 1]
+    # blas far out (2x): certain; splitk2 is then the best and the choice: nothing unsure
+    assert unsure(_cands(1.75, 1.00, 1.40, 1.80), 0.3) == []
+    # blas 1.6x: outside, but a minimum only falls: unsure (half a band below would not be)
+    assert unsure(_cands(1.60, 1.00, 1.40, 1.80), 0.3) == [0, 1]
+    assert unsure(_cands(1.10, 1.00, 1.40, 1.80), 0.3) == []
+    assert unsure(_cands(2.00, 1.00, 1.40, 1.80), 0.3) == []
+    # blas far out: splitk2 (the best) is next in the rule's order and chosen, so splitk4
+    # and tree8 never matter, however near the edge
+    assert unsure(_cands(2.00, 1.00, 1.29, 1.31), 0.3) == []
+    # blas far out, splitk2 and splitk4 near the edge (1.35x, 1.6x the best, tree8): all
+    # three timed again
+    assert unsure(_cands(2.00, 1.35, 1.60, 1.00), 0.3) == [1, 2, 3]
+    assert unsure(_cands(1.25, 1.00), 0.0) == []  # band 0: the fastest, nothing to settle
+    # any order of the same candidates names the same ones
+    c = _cands(1.25, 1.00, 1.60, 1.80)
+    back = c[::-1]
+    assert {back[i].tactic for i in unsure(back, 0.3)} == {c[0].tactic, c[1].tactic}
 
 
 def test_one_time_per_candidate_gives_the_setting_alone() -> None:
@@ -102,8 +179,10 @@ def test_recordings_in_any_timing_order_agree_with_the_default_band(work: Path) 
     maps = [lk.tactic_map() for lk in locks]
     assert maps[0] == maps[1] == maps[2]
     for e in locks[0].layers:
-        # every candidate is a near-tie: the rule's pick is the lowest hash (all FP32 here)
-        assert e.tactic == min(c.tactic for c in e.candidates)
+        # every candidate is a near-tie: the rule's pick is the fewest partial sums, then
+        # the lowest hash (all FP32 here)
+        first = min(e.candidates, key=lambda c: rule_key(TieCandidate(c.tactic, c.kernel, ())))
+        assert e.tactic == first.tactic
         if len(e.candidates) > 1:
             assert e.near_tie and set(e.ties) == {c.tactic for c in e.candidates}
             assert e.band_ms is not None and e.band_ms > 0
@@ -126,19 +205,27 @@ def test_band_zero_keeps_the_fastest_as_measured(work: Path) -> None:
     assert a != b  # the measure can fail: without the band, two recordings disagree
 
 
-def test_the_rule_is_written_back_and_the_second_build_times_nothing(work: Path) -> None:
+def test_the_reference_builder_applies_the_rule_itself_and_nothing_is_rebuilt(
+    work: Path,
+) -> None:
+    # the written-back path (update() and a second build) is TensorRT's: test_tiebreak_trt
     lock, report, result = _record(work, "tie:2", "w")
     ties = report["tie_break"]
-    assert ties["tie_band"] == DEFAULT_TIE_BAND and ties["rule"] == "steady-then-hash"
-    assert ties["changed_from_fastest"] > 0
-    assert ties["rebuilt_from_cache"] is True and ties["second_build_timed"] == 0
+    assert ties["tie_band"] == DEFAULT_TIE_BAND and ties["rule"] == DEFAULT_TIE_RULE
+    assert ties["changed_from_fastest"] > 0 and ties["written_back"] == 0
+    assert ties["rebuilt_from_cache"] is False
     assert "rounds" in ties["measured"]
-    # the engine runs what the lock says (the pinned build's kernel check passed), and
-    # the recording's timing is what the report keeps
     assert report["autotune"]["timed_runs"] > 0
     by_key = {row["key"]: row for row in ties["layers"]}
     for e in lock.layers:
         assert by_key[e.key]["chosen"] == f"0x{e.tactic:x}"
+    # every autotuned engine layer runs the rule's choice of one of its keys
+    chosen: dict[str, set[int]] = {}
+    for e in lock.layers:
+        chosen.setdefault(e.layer, set()).add(e.tactic)
+    layers = json.loads(Path("w.engine.layers.json").read_text())["Layers"]
+    ran = [(x["Name"], int(x["TacticValue"], 16)) for x in layers if x["Name"] in chosen]
+    assert ran and all(tactic in chosen[name] for name, tactic in ran)
     assert result.recorded
 
 

@@ -16,6 +16,7 @@ import typer
 from reprobuild.cli.render import echo, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
+from reprobuild.types import DEFAULT_TIE_BAND
 from reprobuild.words import count
 
 BACKEND_HELP = (
@@ -99,7 +100,8 @@ def build(
         None,
         "--tie-band",
         help="Recording: candidates within this fraction of a key's best time are near-ties, "
-        "decided by a fixed rule (docs/stability.md) [default: 0.05; 0 = the fastest as "
+        "decided by a fixed rule (docs/stability.md) [default: "
+        f"{DEFAULT_TIE_BAND:g}; 0 = the fastest as "
         "measured].",
     ),
     precision: str | None = typer.Option(
@@ -387,7 +389,6 @@ def _settings(
     tie_band=None,
 ):
     from reprobuild.backends.base import BuildSettings
-    from reprobuild.types import DEFAULT_TIE_BAND
 
     given = [opt_level, workspace, tactic_sources, max_tactics, avg_timing, tie_band]
     if all(v is None for v in given) and not (
@@ -397,7 +398,9 @@ def _settings(
     if opt_level is not None and not 0 <= opt_level <= 5:
         raise UsageError(f"--opt-level {opt_level}: must be 0 to 5 (TensorRT's range; default 3)")
     if tie_band is not None and not 0.0 <= tie_band <= 1.0:
-        raise UsageError(f"--tie-band {tie_band}: must be a fraction from 0 to 1 (default 0.05)")
+        raise UsageError(
+            f"--tie-band {tie_band}: must be a fraction from 0 to 1 (default {DEFAULT_TIE_BAND:g})"
+        )
     static = _shapes("--shapes", shapes)
     mins, opts, maxs = (
         _shapes(o, v)

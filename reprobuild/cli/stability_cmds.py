@@ -13,6 +13,7 @@ import typer
 from reprobuild.cli.build_cmds import BACKEND_HELP, RefTimingOpt, ThreadsOpt, backend_arg
 from reprobuild.cli.render import echo, echo_lines, print_json, table_lines, with_progress
 from reprobuild.errors import UsageError
+from reprobuild.types import DEFAULT_TIE_BAND
 
 
 def stability(
@@ -20,7 +21,9 @@ def stability(
     records: int = typer.Option(5, "--records", "-n", help="Independent recordings (>= 2)."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
     tie_band: float | None = typer.Option(
-        None, "--tie-band", help="The recordings' tie band [default: 0.05; 0 = fastest]."
+        None,
+        "--tie-band",
+        help=f"The recordings' tie band [default: {DEFAULT_TIE_BAND:g}; 0 = fastest].",
     ),
     plot: Path | None = typer.Option(
         None, "--plot", help="Write a plot (.png or .svg): one row per layer (needs matplotlib)."
@@ -43,7 +46,9 @@ def stability(
     from reprobuild.types import BuildSettings
 
     if tie_band is not None and not 0.0 <= tie_band <= 1.0:
-        raise UsageError(f"--tie-band {tie_band}: must be a fraction from 0 to 1 (default 0.05)")
+        raise UsageError(
+            f"--tie-band {tie_band}: must be a fraction from 0 to 1 (default {DEFAULT_TIE_BAND:g})"
+        )
     if plot is not None:
         from reprobuild.cli.stability_plot import check_plot_path
 

@@ -1,11 +1,12 @@
 """A recording's near-ties: the rule's choice per key, written back and rebuilt from the cache.
 
-The builder has already chosen (the fastest as measured) when the recording build ends, on
-TensorRT as on the reference backend. So the workflow reads every key's candidates and
-times (the verbose log's table; the reference backend also reports each candidate's runs),
-lets :mod:`reprobuild.tiebreak` decide, writes the rule's tactic with ``update()`` where it
-differs from the builder's, and builds again from that cache: the second build times
-nothing and is checked like any pinned build (cache map and engine kernels). With
+TensorRT has already chosen (the fastest as measured) when the recording build ends. So
+the workflow reads every key's candidates and times (the verbose log's table; the
+reference backend also reports each candidate's runs), lets :mod:`reprobuild.tiebreak`
+decide, writes the rule's tactic with ``update()`` where it differs from the builder's,
+and builds again from that cache: the second build times nothing and is checked like any
+pinned build (cache map and engine kernels). The reference builder applies the same rule
+to the same costs while it times, so there it agrees and nothing is written back. With
 ``tie_band`` 0 nothing is decided and nothing is rebuilt.
 """
 
@@ -16,11 +17,13 @@ from typing import Any
 
 from reprobuild.lock.model import LayerEntry
 from reprobuild.tiebreak import TieCandidate, TieDecision, decide, describe_policy
-from reprobuild.types import BuildSettings
+from reprobuild.types import DEFAULT_TIE_BAND, LOG_TIE_BAND, BuildSettings
 
 MEASURED_RUNS = (
-    "each candidate's timed runs (the reference builder's rounds, up to avg_timing_iterations "
-    "runs each): noise = median over candidates of (second-fastest - fastest) / fastest"
+    "each candidate's timed runs on the builder's clock (the reference builder: CPU time, in "
+    "rounds of up to avg_timing_iterations runs each, then settling rounds for the candidates "
+    "near the band's edge): cost = the fastest run; noise (reported, not used) = median over "
+    "candidates of (second-fastest - fastest) / fastest"
 )
 MEASURED_LOG = (
     "one time per candidate from the verbose log (the builder's average over "
@@ -40,14 +43,19 @@ class TieOutcome:
     rebuilt: bool = False
     second_build_timed: int | None = None
     moved: list[str] = field(default_factory=list)  # keys whose tactic the rule changed
+    band: float | None = None  # the band used (None: the settings'); see decide_recording
 
     def to_json(self) -> dict[str, Any]:
-        head = describe_policy(self.settings.tie_band, self.settings.tie_rule, self.measured)
+        band = self.settings.tie_band if self.band is None else self.band
+        head = describe_policy(band, self.settings.tie_rule, self.measured)
         return {
             **head,
             "keys": len(self.decisions),
             "near_ties": sum(1 for d in self.decisions.values() if d.near_tie),
-            "changed_from_fastest": len(self.moved),
+            "changed_from_fastest": sum(
+                1 for d in self.decisions.values() if d.chosen != d.fastest
+            ),
+            "written_back": len(self.moved),
             "rebuilt_from_cache": self.rebuilt,
             "second_build_timed": self.second_build_timed,
             "layers": [
@@ -91,12 +99,16 @@ def decide_recording(
 ) -> TieOutcome:
     """The rule's decision for every timed key of one recording build."""
     by_key, names, repeated = candidates_by_key(records, autotune)
+    band = settings.tie_band
+    if not repeated and band == DEFAULT_TIE_BAND:  # one averaged time per candidate
+        band = LOG_TIE_BAND
     decisions = {}
     for key, cands in by_key.items():
-        d = decide(cands, settings.tie_band, settings.tie_rule)
+        d = decide(cands, band, settings.tie_rule)
         if d is not None:
             decisions[key] = d
-    return TieOutcome(settings, decisions, names, MEASURED_RUNS if repeated else MEASURED_LOG)
+    measured = MEASURED_RUNS if repeated else MEASURED_LOG
+    return TieOutcome(settings, decisions, names, measured, band=band)
 
 
 def apply_to_entries(entries: list[LayerEntry], outcome: TieOutcome) -> list[LayerEntry]:
@@ -108,7 +120,8 @@ def apply_to_entries(entries: list[LayerEntry], outcome: TieOutcome) -> list[Lay
             continue
         if d.near_tie:
             e.band_ms, e.ties = d.band_ms, list(d.ties)
-        if outcome.settings.tie_band > 0 and d.chosen != e.tactic:
+        band = outcome.settings.tie_band if outcome.band is None else outcome.band
+        if band > 0 and d.chosen != e.tactic:
             e.tactic = d.chosen
             e.kernel = next((c.kernel for c in e.candidates if c.tactic == d.chosen), e.kernel)
             e.time_ms = d.chosen_ms

@@ -16,6 +16,24 @@ The policy (:class:`AutotunePolicy`, written to the build report under ``autotun
   keeps its cost, stays in the timing table, the log and the lock's candidate list, and is
   listed as dropped in the build report. The best is never dropped (its ratio is 1), and a
   dropped candidate cannot win later: its cost is frozen while the best's can only fall.
+- **Clock.** ``wall`` (elapsed time, with ``--tie-band 0``) or ``cpu`` (this process's CPU
+  time, with a tie band): a neighbour that takes the core away mid-run adds its whole
+  time slice to the elapsed time (a 2 ms kernel timed at 2 or 12 ms on a loaded machine)
+  but nothing to the CPU time, and the tie band needs costs that hold still.
+- **Settling** (with a tie band only). After the rounds, while the tie rule is unsure of
+  a candidate's side of the band edge (:func:`reprobuild.tiebreak.unsure`: the rule's
+  choice or a candidate before it in the rule's order lies near the edge), those
+  candidates and the best run one more round together, up to ``settle_rounds`` rounds:
+  the minimum over more runs falls to the kernel's undisturbed cost, and running them
+  together lets a burst of load fall on all of them.
+- **Choice.** The cheapest; with a tie band, the tie rule's choice among the costs
+  (:func:`reprobuild.tiebreak.decide`, on the same costs the workflow reads from the
+  report, so it agrees and has nothing to write back), and a candidate ahead of the
+  rule's current choice in the rule's order (:func:`reprobuild.tiebreak.ahead`: one the
+  rule would rather keep) is dropped only after ``GUARDED_RUNS`` runs: one cold first run
+  (a 0.14 ms kernel's once took 41 ms of CPU time) must not drop the rule's preference in
+  one recording and not in another. Candidates behind the choice drop as before: they
+  can only move the best, and a candidate twice the best does not.
 - **Shared operands.** A Conv's FP32 copies, padding and im2col matrix are made once per
   layer (:class:`.kernels.ConvOperands`); the time they took is added to the cost of each
   candidate that uses them (the im2col time only to im2col kernels), so ``direct`` and the
@@ -30,6 +48,7 @@ computed once more.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +56,12 @@ from typing import Any
 DEFAULT_TIMING_REPS = 3
 DROP_AFTER_RUNS = 1
 DROP_FACTOR = 2.0
+GUARDED_RUNS = 2  # runs before a candidate ahead of the tie rule's choice can be dropped
+
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+"""How a run is timed, in seconds. ``wall``: elapsed time, which also counts every moment
+the scheduler gave the core to another process. ``cpu``: the CPU time this process spent,
+which a neighbour cannot inflate by taking the core away."""
 
 
 @dataclass(frozen=True)
@@ -46,17 +71,29 @@ class AutotunePolicy:
     reps: int = DEFAULT_TIMING_REPS
     drop_after: int = DROP_AFTER_RUNS
     drop_factor: float = DROP_FACTOR
+    clock: str = "wall"  # a key of CLOCKS
+    settle_rounds: int = 0  # at most this many extra rounds for unsure candidates
+    guard_ahead: bool = False  # a tie band: candidates ahead of the rule's choice drop late
 
     def to_json(self) -> dict[str, Any]:
         return {
             "max_runs_per_candidate": self.reps,
             "warm_up": "counted: a candidate's first run is its first timed run",
             "cost": "minimum over the candidate's runs, in ms",
+            "clock": self.clock,
+            "settle_rounds": self.settle_rounds,
+            "guard_ahead": self.guard_ahead,
             "order": "rounds: each remaining candidate runs once per round",
             "drop_after_runs": self.drop_after,
             "drop_factor": self.drop_factor,
             "drop_rule": (
-                f"after {self.drop_after} run(s), a candidate whose cost is more than "
+                (
+                    "a candidate ahead of the tie rule's choice in the rule's order only "
+                    f"after {max(self.drop_after, GUARDED_RUNS)} runs; otherwise "
+                    if self.guard_ahead
+                    else ""
+                )
+                + f"after {self.drop_after} run(s), a candidate whose cost is more than "
                 f"{self.drop_factor:g}x the best cost so far runs no more (the best never)"
             ),
         }
@@ -73,6 +110,7 @@ class Tuning:
     output: Any
     extra_runs: int = 0  # a dropped winner computed once more
     samples: list[list[float]] = field(default_factory=list)  # every timed run, raw ms
+    settle_runs: int = 0  # runs of the settling rounds (included in ``runs``)
 
     @property
     def kernel_runs(self) -> int:
@@ -82,14 +120,23 @@ class Tuning:
 Measure = Callable[[int], tuple[float, Any]]
 """Run candidate ``i`` once: (its cost in ms for this run, its output)."""
 
+Settle = Callable[[list[float]], list[int]]
+"""The candidates (indices) to run once more, given the costs as compared; [] when none."""
+
 
 def tune(
     count: int,
     measure: Measure,
     policy: AutotunePolicy,
     perceive: Callable[[list[float]], list[float]] = list,
+    settle: Settle | None = None,
+    pick: Callable[[list[float]], int] | None = None,
+    ahead: Settle | None = None,
 ) -> Tuning:
-    """Time ``count`` candidates by ``policy``; ``perceive`` maps raw costs to compared ones."""
+    """Time ``count`` candidates by ``policy``; ``perceive`` maps raw costs to compared ones,
+    ``settle`` names the candidates still in doubt after the rounds (the module docstring),
+    ``pick`` chooses from the final costs (default: the cheapest, the lowest index on a tie),
+    ``ahead`` names the candidates not to drop before :data:`GUARDED_RUNS` runs."""
     if count < 1:
         raise ValueError("a layer needs at least one candidate")
     best_raw = [math.inf] * count
@@ -107,18 +154,35 @@ def tune(
         if round_no >= policy.drop_after and round_no < policy.reps:
             costs = perceive(best_raw)
             fastest = min(costs)
-            slow = [i for i in racing if costs[i] > policy.drop_factor * fastest]
+            guarded = set(ahead(costs)) if ahead is not None else set()
+            slow = [
+                i
+                for i in racing
+                if costs[i] > policy.drop_factor * fastest
+                and (i not in guarded or runs[i] >= GUARDED_RUNS)
+            ]
             for i in slow:
                 outputs[i] = None  # never needed again unless it wins
             dropped += slow
             racing = [i for i in racing if i not in slow]
+    settled = 0
+    for _ in range(policy.settle_rounds if settle is not None else 0):
+        again = [i for i in settle(perceive(best_raw)) if i in racing]
+        if not again:
+            break
+        for i in again:
+            ms, outputs[i] = measure(i)
+            best_raw[i] = min(best_raw[i], ms)
+            samples[i].append(ms)
+            runs[i] += 1
+            settled += 1
     costs = perceive(best_raw)
-    best = min(range(count), key=lambda i: (costs[i], i))
+    best = pick(costs) if pick is not None else min(range(count), key=lambda i: (costs[i], i))
     extra = 0
     if outputs[best] is None:
         _ms, outputs[best] = measure(best)
         extra = 1
-    return Tuning(costs, runs, sorted(dropped), best, outputs[best], extra, samples)
+    return Tuning(costs, runs, sorted(dropped), best, outputs[best], extra, samples, settled)
 
 
 @dataclass
@@ -128,6 +192,7 @@ class AutotuneStats:
     policy: AutotunePolicy
     kernel_runs: int = 0  # every run of an autotuned layer's kernel, timed or not
     timed_runs: int = 0
+    settle_runs: int = 0
     candidates: int = 0
     layers: list[dict[str, Any]] = field(default_factory=list)
 
@@ -143,6 +208,7 @@ class AutotuneStats:
         workflow's tie band is measured from (:mod:`reprobuild.tiebreak`)."""
         self.kernel_runs += tuning.kernel_runs
         self.timed_runs += sum(tuning.runs)
+        self.settle_runs += tuning.settle_runs
         self.candidates += len(names)
         self.layers.append(
             {
@@ -165,6 +231,7 @@ class AutotuneStats:
             "policy": self.policy.to_json(),
             "kernel_runs": self.kernel_runs,
             "timed_runs": self.timed_runs,
+            "settle_runs": self.settle_runs,
             "timed_candidates": self.candidates,
             "dropped_candidates": sum(
                 c["dropped"] for entry in self.layers for c in entry["candidates"]

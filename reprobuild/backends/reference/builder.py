@@ -155,8 +155,14 @@ class Builder:
         knob: TimingKnob,
         legacy_keys: str | None = None,
     ) -> None:
-        reps = settings.avg_timing_iterations
-        self.stats = AutotuneStats(AutotunePolicy(reps) if reps else AutotunePolicy())
+        reps = settings.avg_timing_iterations or AutotunePolicy().reps
+        # a tie band needs costs that a neighbour process cannot inflate, and settled where
+        # the rule is unsure (autotune's docstring); band 0 times as before the band existed
+        if settings.tie_band > 0:
+            policy = AutotunePolicy(reps, clock="cpu", settle_rounds=2 * reps, guard_ahead=True)
+        else:
+            policy = AutotunePolicy(reps)
+        self.stats = AutotuneStats(policy)
         fingerprints = (legacy_keys or environment.fingerprint(), settings.fingerprint())
         self.tuner = LayerTuner(settings, cache, log, fingerprints, knob, self.stats)
         self.tuner.one_key_per_layer = legacy_keys is not None

@@ -111,8 +111,11 @@ def autotune_lines(
     layer: str,
     key: str,
     rows: Sequence[tuple[int, float, kernels.KernelSpec]],
+    selected: tuple[float, kernels.KernelSpec] | None = None,
 ) -> list[str]:
-    """The TensorRT 10.8+ editable-cache block for one layer; rows sorted by cost."""
+    """The TensorRT 10.8+ editable-cache block for one layer; rows sorted by cost. The
+    selected tactic is the fastest (TensorRT's choice) unless ``selected`` (cost, kernel)
+    names the tie rule's (:mod:`reprobuild.tiebreak`)."""
     fastest = rows[0][1]
     layer = escape_name(layer)
     lines = [
@@ -127,9 +130,9 @@ def autotune_lines(
             f"{tactic_id:4d}, {cost:.7f}, {ratio:.5f}, {1.0:.5f}, {spec.name}, "
             f"0x{spec.tactic_hash:x},"
         )
-    best = rows[0][2]
+    cost, best = selected if selected is not None else (fastest, rows[0][2])
     lines.append(
-        f"The selected tactic is (tactic hash, cost(in ms)):0x{best.tactic_hash:x}, {fastest:.6f}"
+        f"The selected tactic is (tactic hash, cost(in ms)):0x{best.tactic_hash:x}, {cost:.6f}"
     )
     lines.append(f"Writing the best tactic (0x{best.tactic_hash:x}) to cache")
     return lines

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ import numpy as np
 
 from reprobuild.backends.base import BuildSettings, TimingValue
 from reprobuild.backends.reference import int8, kernels
-from reprobuild.backends.reference.autotune import AutotuneStats, tune
+from reprobuild.backends.reference.autotune import CLOCKS, AutotuneStats, tune
 from reprobuild.backends.reference.buildlog import (
     BuildLog,
     autotune_lines,
@@ -40,6 +39,7 @@ from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.prepared import Layer, execute_spec
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError
+from reprobuild.tiebreak import TieCandidate, ahead, decide, unsure
 
 
 def layer_key(
@@ -151,17 +151,17 @@ class _ConvOperands:
     im2col time only to im2col kernels), so kernels of both formats are compared on what
     a run of each costs in the engine."""
 
-    def __init__(self, inputs: Sequence[Any], attrs: Any) -> None:
-        self.inputs, self.attrs = inputs, attrs
+    def __init__(self, inputs: Sequence[Any], attrs: Any, clock: Callable[[], float]) -> None:
+        self.inputs, self.attrs, self.clock = inputs, attrs, clock
         self.made: kernels.ConvOperands | None = None
         self.prep_ms = 0.0
         self.cols_ms: float | None = None
 
     def get(self) -> kernels.ConvOperands:
         if self.made is None:
-            start = time.perf_counter()
+            start = self.clock()
             self.made = kernels.conv_operands(self.inputs, self.attrs)
-            self.prep_ms = (time.perf_counter() - start) * 1e3
+            self.prep_ms = (self.clock() - start) * 1e3
         return self.made
 
     def extra_ms(self, spec: kernels.KernelSpec) -> float:
@@ -169,9 +169,9 @@ class _ConvOperands:
         if spec.scheme == "direct":
             return self.prep_ms
         if self.cols_ms is None:
-            start = time.perf_counter()
+            start = self.clock()
             ops.columns()
-            self.cols_ms = (time.perf_counter() - start) * 1e3
+            self.cols_ms = (self.clock() - start) * 1e3
         return self.prep_ms + self.cols_ms
 
 
@@ -234,7 +234,8 @@ class LayerTuner:
             choice = LayerChoice(layer.index, layer.name, layer.op, [first])
             return choice, execute_spec(layer, specs[0], inputs)
         float_conv = layer.op == "Conv" and layer.fusion is None
-        conv = _ConvOperands(inputs, layer.attrs) if float_conv else None
+        clock = CLOCKS[self.stats.policy.clock]
+        conv = _ConvOperands(inputs, layer.attrs, clock) if float_conv else None
         results: list[KeyChoice] = []
         best, best_output = 0, None  # only the output of the fastest key so far is kept
         for (fmt, specs), key in zip(groups, keys, strict=True):
@@ -242,7 +243,7 @@ class LayerTuner:
             if cached is not None:
                 result, output = self._cached(layer, fmt, key, specs, cached), None
             else:
-                result, output = self._timed(layer, fmt, key, specs, inputs, conv)
+                result, output = self._timed(layer, fmt, key, specs, inputs, conv, clock)
             results.append(result)
             if len(results) == 1 or fastest([results[best].time_ms, result.time_ms]) == 1:
                 best, best_output = len(results) - 1, output
@@ -279,17 +280,43 @@ class LayerTuner:
         specs: list[kernels.KernelSpec],
         inputs: list[Any],
         conv: _ConvOperands | None,
+        clock: Callable[[], float],
     ) -> tuple[KeyChoice, Any]:
-        measure = _measurer(layer, specs, inputs, conv)
+        measure = _measurer(layer, specs, inputs, conv, clock)
         names = [s.name for s in specs]
+        band, rule = self.settings.tie_band, self.settings.tie_rule
+
+        def cands(costs: list[float]) -> list[TieCandidate]:
+            return [
+                TieCandidate(s.tactic_hash, s.name, (c,)) for s, c in zip(specs, costs, strict=True)
+            ]
+
+        def settle(costs: list[float]) -> list[int]:
+            return unsure(cands(costs), band, rule)
+
+        def pick(costs: list[float]) -> int:
+            d = decide(cands(costs), band, rule)
+            assert d is not None  # every candidate ran at least once
+            return next(i for i, s in enumerate(specs) if s.tactic_hash == d.chosen)
+
+        def guard(costs: list[float]) -> list[int]:
+            return ahead(cands(costs), band, rule)
+
         tuning = tune(
-            len(specs), measure, self.stats.policy, lambda raw: self.knob.apply(key, names, raw)
+            len(specs),
+            measure,
+            self.stats.policy,
+            lambda raw: self.knob.apply(key, names, raw),
+            settle if band > 0 else None,
+            pick if band > 0 else None,
+            guard if band > 0 else None,
         )
         times = self.knob.runs(key, names, tuning.samples)
         self.stats.add_timed(layer.name, key, names, tuning, times)
         costs = tuning.costs
         order = sorted(range(len(specs)), key=lambda i: (costs[i], i))
-        for line in autotune_lines(layer.name, key, [(i, costs[i], specs[i]) for i in order]):
+        rows = [(i, costs[i], specs[i]) for i in order]
+        for line in autotune_lines(layer.name, key, rows, (costs[tuning.best], specs[tuning.best])):
             self.log.verbose(line)
         best = tuning.best
         self.cache.record(key, specs[best].tactic_hash, costs[best])
@@ -325,23 +352,24 @@ def _measurer(
     specs: Sequence[kernels.KernelSpec],
     inputs: list[Any],
     conv: _ConvOperands | None,
+    clock: Callable[[], float],
 ) -> Callable[[int], tuple[float, Any]]:
-    """One timed run of candidate ``i``: (ms, output). A float Conv's operands are shared
-    by the candidates of all its keys (:class:`_ConvOperands`)."""
+    """One timed run of candidate ``i`` on ``clock``: (ms, output). A float Conv's operands
+    are shared by the candidates of all its keys (:class:`_ConvOperands`)."""
     if conv is None:
 
         def run_one(i: int) -> tuple[float, Any]:
-            start = time.perf_counter()
+            start = clock()
             out = execute_spec(layer, specs[i], inputs)
-            return (time.perf_counter() - start) * 1e3, out
+            return (clock() - start) * 1e3, out
 
         return run_one
     ops = conv.get()
     extra = [conv.extra_ms(s) for s in specs]
 
     def run_conv(i: int) -> tuple[float, Any]:
-        start = time.perf_counter()
+        start = clock()
         out = kernels.run_conv(specs[i], ops)
-        return (time.perf_counter() - start) * 1e3 + extra[i], out
+        return (clock() - start) * 1e3 + extra[i], out
 
     return run_conv
