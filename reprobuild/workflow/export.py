@@ -121,19 +121,12 @@ def _built_model(
         return None
     from reprobuild.workflow.prepare import prepare_model
 
-    candidates = _model_candidates(lock_path, lock.model.path, Path(model) if model else None)
-    model_path = next((p for p in candidates if p.is_file()), None)
-    if model_path is None:
-        raise UsageError(
-            f"{lock_path}: the lock has a {lock.precision.mode} precision plan, so the "
-            f"recording cache is named by the converted model, and the model {candidates[0]} "
-            "is not there to convert; pass --model MODEL.onnx"
-        )
-    if sha256_file(model_path) != lock.model.sha256.lower():
-        raise UsageError(
-            f"{model_path}: sha256 differs from the lock's model.sha256; the model changed "
-            "since the lock was recorded: re-record the lock"
-        )
+    model_path = _lock_model(
+        lock, lock_path, model,
+        f"{lock_path}: the lock has a {lock.precision.mode} precision plan, so the recording "
+        "cache is named by the converted model, and the model {model} is not there to "
+        "convert; pass --model MODEL.onnx",
+    )  # fmt: skip
     built, _, _ = prepare_model(model_path, lock, None, True, workdir, lock_path)
     return built
 
@@ -142,14 +135,21 @@ def _recordable_model(
     lock: Lock, lock_path: Path, rec_path: Path, model: str | Path | None
 ) -> Path:
     """The lock's model, found and checked, for a recording build."""
+    return _lock_model(
+        lock, lock_path, model,
+        f"{rec_path}: no recording timing cache for this environment, and the model {{model}} "
+        "is not there to record one; pass --model MODEL.onnx or run `reprobuild build` on "
+        "this machine first",
+    )  # fmt: skip
+
+
+def _lock_model(lock: Lock, lock_path: Path, model: str | Path | None, missing: str) -> Path:
+    """The lock's model (``model``, else where the lock says), checked against the lock's
+    hash; ``missing`` (with ``{model}``) is the refusal when it is not there."""
     candidates = _model_candidates(lock_path, lock.model.path, Path(model) if model else None)
     model_path = next((p for p in candidates if p.is_file()), None)
     if model_path is None:
-        raise UsageError(
-            f"{rec_path}: no recording timing cache for this environment, and the model "
-            f"{candidates[0]} is not there to record one; pass --model MODEL.onnx or run "
-            "`reprobuild build` on this machine first"
-        )
+        raise UsageError(missing.replace("{model}", str(candidates[0])))
     if sha256_file(model_path) != lock.model.sha256.lower():
         raise UsageError(
             f"{model_path}: sha256 differs from the lock's model.sha256; the model changed "

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import EXAMPLES, run_cli
-from .helpers import assert_clean, project, restore, snapshot
+from .helpers import assert_clean, restore, snapshot
 
 STEPS = ("fsync", "replace", "link")
 
@@ -58,15 +58,6 @@ COMMANDS = {
     # a locked build that brings a stale lock up to date (rewrites the lock)
     "pin": ("pin", "--lock", "t.lock", "layer=fc1", "tactic=ref_matmul_tree8_f32"),
 }
-
-
-@pytest.fixture
-def proj(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("REPROBUILD_CRASH_DIR", str(tmp_path / "crashes"))
-    return project(root, cli)
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import assert_clean, project, snapshot
+from .helpers import assert_clean, snapshot
 
 HOSTILE = ("fifo", "dev-zero", "folder", "link-to-fifo")
 
@@ -65,15 +65,6 @@ CASES = {
         "mlp.onnx",
     ),  # fmt: skip
 }
-
-
-@pytest.fixture
-def proj(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("REPROBUILD_CRASH_DIR", str(tmp_path / "crashes"))
-    return project(root, cli)
 
 
 def _alarm(*_a: object) -> None:

@@ -11,16 +11,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import run_cli
-from .helpers import assert_clean, project, snapshot
-
-
-@pytest.fixture
-def proj(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("REPROBUILD_CRASH_DIR", str(tmp_path / "crashes"))
-    return project(root, cli)
+from .helpers import assert_clean, snapshot
 
 
 def _files(proj: Path) -> None:

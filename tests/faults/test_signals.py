@@ -17,17 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import project, restore, snapshot
+from .helpers import restore, snapshot
 from .test_faults import COMMANDS, STEPS
-
-
-@pytest.fixture
-def proj(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("REPROBUILD_CRASH_DIR", str(tmp_path / "crashes"))
-    return project(root, cli)
 
 
 class Signaller:

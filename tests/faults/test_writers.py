@@ -12,21 +12,10 @@ import fcntl
 import threading
 from pathlib import Path
 
-import pytest
-
 from reprobuild.lock.edit import edit_lock
 from reprobuild.lock.yamlio import load_lock, save_lock
 
-from .helpers import project, snapshot
-
-
-@pytest.fixture
-def proj(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("REPROBUILD_CRASH_DIR", str(tmp_path / "crashes"))
-    return project(root, cli)
+from .helpers import snapshot
 
 
 def test_a_pin_during_a_locked_build_is_never_lost(proj: Path, cli, monkeypatch) -> None:
