@@ -48,24 +48,36 @@ def test_json_per_layer_figures_from_injected_near_ties(work: Path, cli) -> None
 
 
 def test_flip_rate_held_and_at_risk_on_hand_made_recordings() -> None:
-    def recording(tactic: int, fastest: int, outside: float | None):
+    """At risk: a candidate the rule prefers (here ``blas``, fewest partial sums) sits near
+    the band's edge in some recording, so a noisier machine could move it into the band."""
+
+    def recording(tactic: int, fastest: int, blas_ms: float):
         lock = sample_lock(1)
         lock.layers[0].tactic = tactic
+        key = lock.layers[0].key
         row = {
-            "key": lock.layers[0].key, "fastest": f"0x{fastest:x}", "best_ms": 1.0,
-            "second_ms": 1.01, "band_ms": 0.05, "band_rel": 0.05, "outside_ms": outside,
+            "key": key, "fastest": f"0x{fastest:x}", "best_ms": 1.0,
+            "second_ms": 1.01, "band_ms": 0.05, "band_rel": 0.05, "outside_ms": None,
         }  # fmt: skip
-        return {"tie_break": {"layers": [row]}, "records": []}, lock
+        cands = [
+            {"tactic_hash": "0x1001", "cost_ms": 1.0, "kernel": "ref_gemm_splitk4_f32"},
+            {"tactic_hash": "0x1003", "cost_ms": blas_ms, "kernel": "ref_gemm_blas_f32"},
+        ]
+        rec = {"key": key, "from_cache": False, "candidates": cands}
+        return {"tie_break": {"layers": [row]}, "records": [rec]}, lock
 
-    steady = [recording(0x1000, 0x1001, 2.0) for _ in range(4)]
+    steady = [recording(0x1001, 0x1001, 2.0) for _ in range(4)]  # blas far outside
     (k,) = _per_key(steady, BuildSettings())
     assert k.held and k.flip_rate == 0.0 and not k.at_risk and k.fastest_flip_rate == 0.0
     flipped = steady[:3] + [recording(0x1002, 0x1002, 2.0)]
     (k,) = _per_key(flipped, BuildSettings())
     assert not k.held and k.flip_rate == 0.25 and k.at_risk
-    edge = steady[:3] + [recording(0x1000, 0x1001, 1.08)]  # 3 % past the band's edge
+    edge = steady[:3] + [recording(0x1001, 0x1001, 1.08)]  # blas 3 % past the band's edge
     (k,) = _per_key(edge, BuildSettings())
     assert k.held and k.at_risk
+    inside = steady[:3] + [recording(0x1001, 0x1001, 1.0)]  # blas well inside: no doubt
+    (k,) = _per_key(inside, BuildSettings())
+    assert k.held and not k.at_risk
 
 
 def test_plot_without_matplotlib_is_one_line_and_exit_2(

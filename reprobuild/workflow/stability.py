@@ -5,9 +5,9 @@ in a temporary folder), so no recording sees another's timing cache: N machines 
 target recording on their own. Per timing-cache key: the tactic each recording kept, the
 flip rate (the share of recordings that kept another than the most common one), the best
 and second-best times, the band, whether the rule's choice held in every recording, and
-whether the key is *at risk*: it flipped, or in some recording a candidate outside the band
-lay within one more band width (at least ``tie_band`` of the best) of its edge, where a
-noisier machine could pull it in.
+whether the key is *at risk*: it flipped, or in some recording a candidate the rule would
+take before its choice lay near the band's edge (``tiebreak.unsure``), where a noisier
+machine could move it across; candidates after the choice in the rule's order never can.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 from reprobuild.backends.base import Backend
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.lock.yamlio import load_lock
-from reprobuild.types import DEFAULT_TIE_BAND, BuildSettings
+from reprobuild.tiebreak import TieCandidate, unsure
+from reprobuild.types import BuildSettings
 
 
 @dataclass
@@ -179,10 +180,7 @@ def _per_key(runs: list[tuple[dict[str, Any], Any]], settings: BuildSettings) ->
                     second.append(d["second_ms"])
                 band.append(d["band_ms"])
                 rel.append(d["band_rel"])
-                margin = max(d["band_ms"], DEFAULT_TIE_BAND * d["best_ms"])
-                edge = d["best_ms"] + d["band_ms"]
-                if d["outside_ms"] is not None and d["outside_ms"] <= edge + margin:
-                    risky = True
+            timed: list[TieCandidate] = []
             for rec in report.get("records") or []:
                 if rec.get("key") != key or rec.get("from_cache"):
                     continue
@@ -192,6 +190,11 @@ def _per_key(runs: list[tuple[dict[str, Any], Any]], settings: BuildSettings) ->
                     t = int(c["tactic_hash"], 16)
                     costs.setdefault(t, []).append(float(c["cost_ms"]))
                     kernels[t] = c.get("kernel")
+                    timed.append(TieCandidate(t, c.get("kernel"), (float(c["cost_ms"]),)))
+            # at risk: a candidate the rule would take before its choice sits near the
+            # band's edge in this recording (only those can change the choice)
+            if d is not None and unsure(timed, d["band_rel"], settings.tie_rule):
+                risky = True
         ks = KeyStability(
             layer, key, chosen, fastest, _median(best), _median(second), _median(band),
             _median(rel), False, costs, kernels,
