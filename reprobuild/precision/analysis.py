@@ -353,6 +353,16 @@ def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     return [i for i in model.graph.input if i.name not in inits]
 
 
+def fixed_batch(model: onnx.ModelProto) -> int | None:
+    """The first real input's fixed first dimension (what an engine of that shape takes per
+    run), or None when it is dynamic or the model has no input."""
+    inputs = real_inputs(model)
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else ()
+    if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+        return int(dims[0].dim_value)
+    return None
+
+
 def np_dtype(elem_type: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from reprobuild.errors import UsageError
+from reprobuild.precision.analysis import fixed_batch
 from reprobuild.precision.calibcheck import FORMATS, check_samples, concat_parts, read_input_file
 from reprobuild.precision.safeload import decode_npz, decode_polygraphy_json
 
@@ -121,7 +122,7 @@ def rule_batches(spec: str, model: onnx.ModelProto) -> tuple[list[dict[str, np.n
     samples in another form name the same data).
     """
     data = load_calib_data(spec, model, None)
-    size = _model_batch(model)
+    size = fixed_batch(model) or 1
     batches = data.batches(size)
     if not batches:
         raise UsageError(
@@ -129,16 +130,3 @@ def rule_batches(spec: str, model: onnx.ModelProto) -> tuple[list[dict[str, np.n
             f"give at least {size}"
         )
     return batches, f"sha256:{data.sha256} ({data.source})"
-
-
-def _model_batch(model: onnx.ModelProto) -> int:
-    """The first graph input's fixed first dimension, 1 when it is dynamic or absent."""
-    inits = {i.name for i in model.graph.initializer}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        dims = vi.type.tensor_type.shape.dim
-        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
-            return int(dims[0].dim_value)
-        return 1
-    return 1

@@ -17,7 +17,7 @@ from typing import Any
 
 from reprobuild.accuracy import compare_outputs
 from reprobuild.errors import UsageError
-from reprobuild.precision.analysis import real_inputs
+from reprobuild.precision.analysis import fixed_batch, real_inputs
 
 
 def output_hashes(outputs: dict[str, Any]) -> dict[str, str]:
@@ -121,15 +121,6 @@ def load_inputs(
     arrays = concat_parts(where, parts)
     count = check_samples(where, arrays, proto)
     return InputSamples(arrays, f"{desc}, {count} samples", count, fixed_batch(proto))
-
-
-def fixed_batch(proto: Any) -> int | None:
-    """The first input's fixed first dimension (what an engine of that shape takes per
-    run), or None when it is dynamic."""
-    dims = real_inputs(proto)[0].type.tensor_type.shape.dim
-    if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
-        return int(dims[0].dim_value)
-    return None
 
 
 def select_outputs(model_path: Path, names: Sequence[str] | None) -> list[str] | None:

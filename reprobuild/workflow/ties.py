@@ -40,14 +40,13 @@ class TieOutcome:
     decisions: dict[str, TieDecision]
     layers: dict[str, str]  # key -> layer name
     measured: str
+    band: float  # the band used: the setting, or LOG_TIE_BAND (see decide_recording)
     rebuilt: bool = False
     second_build_timed: int | None = None
     moved: list[str] = field(default_factory=list)  # keys whose tactic the rule changed
-    band: float | None = None  # the band used (None: the settings'); see decide_recording
 
     def to_json(self) -> dict[str, Any]:
-        band = self.settings.tie_band if self.band is None else self.band
-        head = describe_policy(band, self.settings.tie_rule, self.measured)
+        head = describe_policy(self.band, self.settings.tie_rule, self.measured)
         return {
             **head,
             "keys": len(self.decisions),
@@ -108,7 +107,7 @@ def decide_recording(
         if d is not None:
             decisions[key] = d
     measured = MEASURED_RUNS if repeated else MEASURED_LOG
-    return TieOutcome(settings, decisions, names, measured, band=band)
+    return TieOutcome(settings, decisions, names, measured, band)
 
 
 def apply_to_entries(entries: list[LayerEntry], outcome: TieOutcome) -> list[LayerEntry]:
@@ -120,8 +119,7 @@ def apply_to_entries(entries: list[LayerEntry], outcome: TieOutcome) -> list[Lay
             continue
         if d.near_tie:
             e.band_ms, e.ties = d.band_ms, list(d.ties)
-        band = outcome.settings.tie_band if outcome.band is None else outcome.band
-        if band > 0 and d.chosen != e.tactic:
+        if outcome.band > 0 and d.chosen != e.tactic:
             e.tactic = d.chosen
             e.kernel = next((c.kernel for c in e.candidates if c.tactic == d.chosen), e.kernel)
             e.time_ms = d.chosen_ms

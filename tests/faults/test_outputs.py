@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import assert_clean, project, snapshot
+from .helpers import assert_clean, snapshot
 
 BUILD = ("build", "mlp.onnx", "--backend", "reference", "-q")
 CASES = {
@@ -39,15 +39,11 @@ CASES = {
 
 
 @pytest.fixture
-def proj(tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "p"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    monkeypatch.setenv("REPROBUILD_CRASH_DIR", str(tmp_path / "crashes"))
-    project(root, cli)
-    (root / "link.engine").symlink_to("t.lock")
-    os.link(root / "mlp.onnx", root / "hard.engine")
-    return root
+def proj(proj: Path) -> Path:
+    """The shared project, with a symlink to its lock and a hard link to its model."""
+    (proj / "link.engine").symlink_to("t.lock")
+    os.link(proj / "mlp.onnx", proj / "hard.engine")
+    return proj
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -164,8 +164,10 @@ class Builder:
             policy = AutotunePolicy(reps)
         self.stats = AutotuneStats(policy)
         fingerprints = (legacy_keys or environment.fingerprint(), settings.fingerprint())
-        self.tuner = LayerTuner(settings, cache, log, fingerprints, knob, self.stats)
-        self.tuner.one_key_per_layer = legacy_keys is not None
+        self.tuner = LayerTuner(
+            settings, cache, log, fingerprints, knob, self.stats,
+            one_key_per_layer=legacy_keys is not None,
+        )  # fmt: skip
         self.choices: list[LayerChoice] = []
         self.layer_info: list[dict[str, Any]] = []
 

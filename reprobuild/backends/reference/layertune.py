@@ -186,11 +186,14 @@ class LayerTuner:
         fingerprints: tuple[str, str],
         knob: TimingKnob,
         stats: AutotuneStats,
+        *,
+        one_key_per_layer: bool = False,
     ) -> None:
+        """``one_key_per_layer``: a schema-1 target's scheme, every format in one key."""
         self.settings, self.cache, self.log = settings, cache, log
         self.env_fp, self.settings_fp = fingerprints
         self.knob, self.stats = knob, stats
-        self.one_key_per_layer = False  # a schema-1 target's scheme: every format in one key
+        self.one_key_per_layer = one_key_per_layer
 
     def candidates(
         self, layer: Layer, geo: kernels.Geometry
