@@ -126,9 +126,11 @@ def stability(
     """``records`` independent recordings of ``model``; see the module docstring."""
     from reprobuild.errors import UsageError
     from reprobuild.workflow.build import build
+    from reprobuild.workflow.context import check_model_file
 
     if records < 2:
         raise UsageError(f"--records {records}: stability needs at least 2 recordings")
+    model = check_model_file(model)  # before the first recording is announced
     settings = settings or BuildSettings()
     t0 = time.perf_counter()
     runs: list[tuple[dict[str, Any], Any]] = []
