@@ -35,8 +35,10 @@ LOG_TIE_BAND = 0.05
 CPU-clock times and kernel names that carry a split count; TensorRT's names carry none, so
 the rule would fall back to the lowest hash within 40 % of the best. An explicit
 ``--tie-band`` other than the default is used as given."""
+MAX_TIE_RECORDS = 50
+"""The most recording builds ``build --records`` pools (each one times every candidate)."""
 TIE_RULES = (DEFAULT_TIE_RULE, "steady-then-hash")
-TIE_FIELDS = ("tie_band", "tie_rule")
+TIE_FIELDS = ("tie_band", "tie_rule", "tie_records")
 """Settings that decide between timed candidates, not which ones exist: never in a
 fingerprint (keys and cache names), and written only where they are not the defaults, so
 a lock that does not name them (every lock older than them) reads as the default policy."""
@@ -63,6 +65,7 @@ class BuildSettings:
     input_shapes: tuple[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...] = ()
     tie_band: float = DEFAULT_TIE_BAND  # 0: the builder's choice, the fastest as measured
     tie_rule: str = DEFAULT_TIE_RULE
+    tie_records: int = 1  # recording builds whose times the rule pools (build --records N)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON/YAML-friendly dict with stable key order (used by the lock); the tie
@@ -72,6 +75,8 @@ class BuildSettings:
             del d["tie_band"]
         if self.tie_rule == DEFAULT_TIE_RULE:
             del d["tie_rule"]
+        if self.tie_records == 1:
+            del d["tie_records"]
         d["tactic_sources"] = list(self.tactic_sources) if self.tactic_sources is not None else None
         d["input_shapes"] = {
             name: {"min": list(mn), "opt": list(opt), "max": list(mx)}

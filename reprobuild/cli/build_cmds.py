@@ -16,7 +16,7 @@ import typer
 from reprobuild.cli.render import echo, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
-from reprobuild.types import DEFAULT_TIE_BAND
+from reprobuild.types import DEFAULT_TIE_BAND, MAX_TIE_RECORDS
 from reprobuild.words import count
 
 BACKEND_HELP = (
@@ -103,6 +103,12 @@ def build(
         "decided by a fixed rule (docs/stability.md) [default: "
         f"{DEFAULT_TIE_BAND:g}; 0 = the fastest as "
         "measured].",
+    ),
+    records: int | None = typer.Option(
+        None,
+        "--records",
+        help="Recording: time every candidate in N recording builds (each from an empty "
+        "cache) and let the tie rule pool their times [default: 1].",
     ),
     precision: str | None = typer.Option(
         None,
@@ -246,6 +252,7 @@ def build(
         max_tactics,
         avg_timing,
         tie_band,
+        records,
     )
     request = precision_request(
         precision,
@@ -387,10 +394,11 @@ def _settings(
     max_tactics,
     avg_timing,
     tie_band=None,
+    records=None,
 ):
     from reprobuild.backends.base import BuildSettings
 
-    given = [opt_level, workspace, tactic_sources, max_tactics, avg_timing, tie_band]
+    given = [opt_level, workspace, tactic_sources, max_tactics, avg_timing, tie_band, records]
     if all(v is None for v in given) and not (
         shapes or min_shapes or opt_shapes or max_shapes or no_tf32
     ):
@@ -401,6 +409,8 @@ def _settings(
         raise UsageError(
             f"--tie-band {tie_band}: must be a fraction from 0 to 1 (default {DEFAULT_TIE_BAND:g})"
         )
+    if records is not None and not 1 <= records <= MAX_TIE_RECORDS:
+        raise UsageError(f"--records {records}: must be 1 to {MAX_TIE_RECORDS} (default 1)")
     static = _shapes("--shapes", shapes)
     mins, opts, maxs = (
         _shapes(o, v)
@@ -438,6 +448,7 @@ def _settings(
         avg_timing_iterations=avg_timing,
         input_shapes=tuple(profiles),
         tie_band=DEFAULT_TIE_BAND if tie_band is None else tie_band,
+        tie_records=1 if records is None else records,
     )
 
 

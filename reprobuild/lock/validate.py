@@ -26,6 +26,7 @@ from reprobuild.types import (
     DEFAULT_TIE_BAND,
     DEFAULT_TIE_RULE,
     LEGACY_ENV_FIELDS,
+    MAX_TIE_RECORDS,
     TIE_FIELDS,
     TIE_RULES,
     BuildSettings,
@@ -202,6 +203,10 @@ def _settings(doc: Doc, value: Any, path: Path_) -> BuildSettings:
     if rule not in TIE_RULES:
         doc.fail(path + ("tie_rule",), f"unknown tie rule {rule!r}: use {', '.join(TIE_RULES)}")
     kw["tie_rule"] = rule
+    records = doc.integer(m.get("tie_records", 1), path + ("tie_records",), minimum=1)
+    if records > MAX_TIE_RECORDS:
+        doc.fail(path + ("tie_records",), f"expected at most {MAX_TIE_RECORDS}, got {records}")
+    kw["tie_records"] = records
     return BuildSettings(**kw)
 
 

@@ -24,7 +24,12 @@ from reprobuild.workflow.pinned import (
     run_build,
     with_recorded_times,
 )
-from reprobuild.workflow.ties import apply_to_entries, decide_recording
+from reprobuild.workflow.ties import (
+    RecordingTimes,
+    apply_to_entries,
+    decide_recording,
+    noise_warning,
+)
 
 
 @dataclass
@@ -54,11 +59,14 @@ def record(
 ) -> Built:
     """A recording build: every candidate timed, every choice becomes a lock entry. Its
     timing cache is written with the other outputs, so a failed build leaves the old one."""
-    progress(Step("recording build (timing every candidate)"))
+    n = new_lock.settings.tie_records
+    of = f" 1 of {n}" if n > 1 else ""
+    progress(Step(f"recording build{of} (timing every candidate)"))
     cache = be.create_timing_cache(b"")
     output, log = run_build(
         be, built_model, new_lock.settings, cache, progress, "recording", save=save
     )
+    more = [_another(be, built_model, new_lock.settings, progress, i, n) for i in range(2, n + 1)]
     entries, w = entries_from_records(log.records, cache.tactic_map(), output.layer_info, log.known)
     warnings += w
     new_lock.layers = with_recorded_times(entries, cache)
@@ -66,11 +74,14 @@ def record(
     # the recording cache is kept as the builder wrote it: a locked build update()s every
     # key from the lock anyway, and the rebuild below works on a copy
     recorded = bytes(cache.serialize())
-    ties = decide_recording(log.records, output.extra.get("autotune"), new_lock.settings)
+    ties = decide_recording(log.records, output.extra.get("autotune"), new_lock.settings, more)
+    if (w := noise_warning(ties)) is not None:
+        warnings.append(w)
     apply_to_entries(new_lock.layers, ties)
     log_warnings = list(log.parser.warnings)
     if ties.moved:  # the rule kept another near-tie than the builder: rebuild from the cache
-        progress(Step(f"tie rule: {len(ties.moved)} keys take the rule's tactic; rebuilding"))
+        moved = count(len(ties.moved), "key takes", "keys take")
+        progress(Step(f"tie rule: {moved} the rule's tactic; rebuilding"))
         pb = pinned_build(
             be,
             built_model,
@@ -98,6 +109,18 @@ def record(
         recorded,
         ties,
     )
+
+
+def _another(
+    be: Backend, built_model: Path, settings: BuildSettings, progress: Progress, i: int, n: int
+) -> RecordingTimes:
+    """Recording ``i`` of ``n``: its own empty cache, its engine and cache thrown away; only
+    its candidates' times are kept, for the tie rule (``build --records N``)."""
+    progress(Step(f"recording build {i} of {n} (timing every candidate, its own empty cache)"))
+    output, log = run_build(
+        be, built_model, settings, be.create_timing_cache(b""), progress, "recording"
+    )
+    return log.records, output.extra.get("autotune")
 
 
 def repin(

@@ -8,6 +8,13 @@ and builds again from that cache: the second build times nothing and is checked 
 pinned build (cache map and engine kernels). The reference builder applies the same rule
 to the same costs while it times, so there it agrees and nothing is written back. With
 ``tie_band`` 0 nothing is decided and nothing is rebuilt.
+
+With ``tie_records`` N > 1 (``build --records N``) the decision pools N recording builds,
+each from an empty cache: a candidate's runs are its runs in every recording that timed its
+key, so its cost is its fastest time in any of them, and a burst of load in one recording no
+longer lifts a candidate out of the band. The engine and the lock's keys stay those of the
+first recording; the others only lend their times. Where one time per candidate is logged
+(TensorRT), the spread between recordings is the measured noise the report gives.
 """
 
 from __future__ import annotations
@@ -32,6 +39,15 @@ MEASURED_LOG = (
 )
 
 
+def measured_pooled(text: str, recordings: int) -> str:
+    """How the band was measured when ``recordings`` recording builds were pooled."""
+    return (
+        f"{recordings} recording builds, each from an empty timing cache, pooled: a "
+        "candidate's runs are its runs in every recording that timed its key, its cost the "
+        f"fastest of them; noise = the spread between its runs. Per recording: {text}"
+    )
+
+
 @dataclass
 class TieOutcome:
     """What the rule did to one recording: its decisions per key and the rebuild."""
@@ -41,6 +57,9 @@ class TieOutcome:
     layers: dict[str, str]  # key -> layer name
     measured: str
     band: float  # the band used: the setting, or LOG_TIE_BAND (see decide_recording)
+    recordings: int = 1  # recording builds pooled (build --records N)
+    # with recordings > 1: each key's candidates with their pooled runs (for the report)
+    pooled: dict[str, list[TieCandidate]] = field(default_factory=dict)
     rebuilt: bool = False
     second_build_timed: int | None = None
     moved: list[str] = field(default_factory=list)  # keys whose tactic the rule changed
@@ -49,6 +68,7 @@ class TieOutcome:
         head = describe_policy(self.band, self.settings.tie_rule, self.measured)
         return {
             **head,
+            "recordings": self.recordings,
             "keys": len(self.decisions),
             "near_ties": sum(1 for d in self.decisions.values() if d.near_tie),
             "changed_from_fastest": sum(
@@ -58,10 +78,15 @@ class TieOutcome:
             "rebuilt_from_cache": self.rebuilt,
             "second_build_timed": self.second_build_timed,
             "layers": [
-                {"layer": self.layers.get(k, "?"), "key": k, **d.to_json()}
+                {"layer": self.layers.get(k, "?"), "key": k, **d.to_json(), **self._runs(k)}
                 for k, d in sorted(self.decisions.items())
             ],
         }
+
+    def _runs(self, key: str) -> dict[str, Any]:
+        if key not in self.pooled:
+            return {}
+        return {"runs_ms": {f"0x{c.tactic:x}": list(c.runs) for c in self.pooled[key]}}
 
 
 def candidates_by_key(
@@ -93,21 +118,72 @@ def candidates_by_key(
     return out, names, repeated
 
 
+RecordingTimes = tuple[list[Any], "dict[str, Any] | None"]
+"""One recording build's log records and its backend's ``autotune`` data."""
+
+
+def pool(
+    base: dict[str, list[TieCandidate]], others: list[dict[str, list[TieCandidate]]]
+) -> dict[str, list[TieCandidate]]:
+    """``base``'s keys and candidates, each candidate with its runs in every recording
+    (base first) that timed the key and the candidate. A key or a candidate that only
+    another recording made is left out: the engine is built from the base's keys."""
+    out = {}
+    for key, cands in base.items():
+        pooled = []
+        for c in cands:
+            runs = list(c.runs)
+            for other in others:
+                for o in other.get(key, ()):
+                    if o.tactic == c.tactic:
+                        runs += o.runs
+            pooled.append(TieCandidate(c.tactic, c.kernel, tuple(runs)))
+        out[key] = pooled
+    return out
+
+
 def decide_recording(
-    records: list[Any], autotune: dict[str, Any] | None, settings: BuildSettings
+    records: list[Any],
+    autotune: dict[str, Any] | None,
+    settings: BuildSettings,
+    more: list[RecordingTimes] | None = None,
 ) -> TieOutcome:
-    """The rule's decision for every timed key of one recording build."""
+    """The rule's decision for every timed key of one recording build, its candidates' runs
+    pooled with those of ``more`` recordings of the same model (``build --records N``)."""
     by_key, names, repeated = candidates_by_key(records, autotune)
     band = settings.tie_band
     if not repeated and band == DEFAULT_TIE_BAND:  # one averaged time per candidate
         band = LOG_TIE_BAND
+    measured = MEASURED_RUNS if repeated else MEASURED_LOG
+    pooled: dict[str, list[TieCandidate]] = {}
+    if more:
+        by_key = pooled = pool(by_key, [candidates_by_key(r, a)[0] for r, a in more])
+        measured = measured_pooled(measured, 1 + len(more))
     decisions = {}
     for key, cands in by_key.items():
         d = decide(cands, band, settings.tie_rule)
         if d is not None:
             decisions[key] = d
-    measured = MEASURED_RUNS if repeated else MEASURED_LOG
-    return TieOutcome(settings, decisions, names, measured, band)
+    return TieOutcome(settings, decisions, names, measured, band, 1 + len(more or []), pooled)
+
+
+def noise_warning(outcome: TieOutcome) -> str | None:
+    """A warning when the noise measured across pooled recordings is wider than the band:
+    independent recordings may then still disagree (the band is not widened by it, see
+    :mod:`reprobuild.tiebreak`)."""
+    if outcome.recordings < 2 or outcome.band <= 0:
+        return None
+    noise = sorted(d.noise_rel for d in outcome.decisions.values() if d.noise_rel is not None)
+    if not noise:
+        return None
+    median = noise[len(noise) // 2]
+    if median <= outcome.band:
+        return None
+    return (
+        f"the {outcome.recordings} recordings' times differ by {100 * median:.0f} % (median over "
+        f"keys), more than the tie band ({100 * outcome.band:g} %): independent recordings may "
+        f"still disagree; a wider --tie-band (e.g. {min(1.0, 2 * median):.2f}) covers it"
+    )
 
 
 def apply_to_entries(entries: list[LayerEntry], outcome: TieOutcome) -> list[LayerEntry]:

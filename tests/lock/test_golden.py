@@ -53,7 +53,9 @@ def _old_repr(lock) -> str:
         for e in lock.layers
     )
     # the tie settings came later (absent: the default policy); the old loader had none
-    settings = re.sub(r", tie_band=[^,]*, tie_rule='[^']*'", "", repr(lock.settings))
+    settings = re.sub(
+        r", tie_band=[^,]*, tie_rule='[^']*', tie_records=\d+", "", repr(lock.settings)
+    )
     return (
         f"Lock(model={lock.model!r}, environment=Environment({env_text}), "
         f"settings={settings}, layers=[{layers}], precision={lock.precision!r}, "
