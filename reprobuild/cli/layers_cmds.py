@@ -54,6 +54,7 @@ def _row(row: dict[str, Any]) -> list[str]:
         row["name"],
         row["layer_type"] or "-",
         _types(row["inputs"], "precision"),
+        row["accumulation"] or "-",
         _types(row["outputs"], "precision"),
         _types(row["outputs"], "format"),
         row["kernel"] or "-",
@@ -62,7 +63,9 @@ def _row(row: dict[str, Any]) -> list[str]:
     ]
 
 
-_HEADERS = ["layer", "type", "in", "out", "format", "kernel", "tactic", "onnx nodes"]
+# "acc": what the kernel sums in (INT32 for an INT8 convolution), from its name; "-" where
+# the name does not say (reprobuild.logs.kernelname)
+_HEADERS = ["layer", "type", "in", "acc", "out", "format", "kernel", "tactic", "onnx nodes"]
 
 
 @layers_app.command("show")
@@ -82,7 +85,9 @@ def show(
     ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """One row per engine layer and a summary (layers per precision, reformat layers).
+    """One row per engine layer and a summary (compute layers per precision, quantize/
+    dequantize steps, reformat layers). "acc" is the precision the kernel sums in where
+    its name says it (INT32 for an INT8 convolution), "-" elsewhere.
 
     With --lock, each locked layer's engine layer must run its locked tactic, not another
     recorded candidate, and, where the lock has a precision plan, every layer is compared

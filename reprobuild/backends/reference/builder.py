@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
-from reprobuild.backends.reference import kernels, modelcache
+from reprobuild.backends.reference import int8, kernels, modelcache
 from reprobuild.backends.reference.autotune import AutotunePolicy, AutotuneStats
 from reprobuild.backends.reference.buildlog import BuildLog, tensor_info
 from reprobuild.backends.reference.engine import write_engine
@@ -183,7 +183,7 @@ class Builder:
         # onnx-tensorrt's name for a node (its name, else ``node_of_<first output>``), which
         # is also the precision plan's key: the plan check maps layers to nodes through it.
         onnx_name = layer.node.name or (f"node_of_{out_names[0]}" if out_names else layer.name)
-        return {
+        entry = {
             "Name": layer.name,
             "LayerType": layer_type,
             "Inputs": [
@@ -191,6 +191,12 @@ class Builder:
             ],
             "Outputs": [tensor_info(n, v) for n, v in zip(out_names, outputs, strict=False)],
             "ParameterType": layer.op,
+        }
+        spec = int8.BY_NAME.get(kernel)
+        if layer.fusion is not None and spec is not None:
+            # a fused INT8 kernel reads INT8 and INT8 weights: say so, as TensorRT does
+            entry |= int8.inspector_tensors(spec, layer.fusion, inputs, outputs[0], out_names[0])
+        return entry | {
             "TacticName": kernel,
             "TacticValue": f"0x{value:016x}",
             "StreamId": 0,
