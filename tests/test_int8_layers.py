@@ -130,6 +130,27 @@ def test_a_float_int8_reformat_without_origin_is_a_qdq_step() -> None:
     assert (s.qdq_steps, s.reformat_layers) == (["QuantizeLinear_2"], ["copied_squeeze_after_fc"])
 
 
+def test_int8_layer_lines_of_a_verbose_log(tmp_path: Path, cli) -> None:
+    """The ``Engine Layer Information:`` lines of an INT8 engine, in the form TensorRT 8.x
+    printed them (NVIDIA/TensorRT issue 2527, names shortened): the leftover Q is a
+    Float -> Int8 Reformat; the conv has no kernel name there, so no accumulation."""
+    log = tmp_path / "build.log"
+    log.write_text(
+        "[12/06/2022-19:26:21] [V] [TRT] Engine Layer Information:\n"
+        "Layer(Reformat): QuantizeLinear_2, Tactic: 0x00000000000003ea, "
+        "input (Float[1,96,800,912]) -> 581 (Int8[1,96:32,800,912])\n"
+        "Layer(CaskConvolution): w + QuantizeLinear_9 + Conv_13 + PWN(Clip_14), "
+        "Tactic: 0x11123639b0546a5d, 581 (Int8[1,96:32,800,912]) -> 596 (Int8[1,64:32,800,912])\n"
+    )
+    r = cli("layers", str(log))
+    assert r.code == 0, r
+    conv = next(line for line in r.out.splitlines() if line.startswith("w + "))
+    assert "CaskConvolution  INT8  -    INT8" in conv
+    assert r.out.splitlines()[-1] == (
+        "2 layers: 1 compute (INT8 1); 1 quantize/dequantize step; 0 reformat layers"
+    )
+
+
 @pytest.mark.parametrize(
     ("kernel", "acc"),
     [
