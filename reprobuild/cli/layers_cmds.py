@@ -27,7 +27,8 @@ layers_app = typer.Typer(
     rich_markup_mode=None,
     help=(
         "Show what an engine runs, layer by layer: type, input/output precisions and formats, "
-        "kernel, tactic value and the ONNX nodes each layer came from.\n\n"
+        "the precision the kernel sums in, kernel, tactic value and the ONNX nodes each layer "
+        "came from; quantize/dequantize steps are counted apart from compute layers.\n\n"
         "Reads trtexec --exportLayerInfo / engine-inspector JSON (TensorRT 8.x, 10.x, 11.x; "
         "detailed or names-only), logs with one-line layer information or Layer(..) lines, "
         "engines built by reprobuild (or their ENGINE.layers.json).\n\n"
