@@ -64,7 +64,8 @@ def test_fp16_island_shows_in_fp16_and_the_rest_in_fp32(island: Path, cli) -> No
     table = cli("layers", str(side), "--lock", str(island / "t.lock"))
     assert table.code == 0, table
     fc2 = next(line for line in table.out.splitlines() if line.startswith("fc2 "))
-    assert fc2.split()[:5] == ["fc2", "RefGemm", "FP16", "FP16", "linear"]
+    acc = "FP16" if rows["fc2"]["kernel"].endswith("_f16acc") else "FP32"
+    assert fc2.split()[:6] == ["fc2", "RefGemm", "FP16", acc, "FP16", "linear"]
     assert "5 layers: FP32 3, FP16 2; 0 reformat layers" in table.out
     assert "precision plan: follows the plan: 3 layers follow, 0 differ" in table.out
     report = json.loads((island / "fp16_middle.engine.report.json").read_text())

@@ -321,12 +321,10 @@ def build(
         echo(f"builder log: {result.log_path} (`reprobuild log {result.log_path}` reads it)")
     summary = result.engine_layers or {}
     if result.layers_path and "by_precision" in summary:
-        counts = ", ".join(f"{p} {n}" for p, n in summary["by_precision"].items()) or "none"
-        echo(
-            f"layers: {result.layers_path} ({count(summary['layers'], 'layer')}: {counts}; "
-            f"{count(summary['reformat_layers'], 'reformat layer')}; "
-            "`reprobuild layers` shows them)"
-        )
+        from reprobuild.logs.layertable import LayerSummary
+
+        line = LayerSummary.from_json(summary).line()
+        echo(f"layers: {result.layers_path} ({line}; `reprobuild layers` shows them)")
     print_sample_accuracy(result.accuracy)
 
 

@@ -27,7 +27,8 @@ layers_app = typer.Typer(
     rich_markup_mode=None,
     help=(
         "Show what an engine runs, layer by layer: type, input/output precisions and formats, "
-        "kernel, tactic value and the ONNX nodes each layer came from.\n\n"
+        "the precision the kernel sums in, kernel, tactic value and the ONNX nodes each layer "
+        "came from; quantize/dequantize steps are counted apart from compute layers.\n\n"
         "Reads trtexec --exportLayerInfo / engine-inspector JSON (TensorRT 8.x, 10.x, 11.x; "
         "detailed or names-only), logs with one-line layer information or Layer(..) lines, "
         "engines built by reprobuild (or their ENGINE.layers.json).\n\n"
@@ -54,6 +55,7 @@ def _row(row: dict[str, Any]) -> list[str]:
         row["name"],
         row["layer_type"] or "-",
         _types(row["inputs"], "precision"),
+        row["accumulation"] or "-",
         _types(row["outputs"], "precision"),
         _types(row["outputs"], "format"),
         row["kernel"] or "-",
@@ -62,7 +64,9 @@ def _row(row: dict[str, Any]) -> list[str]:
     ]
 
 
-_HEADERS = ["layer", "type", "in", "out", "format", "kernel", "tactic", "onnx nodes"]
+# "acc": what the kernel sums in (INT32 for an INT8 convolution), from its name; "-" where
+# the name does not say (reprobuild.logs.kernelname)
+_HEADERS = ["layer", "type", "in", "acc", "out", "format", "kernel", "tactic", "onnx nodes"]
 
 
 @layers_app.command("show")
@@ -82,7 +86,9 @@ def show(
     ),
     as_json: bool = JsonOpt,
 ) -> None:
-    """One row per engine layer and a summary (layers per precision, reformat layers).
+    """One row per engine layer and a summary (compute layers per precision, quantize/
+    dequantize steps, reformat layers). "acc" is the precision the kernel sums in where
+    its name says it (INT32 for an INT8 convolution), "-" elsewhere.
 
     With --lock, each locked layer's engine layer must run its locked tactic, not another
     recorded candidate, and, where the lock has a precision plan, every layer is compared

@@ -113,7 +113,20 @@ def _layer(obj: Any, index: int, where: str, strict: bool) -> EngineLayer | None
         metadata=split_onnx_layers(md) if isinstance(md, str) else (),
         inputs=_tensors(obj.get("Inputs")),
         outputs=_tensors(obj.get("Outputs")),
+        weights=_weights_type(obj),
+        origin=_str_or_none(obj.get("Origin")),
     )
+
+
+def _weights_type(obj: Mapping[str, Any]) -> str | None:
+    """The weights' type: ``"Weights": {"Type": "Int8", "Count": ..}`` on a convolution,
+    ``ConvWeights`` on a fused ConvActPool (8.x detailed JSON; both in the INT8 ResNet of
+    NVIDIA's trt-engine-explorer examples)."""
+    for key in ("Weights", "ConvWeights"):
+        value = obj.get(key)
+        if isinstance(value, Mapping):
+            return _str_or_none(value.get("Type"))
+    return None
 
 
 def _strip_comment_lines(text: str) -> str:

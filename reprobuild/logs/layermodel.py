@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from reprobuild.logs.kernelname import accumulation_of
 
 __all__ = [
     "COMPUTE_PRECISIONS",
     "EngineLayer",
     "LayerInfo",
     "TensorDesc",
+    "is_qdq",
     "is_reformat",
     "kernels_by_layer",
     "precision_of",
@@ -76,7 +79,7 @@ def _layout(fmt: str | None) -> str | None:
     if not fmt:
         return None
     low = fmt.strip().lower()
-    if low.startswith("row major linear"):
+    if low.startswith("row major"):  # "Row major linear FP32", "Row major Int8 format"
         return "linear"
     if low.startswith("channel major"):
         m = _CHANNEL_ALIGN.search(low)
@@ -115,7 +118,9 @@ class EngineLayer:
     """One layer of a built engine and the kernel it runs.
 
     ``tactic_value`` is None for names-only exports and for Myelin sub-layers, which
-    report a kernel name but no tactic value.
+    report a kernel name but no tactic value. ``weights`` is the type of the layer's
+    weights as the inspector names it (``"Weights": {"Type": "Int8"}``), ``origin`` the
+    8.x inspector's ``Origin`` (``QDQ`` for a Q/DQ node left as a Reformat layer).
     """
 
     name: str
@@ -125,6 +130,10 @@ class EngineLayer:
     metadata: tuple[str, ...] = ()
     inputs: tuple[TensorDesc, ...] = ()
     outputs: tuple[TensorDesc, ...] = ()
+    # left out of repr: the log parser's goldens (tests/fixtures/logparse) hold the repr
+    # of the layers it reads, and a log line carries neither
+    weights: str | None = field(default=None, repr=False)
+    origin: str | None = field(default=None, repr=False)
 
     @property
     def is_reformat(self) -> bool:
@@ -132,12 +141,31 @@ class EngineLayer:
         return is_reformat(self)
 
     @property
+    def is_qdq(self) -> bool:
+        """Whether this layer quantizes or dequantizes; see :func:`is_qdq`."""
+        return is_qdq(self)
+
+    @property
+    def accumulation(self) -> str | None:
+        """The precision the layer's products are summed in, where its kernel's name says
+        it (:mod:`reprobuild.logs.kernelname`); None otherwise."""
+        return accumulation_of(self.tactic_name)
+
+    @property
     def precision(self) -> str | None:
-        """The precision the layer computes in, as far as its tensors tell: its first
-        output's floating-point (or INT8/FP8) type, else its first input's, else any type;
-        outputs first because a Myelin gemm's FP32 ``alpha`` input says nothing, and an
-        ArgMax's INT64 output says nothing about the FP16 it compared. None without tensor
-        types (names-only exports)."""
+        """The precision the layer computes in, as far as its tensors tell.
+
+        INT8 when its weights are INT8, or it reads INT8 and sums in INT32: a fused INT8
+        convolution may write FP32 (the last layer of an INT8 ResNet in NVIDIA's
+        trt-engine-explorer examples reads Int8, writes FP32, with Int8 weights), and its
+        products are still INT8 ones. Otherwise its first output's floating-point (or
+        INT8/FP8) type, else its first input's, else any type; outputs first because a
+        Myelin gemm's FP32 ``alpha`` input says nothing, and an ArgMax's INT64 output says
+        nothing about the FP16 it compared. None without tensor types (names-only exports).
+        """
+        reads_int8 = any(t.precision == "INT8" for t in self.inputs)
+        if precision_of(self.weights) == "INT8" or (reads_int8 and self.accumulation == "INT32"):
+            return "INT8"
         tensors = (*self.outputs, *self.inputs)
         types = [t.precision for t in tensors if t.precision is not None]
         return next((p for p in types if p in COMPUTE_PRECISIONS), types[0] if types else None)
@@ -148,6 +176,27 @@ def is_reformat(layer: EngineLayer) -> bool:
     CopyNode for Input Tensor 0 to conv1 + relu1``), so a name match must skip them or
     ``conv1``'s kernel check would look at a copy kernel."""
     return layer.layer_type in _REFORMAT_TYPES or layer.name.startswith("Reformatting ")
+
+
+_QDQ_TYPES = re.compile(r"^Ref(Quantize|Dequantize)Linear$")
+
+
+def is_qdq(layer: EngineLayer) -> bool:
+    """A quantize or dequantize step: it converts between float and INT8 and computes
+    nothing else, so the layer table counts it apart from compute layers.
+
+    TensorRT fuses most Q/DQ nodes into INT8 kernels; one it leaves runs as a Reformat
+    layer named after the node, ``Origin: QDQ`` in 8.x JSON (``QuantizeLinear_2``, Float to
+    Int8, in the INT8 ResNet of NVIDIA's trt-engine-explorer examples) and a Float <-> Int8
+    ``Layer(Reformat)`` line in a log (NVIDIA/TensorRT issue 2527). The reference backend
+    runs every Q/DQ node as a layer of its own (``RefQuantizeLinear``).
+    """
+    if layer.origin == "QDQ" or _QDQ_TYPES.match(layer.layer_type or ""):
+        return True
+    if not is_reformat(layer) or not layer.inputs or not layer.outputs:
+        return False
+    pair = {layer.inputs[0].precision, layer.outputs[0].precision}
+    return "INT8" in pair and len(pair & COMPUTE_PRECISIONS) == 2
 
 
 @dataclass(frozen=True)

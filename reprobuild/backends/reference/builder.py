@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink
-from reprobuild.backends.reference import kernels, modelcache
+from reprobuild.backends.reference import int8, kernels, modelcache
 from reprobuild.backends.reference.autotune import AutotunePolicy, AutotuneStats
 from reprobuild.backends.reference.buildlog import BuildLog, tensor_info
 from reprobuild.backends.reference.engine import write_engine
@@ -40,6 +40,7 @@ from reprobuild.limits import check_tensor_bytes
 
 _MISSING = "cannot read model (no such file); check the path"
 _LAYER_TYPES = {"Conv": "RefConvolution", "MatMul": "RefMatrixMultiply", "Gemm": "RefGemm"}
+_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
 # -- the build --------------------------------------------------------------------------------
@@ -183,14 +184,21 @@ class Builder:
         # onnx-tensorrt's name for a node (its name, else ``node_of_<first output>``), which
         # is also the precision plan's key: the plan check maps layers to nodes through it.
         onnx_name = layer.node.name or (f"node_of_{out_names[0]}" if out_names else layer.name)
-        return {
+        read = list(zip(layer.node.input, inputs, strict=True))
+        if layer.op in _QDQ_OPS:
+            read = read[:1]  # scale and zero point are parameters, as in TensorRT's inspector
+        entry = {
             "Name": layer.name,
             "LayerType": layer_type,
-            "Inputs": [
-                tensor_info(n, v) for n, v in zip(layer.node.input, inputs, strict=True) if n
-            ],
+            "Inputs": [tensor_info(n, v) for n, v in read if n],
             "Outputs": [tensor_info(n, v) for n, v in zip(out_names, outputs, strict=False)],
             "ParameterType": layer.op,
+        }
+        spec = int8.BY_NAME.get(kernel)
+        if layer.fusion is not None and spec is not None:
+            # a fused INT8 kernel reads INT8 and INT8 weights: say so, as TensorRT does
+            entry |= int8.inspector_tensors(spec, layer.fusion, inputs, outputs[0], out_names[0])
+        return entry | {
             "TacticName": kernel,
             "TacticValue": f"0x{value:016x}",
             "StreamId": 0,

@@ -48,6 +48,7 @@ class Fusion:
     w_int8: np.ndarray  # the weights before their DQ
     w_scale: np.ndarray  # float32, one per output channel (or one value)
     y_scale: np.float32 | None  # the output Q's scale, None for a float output
+    x_int8: str = ""  # the INT8 tensor the input's DQ reads: what the kernel really reads
 
 
 def _scalar_scale(node: onnx.NodeProto, constants: Mapping[str, Any]) -> np.float32 | None:
@@ -122,7 +123,7 @@ def find_fusion(
         if not isinstance(bias, np.ndarray) or bias.dtype != np.float32:
             return None
     y_scale = _output_q(node, consumers, constants, graph_outputs)
-    return Fusion(x_scale, weight[0], weight[1], y_scale)
+    return Fusion(x_scale, weight[0], weight[1], y_scale, x_dq.input[0])
 
 
 def _output_q(
@@ -268,6 +269,50 @@ def execute(
         q = _round(v.astype(np.float64), spec.rounding)
     q = np.clip(q, -128, 127).astype(np.float32)
     return (q * y_scale).astype(np.float32)
+
+
+_INT8_FORMAT = "Row major Int8 format"  # TensorRT 8.x/10.x's name for a linear INT8 tensor
+
+
+def inspector_tensors(
+    spec: kernels.KernelSpec, fusion: Fusion, inputs: Sequence[Any], y: np.ndarray, y_name: str
+) -> dict[str, Any]:
+    """What the engine inspector shows of a fused INT8 layer, from what :func:`execute`
+    does, as TensorRT shows its own (a convolution of the INT8 ResNet in NVIDIA's
+    trt-engine-explorer examples: Int8 inputs, ``"Weights": {"Type": "Int8"}``,
+    ``"Bias": {"Type": "Float"}``, an Int8 output, or FP32 where no Q follows).
+
+    The input is the INT8 tensor the DQ reads (the kernel recovers exactly its values from
+    the dequantized one), the weights are ``w_int8``, the bias FP32; the output is INT8
+    for a requantizing kernel (it clips to -128..127; the graph holds ``q * y_scale``
+    only so that the next Q returns ``q``) and FP32 for a ``deq``/``ibias`` one (an FP16
+    epilogue rounds through FP16 and still writes FP32). The INT32 accumulation is in
+    the kernel's name (``i32acc``), where TensorRT's names carry it too.
+    """
+    requantizes = spec.requant in ("fscale", "fxmul")
+    x = np.asarray(inputs[0])
+    bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+    out: dict[str, Any] = {
+        "Name": y_name,
+        "Location": "Device",
+        "Dimensions": [int(d) for d in y.shape],
+        "Format/Datatype": _INT8_FORMAT if requantizes else "Row major linear FP32",
+    }
+    fields: dict[str, Any] = {
+        "Inputs": [
+            {
+                "Name": fusion.x_int8,
+                "Location": "Device",
+                "Dimensions": [int(d) for d in x.shape],
+                "Format/Datatype": _INT8_FORMAT,
+            }
+        ],
+        "Outputs": [out],
+        "Weights": {"Type": "Int8", "Count": int(fusion.w_int8.size)},
+    }
+    if bias is not None:
+        fields["Bias"] = {"Type": "Float", "Count": int(np.asarray(bias).size)}
+    return fields
 
 
 def is_int8(spec: kernels.KernelSpec | None) -> bool:
