@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -67,17 +68,21 @@ def warm(path: Path) -> None:
             pass
 
 
-def run(argv: list[str], pythonpath: str | None = None) -> tuple[float, float, float]:
+def run(
+    argv: list[str], pythonpath: str | None = None, cwd: str | None = None
+) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of one command, its stderr to /dev/null.
 
     Its stdout goes to a temporary file, not /dev/null: GNU grep stops at the first match
-    when its output is /dev/null, which would time nothing."""
+    when its output is /dev/null, which would time nothing. ``cwd`` should hold no checkout:
+    ``python -m`` imports from the working directory before ``PYTHONPATH``, so a bench
+    started in a checkout would time that checkout for every ``--against``."""
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     with open(os.devnull, "wb") as null, tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=out, stderr=null, env=env)
+        proc = subprocess.Popen(argv, stdout=out, stderr=null, env=env, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     if os.waitstatus_to_exitcode(status) != 0:
@@ -120,9 +125,12 @@ def main() -> None:
         mb = size / MB
         warm(path)
         run(commands[0][1])  # untimed: page cache and binaries warm
-        print(f"log          : {mb:.1f} MB ({nfiles} fixtures x {reps}), {os.cpu_count()} CPUs")
+        print(
+            f"log          : {mb:.1f} MB ({nfiles} fixtures x {reps}), {os.cpu_count()} CPUs, "
+            f"Python {platform.python_version()}"
+        )
         for _ in range(args.rounds):
-            row = {label: run(argv, pp) for label, argv, pp in commands}
+            row = {label: run(argv, pp, str(tmp)) for label, argv, pp in commands}
             rows.append(row)
             print(
                 "round        : "
