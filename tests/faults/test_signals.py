@@ -103,5 +103,4 @@ def test_sigterm_of_a_real_process_is_143(tmp_path: Path) -> None:
     names = sorted(p.name for p in tmp_path.iterdir())
     if proc.returncode == 143:
         assert "Traceback" not in err and err.strip().endswith("terminated (signal 15)"), err
-        assert names in (["mlp.onnx"], ["caches", "mlp.onnx"]), names
-        assert not list(tmp_path.glob("caches/*")), "an interrupted build wrote a cache"
+        assert names == ["mlp.onnx"], names  # no cache, and no folder made for one
