@@ -16,6 +16,7 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TextIO
@@ -250,8 +251,13 @@ class Outputs:
         self.stage_text(lock_target(path, what), text, what)
 
     def commit(self) -> None:
-        """Move every staged file into place; on a failure put back what was already moved."""
-        moved: list[tuple[Path, str | None, bool]] = []  # (target, backup, existed before)
+        """Move every staged file into place; on a failure put back what was already moved.
+
+        Ctrl-C, SIGTERM and SIGHUP are held while the files move: Python runs a signal's
+        handler between any two bytecodes, so one landing just after a rename but before
+        the rename was noted would escape the roll-back and leave a new lock beside an old
+        engine. Held, the signal is handled right after the move, with every output in
+        place and ``COMMITTED`` saying so."""
         try:
             for stream in self._streams:
                 stream.close()
@@ -260,8 +266,14 @@ class Outputs:
             raise
         self._streams = []
         done = list(self._staged)
+        with _signals_held():
+            self._move(done)
+
+    def _move(self, done: list[tuple[Path, str]]) -> None:
+        """The renames, all or none (see ``commit``); records ``COMMITTED`` when done."""
+        moved: list[tuple[Path, str | None, bool]] = []  # (target, backup, existed before)
         try:
-            for target, tmp in self._staged:
+            for target, tmp in done:
                 existed, backup = target.exists(), _backup(target)
                 try:
                     os.replace(tmp, target)
@@ -289,7 +301,7 @@ class Outputs:
                 if backup is not None:
                     with contextlib.suppress(OSError):
                         os.unlink(backup)
-        self._staged, self._made = [], []
+        self._staged, self._made = [], []  # in place: nothing for abort() to undo
         COMMITTED.extend(target for target, _ in done)
 
     def abort(self) -> None:
@@ -308,6 +320,39 @@ class Outputs:
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
         self._made = []
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the block's length: each one's Python handler is
+    swapped for one that notes the signal, and the first noted is handed to the real handler
+    when the block ends. (Blocking with ``pthread_sigmask`` is not enough: it is per thread,
+    and a signal sent to the process is then delivered through a BLAS or ONNX Runtime
+    thread, whose flag the main thread acts on at once.) Only the main thread can set
+    handlers; elsewhere nothing is held."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    old = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            old[signum] = signal.signal(signum, lambda n, _f: noted.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        if noted:
+            handler = old[noted[0]]
+            if callable(handler):
+                handler(noted[0], None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), noted[0])
 
 
 COMMITTED: list[Path] = []
