@@ -66,7 +66,7 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
 
     from reprobuild.errors import UsageError
 
-    lock_path = f"{os.fspath(path)}.lck"
+    lock_path = f"{os.fspath(write_target(path))}.lck"  # one sidecar per file, not per link
     key = os.path.abspath(lock_path)
     held: dict[str, int] = _LOCAL.__dict__.setdefault("held", {})
     if key in held:
@@ -116,6 +116,30 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
         with contextlib.suppress(OSError):
             os.unlink(lock_path)
         os.close(fd)
+
+
+def write_target(path: str | os.PathLike[str]) -> Path:
+    """The file that writing ``path`` changes: a symlink's final target, else ``path``.
+
+    Why: a lock kept as a link (one lock shared by several folders of a repository) must
+    stay a link, with its file updated, as uv and Cargo write through a linked lockfile;
+    replacing the link with a file would silently fork the shared lock. A dangling link
+    names the file to create; a loop of links is refused in one line.
+    """
+    from reprobuild.errors import UsageError
+
+    p = Path(path)
+    if not p.is_symlink():
+        return p
+    try:
+        return Path(os.path.realpath(p, strict=True))
+    except FileNotFoundError:
+        return Path(os.path.realpath(p))
+    except OSError as err:
+        raise UsageError(
+            f"{path}: is a symlink that cannot be followed ({err.strerror or err}); point it "
+            "at the real file, or replace it with the file"
+        ) from None
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

@@ -16,11 +16,13 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
 from reprobuild.errors import UsageError
+from reprobuild.fileio import write_target
 
 
 def _reason(err: OSError) -> str:
@@ -64,6 +66,34 @@ def check_output_path(path: str | os.PathLike[str], what: str) -> Path:
             f"{target}: cannot write the {what}: cannot create files in {existing} "
             f"({_reason(err)}); choose another path"
         ) from None
+    return target
+
+
+def lock_target(path: str | os.PathLike[str], what: str = "lock") -> Path:
+    """The file a lock write replaces, for every command that writes a lock (``build``,
+    ``pin``, ``unpin``, ``verify --record-digests``, ``fleet merge``).
+
+    A symlinked lock is written through (its target changes, the link stays: see
+    ``write_target``). A read-only lock is refused rather than replaced: the atomic rename
+    needs only the folder to be writable, so without this check a lock someone protected
+    with ``chmod a-w`` would change anyway, without a word.
+    """
+    import shlex
+    import stat
+
+    target = write_target(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as err:
+        raise UsageError(f"{path}: cannot write the {what} ({_reason(err)})") from None
+    if stat.S_ISREG(mode) and (not mode & 0o222 or not os.access(target, os.W_OK)):
+        shown = f" ({target})" if target != Path(path) else ""
+        raise UsageError(
+            f"{path}: the {what}{shown} is read-only, so it is left as it is; make it "
+            f"writable (chmod u+w {shlex.quote(str(target))}) to change it"
+        )
     return target
 
 
@@ -158,6 +188,7 @@ class Outputs:
     def __init__(self) -> None:
         self._staged: list[tuple[Path, str]] = []  # (target, temporary file beside it)
         self._streams: list[StagedLines] = []
+        self._made: list[Path] = []  # folders this transaction created, outermost first
 
     def __enter__(self) -> Outputs:
         return self
@@ -174,7 +205,7 @@ class Outputs:
         """A temporary file beside ``target``, registered as staged; its descriptor."""
         directory = target.parent if str(target.parent) else Path(".")
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            self._made += make_folders(directory)
             sweep(target)
             fd, tmp = tempfile.mkstemp(
                 prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=directory
@@ -214,9 +245,19 @@ class Outputs:
     def stage_text(self, path: str | os.PathLike[str], text: str, what: str) -> None:
         self.stage_bytes(path, text.encode("utf-8"), what)
 
+    def stage_lock(self, path: str | os.PathLike[str], text: str, what: str = "lock") -> None:
+        """Stage a lock: through a symlink to its file, refused when read-only
+        (``lock_target``); the one way every command writes a lock."""
+        self.stage_text(lock_target(path, what), text, what)
+
     def commit(self) -> None:
-        """Move every staged file into place; on a failure put back what was already moved."""
-        moved: list[tuple[Path, str | None, bool]] = []  # (target, backup, existed before)
+        """Move every staged file into place; on a failure put back what was already moved.
+
+        Ctrl-C, SIGTERM and SIGHUP are held while the files move: Python runs a signal's
+        handler between any two bytecodes, so one landing just after a rename but before
+        the rename was noted would escape the roll-back and leave a new lock beside an old
+        engine. Held, the signal is handled right after the move, with every output in
+        place and ``COMMITTED`` saying so."""
         try:
             for stream in self._streams:
                 stream.close()
@@ -224,8 +265,15 @@ class Outputs:
             self.abort()
             raise
         self._streams = []
+        done = list(self._staged)
+        with _signals_held():
+            self._move(done)
+
+    def _move(self, done: list[tuple[Path, str]]) -> None:
+        """The renames, all or none (see ``commit``); records ``COMMITTED`` when done."""
+        moved: list[tuple[Path, str | None, bool]] = []  # (target, backup, existed before)
         try:
-            for target, tmp in self._staged:
+            for target, tmp in done:
                 existed, backup = target.exists(), _backup(target)
                 try:
                     os.replace(tmp, target)
@@ -253,10 +301,13 @@ class Outputs:
                 if backup is not None:
                     with contextlib.suppress(OSError):
                         os.unlink(backup)
-        self._staged = []
+        self._staged, self._made = [], []  # in place: nothing for abort() to undo
+        COMMITTED.extend(target for target, _ in done)
 
     def abort(self) -> None:
-        """Remove every staged temporary file (targets are untouched)."""
+        """Remove every staged temporary file (targets are untouched), and the folders this
+        transaction created for them, innermost first; a folder something else has put a
+        file in since is not empty and stays."""
         for stream in self._streams:
             with contextlib.suppress(UsageError):
                 stream.close()
@@ -265,6 +316,76 @@ class Outputs:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         self._staged = []
+        for folder in reversed(self._made):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        self._made = []
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the block's length: each one's Python handler is
+    swapped for one that notes the signal, and the first noted is handed to the real handler
+    when the block ends. (Blocking with ``pthread_sigmask`` is not enough: it is per thread,
+    and a signal sent to the process is then delivered through a BLAS or ONNX Runtime
+    thread, whose flag the main thread acts on at once.) Only the main thread can set
+    handlers; elsewhere nothing is held."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    old = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            old[signum] = signal.signal(signum, lambda n, _f: noted.append(n))
+    try:
+        yield
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        if noted:
+            handler = old[noted[0]]
+            if callable(handler):
+                handler(noted[0], None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), noted[0])
+
+
+COMMITTED: list[Path] = []
+"""Every output moved into place by this process, in order: a signal arriving after a
+command's commit point has nothing left to roll back, and the CLI says these were written
+(the CLI clears the list when a command starts)."""
+
+
+def make_folders(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; the ones created, outermost first.
+
+    Why: a failed or interrupted command must leave no trace, and ``mkdir(parents=True)``
+    does not say which levels it made; only those are removed on abort, never a folder
+    that was there before."""
+    missing: list[Path] = []
+    here = directory
+    while not here.exists() and not here.is_symlink() and here.parent != here:
+        missing.append(here)
+        here = here.parent
+    made: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:  # made meanwhile by another process: not ours to remove
+                continue
+            made.append(folder)
+    except BaseException:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
+    return made
 
 
 def sweep(target: Path) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from reprobuild.cli.render import echo
@@ -69,17 +70,45 @@ def _quietly(line: str, err: bool) -> None:
             os.close(devnull)
 
 
-def crash_dirs() -> list[Path]:
-    """Where a traceback may be saved, in order of preference."""
+def crash_dirs() -> Iterator[Path]:
+    """Where a traceback may be saved, in order of preference; the shared temporary
+    directory's folder is made (privately) only when the others could not be written."""
     import tempfile
 
-    dirs = []
     if os.environ.get("REPROBUILD_CRASH_DIR"):
-        dirs.append(Path(os.environ["REPROBUILD_CRASH_DIR"]))
+        yield Path(os.environ["REPROBUILD_CRASH_DIR"])
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    dirs.append(Path(cache) / "reprobuild" / "crashes")
-    dirs.append(Path(tempfile.gettempdir()) / "reprobuild-crashes")
-    return dirs
+    yield Path(cache) / "reprobuild" / "crashes"
+    shared = _private_dir(Path(tempfile.gettempdir()) / f"reprobuild-crashes-{os.geteuid()}")
+    if shared is not None:
+        yield shared
+
+
+def _private_dir(path: Path) -> Path | None:
+    """``path`` as a folder only this user can enter, or a fresh private one beside it.
+
+    Why: the temporary directory is shared, so another user can plant a symlink or a
+    folder of their own at the name first; a traceback (command line, working directory)
+    written through it would land where they can read or redirect it. The folder is created
+    with mode 0700 and then checked with ``lstat``: a link, another owner, or group or world
+    access make it unusable, and ``mkdtemp`` gives a new private folder instead.
+    """
+    import stat
+    import tempfile
+
+    with contextlib.suppress(FileExistsError, OSError):
+        path.mkdir(mode=0o700)
+    try:
+        st = os.lstat(path)
+        if (
+            stat.S_ISDIR(st.st_mode)
+            and st.st_uid == os.geteuid()
+            and not st.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
+        ):
+            return path
+        return Path(tempfile.mkdtemp(prefix=f"{path.name}-", dir=path.parent))
+    except OSError:
+        return None
 
 
 def save_traceback(err: BaseException, argv: list[str]) -> Path | None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from reprobuild.cli.numwarn import numeric_warnings
 from reprobuild.errors import ReprobuildError, UsageError
+from reprobuild.transaction import COMMITTED
 
 
 def __getattr__(name: str) -> Any:
@@ -84,8 +86,10 @@ def _main(argv: list[str] | None) -> None:
             reconfigure(errors="backslashreplace")
     args = sys.argv[1:] if argv is None else list(argv)
     as_json = crash.wants_json(args)
+    COMMITTED.clear()
     try:
-        rv = _typer(args)
+        with numeric_warnings(render.echo):
+            rv = _typer(args)
     except ReprobuildError as err:
         code, message = err.exit_code, str(err)
     except KeyboardInterrupt as err:
@@ -120,10 +124,18 @@ def _quiet_stdout() -> None:
 
 
 def _interrupted(signum: int) -> None:
-    """One line, and 128 + the signal: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    """One line, and 128 + the signal: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP.
+
+    A signal after the command's commit point (its outputs already moved into place, e.g.
+    while ``pin`` lets go of the file lock or prints) has nothing left to roll back: the
+    line then says which files were written, so nobody redoes or reverts a finished pin."""
     from reprobuild.cli import render
 
-    render.echo("interrupted" if signum == 2 else f"terminated (signal {signum})", err=True)
+    what = "interrupted" if signum == 2 else f"terminated (signal {signum})"
+    if COMMITTED:
+        names = ", ".join(dict.fromkeys(str(p) for p in COMMITTED))
+        what += f" after the outputs were written: {names} (complete; nothing to roll back)"
+    render.echo(what, err=True)
     sys.exit(128 + signum)
 
 

@@ -17,7 +17,7 @@ from reprobuild.fileio import exclusive
 from reprobuild.lock.model import LayerEntry, Lock, OutputDigest
 from reprobuild.lock.schema import HEX_RE, KEY_RE
 from reprobuild.lock.yamlio import load_lock, save_lock
-from reprobuild.transaction import check_output_path
+from reprobuild.transaction import check_output_path, lock_target
 from reprobuild.types import Environment
 
 
@@ -225,7 +225,7 @@ def edit_lock(
     from reprobuild.lock.targets import choose
 
     sels = parse_selections(tokens, need_tactic=not unpin)
-    check_output_path(path, "lock")
+    check_output_path(lock_target(path), "lock")
     with exclusive(path):
         lock = choose(load_lock(path), str(path), target, here)
         changes = (

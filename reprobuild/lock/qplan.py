@@ -11,6 +11,7 @@ Like ``plan.py`` this module holds data and validation only (no numpy/onnx).
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,16 +102,45 @@ class QuantPlan:
         return {a.tensor: a.scale for a in self.activations}
 
 
+SCALE_MIN = 2.0**-126
+"""The smallest normal float32. A scale below it is zero or subnormal: TensorRT and ONNX
+Runtime take scales as float32, where a subnormal loses precision and flushes to zero on
+GPUs that flush denormals, so the engine would not compute what the lock says."""
+
+SCALE_MAX = float.fromhex("0x1.fffffep+127") / 127
+"""The largest scale whose INT8 range (127 x scale) is still a finite float32."""
+
+_SCALE_FIX = (
+    "an INT8 scale is a positive normal float32 (float.hex() of it, 0x1p-126 to "
+    f"{SCALE_MAX.hex()}); restore the recorded value or re-record the lock"
+)
+
+
 def _hex_float(doc: Doc, value: Any, path: Path_) -> float:
+    """An activation scale: a hex float that is a float32 INT8 can use (see ``SCALE_MIN``).
+
+    A hand edit can make it anything; each way of being wrong is named, at file:line."""
     text = doc.string(value, path)
+    if text.strip().startswith("-"):
+        doc.fail(path, f"scale {text} is negative", _SCALE_FIX)
+    if text.strip().lstrip("+").lower() in ("nan", "inf", "infinity"):
+        doc.fail(path, f"scale {text} is not finite", _SCALE_FIX)
     if not _HEX_FLOAT.match(text):  # float.fromhex alone would read "0.5" as hex digits
         doc.fail(path, f"{text!r} is not a hex float", "write it as float.hex() gives it")
     try:
         scale = float.fromhex(text)
-    except (ValueError, OverflowError):
+    except OverflowError:
+        doc.fail(path, f"scale {text} is too large (127 x it overflows float32)", _SCALE_FIX)
+    except ValueError:
         doc.fail(path, f"{text!r} is not a hex float", "write it as float.hex() gives it")
-    if not scale > 0 or scale == float("inf"):
-        doc.fail(path, f"scale {text} is not positive and finite", "re-record the lock")
+    if scale == 0:
+        doc.fail(path, f"scale {text} is zero", _SCALE_FIX)
+    if scale < SCALE_MIN:
+        doc.fail(path, f"scale {text} is subnormal (below 0x1p-126)", _SCALE_FIX)
+    if scale > SCALE_MAX:
+        doc.fail(path, f"scale {text} is too large (127 x it overflows float32)", _SCALE_FIX)
+    if struct.unpack("<f", struct.pack("<f", scale))[0] != scale:
+        doc.fail(path, f"scale {text} is not a float32 value (more bits than it holds)", _SCALE_FIX)
     return scale
 
 

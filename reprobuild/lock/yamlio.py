@@ -30,7 +30,7 @@ def save_lock(lock: Lock, path: str | Path) -> None:
     """Write atomically: a failure leaves the previous lock byte-for-byte intact (and is a
     one-line ``UsageError``, e.g. a full disk)."""
     with Outputs() as out:
-        out.stage_text(path, dumps_lock(lock), "lock")
+        out.stage_lock(path, dumps_lock(lock))
         out.commit()
 
 

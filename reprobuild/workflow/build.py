@@ -278,7 +278,7 @@ def _build(
         rep["log_path"] = result.log_path = None if log_path is None else str(log_path)
         layer_text = done.output.layer_info
         if result.lock_written:
-            outputs.stage_text(lock_path, dumps_lock(done.lock), "lock")
+            outputs.stage_lock(lock_path, dumps_lock(done.lock))
         outputs.stage_bytes(engine_path, done.output.engine, "engine")
         outputs.stage_text(
             layers_file,

@@ -131,6 +131,35 @@ def check_graph(proto: Any, model_path: Path) -> None:
                 "input, initializer or earlier node provides; re-export the model"
             )
         known.update(node.output)
+    dangling = next((v.name for v in graph.output if v.name not in known - {""}), None)
+    if dangling is not None:
+        raise UsageError(
+            f"{model_path}: graph output {dangling!r} is produced by no node, input or "
+            "initializer, so no engine can return it; re-export the model (or remove that "
+            "output)"
+        )
+    _check_input_dims(graph, model_path)
+
+
+def _check_input_dims(graph: Any, model_path: Path) -> None:
+    """A fixed input dimension of 0 (or below) is refused: a 0-sized tensor carries no data,
+    so the build would time and lock kernels that never run on anything, and TensorRT
+    refuses empty input shapes at inference anyway. Dynamic dimensions are not checked
+    here: the shape profile's own check (1 <= min) covers them."""
+    weights = {t.name for t in graph.initializer}
+    for v in graph.input:
+        if v.name in weights or not v.type.tensor_type.HasField("shape"):
+            continue
+        dims = v.type.tensor_type.shape.dim
+        if any(d.HasField("dim_value") and d.dim_value <= 0 for d in dims):
+            shown = "x".join(
+                str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims
+            )
+            raise UsageError(
+                f"{model_path}: input {v.name!r} has the shape {shown}, with a dimension of 0 "
+                "or less, so it holds no data; re-export the model with the real size (or a "
+                "named dynamic dimension)"
+            )
 
 
 def _all_tensors(graph: Any):

@@ -34,7 +34,7 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
     locks = [(str(p), load_lock(p)) for p in paths]
     merged = merge(locks)
     with Outputs() as outputs:
-        outputs.stage_text(out, dumps_lock(merged), "merged lock")
+        outputs.stage_lock(out, dumps_lock(merged), "merged lock")
         outputs.commit()
     return merged
 

@@ -160,9 +160,12 @@ def read_header(data: bytes) -> dict[str, Any]:
         )
     magic, version, header_len = _PREFIX.unpack_from(data)
     if magic != CACHE_MAGIC:
+        # The bytes found are not shown: the "cache" may be a link to any file (a key, a
+        # password file), and its first bytes must not reach a CI log.
         raise CacheError(
-            "timing cache was not written by the reference backend (bad magic "
-            f"{magic!r}): delete the cache file or use the backend that wrote it"
+            "timing cache was not written by the reference backend (it does not start with "
+            "the reference cache's magic bytes): delete the cache file or use the backend "
+            "that wrote it"
         )
     if version != CACHE_FORMAT_VERSION:
         raise CacheError(
