@@ -108,6 +108,10 @@ def test_sigterm_of_a_real_process_is_143(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=120)
     assert first and proc.returncode in (0, 143), (proc.returncode, err)
     names = sorted(p.name for p in tmp_path.iterdir())
-    if proc.returncode == 143:
+    if proc.returncode == 143 and "after the outputs were written" not in err:
         assert "Traceback" not in err and err.strip().endswith("terminated (signal 15)"), err
         assert names == ["mlp.onnx"], names  # no cache, and no folder made for one
+    else:  # a process descheduled long enough lets the build finish: all outputs, no temps
+        assert "Traceback" not in err, err
+        assert {"t.lock", "mlp.engine", "caches"} <= set(names), names
+        assert not [n for n in names if n.startswith(".") or "tmp" in n], names
