@@ -113,10 +113,9 @@ def check_tensor_bytes(what: str, nbytes: int) -> None:
     if limit is None:
         return
     if nbytes > limit:
-        allows = "this machine allows a build (half its memory)"
+        over = f"{what} need {nbytes / (1 << 30):,.1f} GiB, over the {limit / (1 << 30):,.1f}"
         if why != "half this machine's memory":
-            allows = f"a build may use ({why})"
+            raise UsageError(f"{over} GiB a build may use ({why}); use smaller --shapes")
         raise UsageError(
-            f"{what} need {nbytes / (1 << 30):,.1f} GiB, over the {limit / (1 << 30):,.1f} GiB "
-            f"{allows}; use smaller --shapes"
+            f"{over} GiB this machine allows a build (half its memory); use smaller --shapes"
         )

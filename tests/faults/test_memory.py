@@ -137,3 +137,26 @@ def test_streamed_histograms_are_onnxruntimes(tmp_path: Path, method: str, batch
     )
     assert {k: [float(v[0]["rmin"]), float(v[0]["rmax"])] for k, v in got.items()} == want
     assert len(want) == 4 and all(hi > 0 for _, hi in want.values())
+
+
+def test_a_lock_not_in_the_writers_form_is_bounded_before_composing(proj: Path, cli, monkeypatch):
+    """The writer's form is read from the parse events; anything else is composed into a
+    node tree (about 45x the text), so it is checked against the limit first."""
+    from reprobuild.lock.yamlparse import COMPOSE_BYTES_PER_CHAR
+
+    text = (proj / "t.lock").read_text()
+    tagged = text.replace("schema: 2", "schema: !!int 2", 1)
+    (proj / "tagged.lock").write_text(tagged)
+    limit = COMPOSE_BYTES_PER_CHAR * len(tagged) - 1
+    monkeypatch.setenv("REPROBUILD_MAX_MEMORY_BYTES", str(limit))
+    before = snapshot(proj)
+    r = cli("show", "--lock", "tagged.lock")
+    assert r.code == 2, r
+    assert r.err.splitlines()[-1].startswith(
+        "error: tagged.lock: this lock is not in the form reprobuild writes, and reading it "
+        "that way needs about "
+    ), r
+    assert_clean(r, proj, before)
+    assert cli("show", "--lock", "t.lock").code == 0  # the writer's form, same limit
+    monkeypatch.setenv("REPROBUILD_MAX_MEMORY_BYTES", str(limit + 1))
+    assert cli("show", "--lock", "tagged.lock").code == 0
