@@ -4,7 +4,8 @@ Each cap is far above anything real (a 20,000-layer lock is about 10 MB, a verbo
 TensorRT log of a large model a few hundred MB, ONNX's protobuf itself stops at 2 GiB), so
 only a wrong or hostile file meets one, and it gets one line instead of minutes of work or
 an allocation failure. ``REPROBUILD_MAX_<KIND>_BYTES`` raises a cap when a real file needs
-more (e.g. ``REPROBUILD_MAX_LOG_BYTES=20000000000``).
+more (e.g. ``REPROBUILD_MAX_LOG_BYTES=20000000000``); ``REPROBUILD_MAX_MEMORY_BYTES`` sets
+the memory a build may use (tensors, INT8 calibration) instead of half the machine's.
 """
 
 from __future__ import annotations
@@ -93,14 +94,28 @@ def available_memory() -> int | None:
     return total
 
 
-def check_tensor_bytes(what: str, nbytes: int) -> None:
-    """Refuse, before allocating, tensors larger than the memory share a build may use."""
+def memory_limit() -> tuple[int | None, str]:
+    """The memory a build may use, and where that figure comes from: half the machine's
+    memory (:data:`MEMORY_FRACTION`), or ``REPROBUILD_MAX_MEMORY_BYTES`` when set; None
+    when neither is known."""
+    override = _override("REPROBUILD_MAX_MEMORY_BYTES")
+    if override is not None:
+        return override, "REPROBUILD_MAX_MEMORY_BYTES"
     memory = available_memory()
     if memory is None:
+        return None, ""
+    return int(memory * MEMORY_FRACTION), "half this machine's memory"
+
+
+def check_tensor_bytes(what: str, nbytes: int) -> None:
+    """Refuse, before allocating, tensors larger than the memory share a build may use."""
+    limit, why = memory_limit()
+    if limit is None:
         return
-    limit = int(memory * MEMORY_FRACTION)
     if nbytes > limit:
+        over = f"{what} need {nbytes / (1 << 30):,.1f} GiB, over the {limit / (1 << 30):,.1f}"
+        if why != "half this machine's memory":
+            raise UsageError(f"{over} GiB a build may use ({why}); use smaller --shapes")
         raise UsageError(
-            f"{what} need {nbytes / (1 << 30):,.1f} GiB, over the {limit / (1 << 30):,.1f} GiB "
-            "this machine allows a build (half its memory); use smaller --shapes"
+            f"{over} GiB this machine allows a build (half its memory); use smaller --shapes"
         )

@@ -164,6 +164,11 @@ def parse_layer_info(
         ) from None
     except RecursionError:
         raise LogParseError(f"{where}: JSON nested too deeply to be layer information") from None
+    except ValueError:  # a number of thousands of digits: Python's int parsing limit
+        raise LogParseError(
+            f"{where}: a number in the JSON is thousands of digits long, more than any "
+            "layer-information value; check that this is the exported layer information"
+        ) from None
     if not isinstance(data, Mapping) or not isinstance(data.get("Layers"), list):
         raise LogParseError(
             f"{where}: no 'Layers' list; this is not engine layer information "

@@ -49,7 +49,7 @@ def samples_hash(arrays: dict[str, np.ndarray]) -> str:
     for name in sorted(arrays):
         arr = np.ascontiguousarray(arrays[name])
         h.update(f"{name}\0{arr.dtype.str}\0{list(arr.shape)}\0".encode())
-        h.update(arr.tobytes())
+        h.update(arr.reshape(-1).view(np.uint8))  # the bytes in place: no copy of the set
     return h.hexdigest()
 
 
@@ -90,7 +90,8 @@ def load_calib_data(
                 f"{spec}: --calib-samples {samples} but the data holds {count} samples; "
                 "pass at most that many"
             )
-        arrays = {k: v[:samples] for k, v in arrays.items()}
+        if samples < count:  # a copy, so the rest of the set is not kept alive by views
+            arrays = {k: v[:samples].copy() for k, v in arrays.items()}
         count = samples
     return CalibData(arrays, count, samples_hash(arrays), source)
 

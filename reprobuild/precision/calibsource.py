@@ -172,9 +172,9 @@ def _call(spec: str, what: str, fn: Callable[[], T]) -> T:
     """Run the user's code; whatever it raises becomes one line naming the spec."""
     try:
         return fn()
-    except UsageError:
+    except (UsageError, KeyboardInterrupt):  # Ctrl-C, SIGTERM: the run stops (130, 143)
         raise
-    except (Exception, SystemExit) as err:  # noqa: BLE001 - any failure of user code
+    except BaseException as err:  # noqa: BLE001 - any failure of user code, GeneratorExit too
         raise _user_error(spec, what, err) from None
 
 
@@ -224,7 +224,9 @@ def _import_module(spec: str, left: str) -> Any:
                 f"in the current directory; {FORMATS}"
             ) from None
         raise _user_error(spec, f"importing {left}", err) from None
-    except (Exception, SystemExit) as err:  # noqa: BLE001 - any failure of user code
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # noqa: BLE001 - any failure of user code
         raise _user_error(spec, f"importing {left}", err) from None
 
 

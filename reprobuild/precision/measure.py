@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,23 +180,44 @@ def run_model(
     serves the FP32 model and a converted one. Returns the output names, their values and
     the runtime that produced them (``onnxruntime`` or ``onnx.reference``).
     """
-    inputs = {vi.name: vi for vi in real_inputs(model)}
-    cast_feeds: dict[str, np.ndarray] = {}
-    for name, arr in feeds.items():
-        t = inputs[name].type.tensor_type.elem_type if name in inputs else 0
-        low_input = t in (FLOAT16, BFLOAT16) and arr.dtype == np.float32
-        cast_feeds[name] = round_to(arr, t) if low_input else arr
-    out_names = [o.name for o in model.graph.output]
-    try:
-        sess = ort_session(model.SerializeToString(), what)
-        return out_names, sess.run(out_names, cast_feeds), "onnxruntime"
-    except Exception as err:  # noqa: BLE001 - fall back only for missing kernels
-        if "NOT_IMPLEMENTED" not in str(err) and "Could not find an implementation" not in str(err):
-            raise
-    from onnx.reference import ReferenceEvaluator
+    return model_runner(model, what)(feeds)
 
-    outs = ReferenceEvaluator(model, new_ops=_qdq_ops()).run(out_names, cast_feeds)
-    return out_names, [np.asarray(o) for o in outs], "onnx.reference"
+
+def model_runner(
+    model: onnx.ModelProto, what: str
+) -> Callable[[dict[str, np.ndarray]], tuple[list[str], list[np.ndarray], str]]:
+    """:func:`run_model` for many feeds: the session is made once, on the first call.
+
+    Each output is copied out of ONNX Runtime's buffer: an output array that is a view
+    keeps its block of the session's memory arena, so holding the outputs of thousands of
+    sample batches (accuracy on a calibration set) held thousands of blocks."""
+    inputs = {vi.name: vi for vi in real_inputs(model)}
+    out_names = [o.name for o in model.graph.output]
+    state: dict[str, Any] = {}
+
+    def run(feeds: dict[str, np.ndarray]) -> tuple[list[str], list[np.ndarray], str]:
+        cast_feeds: dict[str, np.ndarray] = {}
+        for name, arr in feeds.items():
+            t = inputs[name].type.tensor_type.elem_type if name in inputs else 0
+            low_input = t in (FLOAT16, BFLOAT16) and arr.dtype == np.float32
+            cast_feeds[name] = round_to(arr, t) if low_input else arr
+        if "reference" not in state:
+            try:
+                if "session" not in state:
+                    state["session"] = ort_session(model.SerializeToString(), what)
+                outs = state["session"].run(out_names, cast_feeds)
+                return out_names, [np.array(o, copy=True) for o in outs], "onnxruntime"
+            except Exception as err:  # noqa: BLE001 - fall back only for missing kernels
+                text = str(err)
+                if "NOT_IMPLEMENTED" not in text and "Could not find an implementation" not in text:
+                    raise
+            from onnx.reference import ReferenceEvaluator
+
+            state["reference"] = ReferenceEvaluator(model, new_ops=_qdq_ops())
+        outs = state["reference"].run(out_names, cast_feeds)
+        return out_names, [np.asarray(o) for o in outs], "onnx.reference"
+
+    return run
 
 
 def _qdq_ops() -> list[type]:

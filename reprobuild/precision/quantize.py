@@ -29,6 +29,7 @@ from reprobuild.lock.plan import NodePrecision, PrecisionPlan, PrecisionSettings
 from reprobuild.lock.qplan import ActivationScale, OpsetConversion, QuantPlan
 from reprobuild.precision.analysis import node_keys
 from reprobuild.precision.calibdata import CalibData, samples_hash
+from reprobuild.precision.calibstream import histogram_ranges
 from reprobuild.precision.qdq import activation_inputs, weight_scale_entries
 
 QUANT_OPS = ("Conv", "MatMul", "Gemm")  # the ops qdq.WEIGHT_INPUT knows
@@ -112,8 +113,8 @@ def calibrate(
     excluded = [n.node for n in nodes if n.precision != "int8"]
 
     class _Reader(CalibrationDataReader):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self._it = iter(batches)
+        def __init__(self, some: list[dict[str, np.ndarray]]) -> None:
+            self._it = iter(some)
 
         def get_next(self) -> dict[str, np.ndarray] | None:
             return next(self._it, None)
@@ -132,27 +133,42 @@ def calibrate(
         src, dst = Path(tmp) / "model.onnx", Path(tmp) / "model.qdq.onnx"
         onnx.save(_dynamic_batch(model), str(src))
         with _quiet(), _calibration_errors(batch_size):
-            if method == "entropy":
+            if method in ("entropy", "percentile"):
                 # quantize_static passes no histogram size to its entropy calibrator, whose
                 # default (128 bins for 128 quantized bins) leaves one threshold: the full
-                # range, i.e. minmax. The ranges come from the calibrator built with
-                # TensorRT's sizes; quantize_static turns them into scales as for any method.
-                extra["TensorQuantOverrides"] = _entropy_ranges(src, Path(tmp), _Reader())
+                # range, i.e. minmax; and its histogram calibrators hold every activation of
+                # every batch at once. The ranges come from histograms collected batch by
+                # batch (calibstream) with TensorRT's sizes; quantize_static turns them into
+                # scales as for any method.
+                extra["TensorQuantOverrides"] = histogram_ranges(
+                    src, Path(tmp), list(QUANT_OPS), method, lambda: iter(batches)
+                )
                 calib_method = CalibrationMethod.MinMax
-            quantize_static(
-                str(src),
-                str(dst),
-                _Reader(),
-                quant_format=QuantFormat.QDQ,
-                op_types_to_quantize=list(QUANT_OPS),
-                nodes_to_exclude=excluded,
-                per_channel=True,
-                activation_type=QuantType.QInt8,
-                weight_type=QuantType.QInt8,
-                calibrate_method=calib_method,
-                extra_options=extra,
-            )
-        measured = _scales_of(onnx.load(str(dst)))
+            given = extra.get("TensorQuantOverrides")
+
+            def quantize(some: list[dict[str, np.ndarray]]) -> dict[str, float]:
+                quantize_static(
+                    str(src),
+                    str(dst),
+                    _Reader(some),
+                    quant_format=QuantFormat.QDQ,
+                    op_types_to_quantize=list(QUANT_OPS),
+                    nodes_to_exclude=excluded,
+                    per_channel=True,
+                    activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8,
+                    calibrate_method=calib_method,
+                    extra_options=extra,
+                )
+                return _scales_of(onnx.load(str(dst)))
+
+            # With every range given, quantize_static's own calibration pass decides
+            # nothing: one batch satisfies it, instead of a third pass over every sample;
+            # a tensor it quantized without a given range would have the one batch's, so
+            # then it calibrates on all of them.
+            measured = quantize(batches[:1] if given else batches)
+            if given and not set(measured) <= set(given):
+                measured = quantize(batches)
     scales: dict[str, float] = {}
     by_key = dict(zip(node_keys(model), model.graph.node, strict=True))
     for i, n in enumerate(nodes):
@@ -187,37 +203,6 @@ def calibrate(
         quantization=quant,
     )
     return plan, notes
-
-
-ENTROPY_BINS = 2048
-"""Histogram bins of the entropy calibrator: TensorRT's IInt8EntropyCalibrator2 uses 2048,
-searched for the threshold whose 128-level quantization loses the least information."""
-
-
-def _entropy_ranges(src: Path, tmp: Path, reader: object) -> dict[str, list[dict[str, np.float32]]]:
-    """Each calibrated tensor's symmetric (rmin, rmax) by KL divergence over a histogram of
-    :data:`ENTROPY_BINS` bins, in ``TensorQuantOverrides`` form."""
-    from onnxruntime.quantization import CalibrationMethod, create_calibrator
-
-    calibrator = create_calibrator(
-        src,
-        list(QUANT_OPS),
-        augmented_model_path=str(tmp / "augmented.onnx"),
-        calibrate_method=CalibrationMethod.Entropy,
-        extra_options={"symmetric": True, "num_bins": ENTROPY_BINS, "num_quantized_bins": 128},
-    )
-    calibrator.collect_data(reader)
-    collector = getattr(calibrator, "collector", None)
-    if collector is not None and hasattr(collector, "get_entropy_threshold"):
-        from reprobuild.precision.entropy import entropy_threshold
-
-        collector.get_entropy_threshold = entropy_threshold  # the same search, faster
-    ranges = calibrator.compute_data()
-    out: dict[str, list[dict[str, np.float32]]] = {}
-    for name in ranges:
-        lo, hi = ranges[name].range_value
-        out[name] = [{"rmin": np.float32(lo), "rmax": np.float32(hi)}]
-    return out
 
 
 @contextlib.contextmanager

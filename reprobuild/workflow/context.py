@@ -107,6 +107,15 @@ def check_graph(proto: Any, model_path: Path) -> None:
                     f"{model_path}: {kind} {v.name!r} is a {which.removesuffix('_type')}, not "
                     "a tensor; reprobuild builds models whose inputs and outputs are tensors"
                 )
+            dims = v.type.tensor_type.shape.dim if which == "tensor_type" else ()
+            bad = next((d.dim_value for d in dims if d.dim_value < 0), None)
+            if bad is not None:
+                shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims)
+                raise UsageError(
+                    f"{model_path}: {kind} {v.name!r} has the negative dimension {bad} "
+                    f"({shown}); re-export the model with sizes >= 0, or a named dynamic "
+                    "dimension"
+                )
     if len(graph.output) == 0:
         raise UsageError(f"{model_path}: the ONNX graph has no outputs; nothing to build")
     known = {""} | {v.name for v in graph.input} | {t.name for t in graph.initializer}

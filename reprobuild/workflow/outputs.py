@@ -234,16 +234,16 @@ def sample_accuracy(
 ) -> dict[str, Any]:
     """The engine's outputs on a sample set against ONNX Runtime on the FP32 model, with the
     one metric (reported only): how far quantization moved the outputs on these samples."""
-    from reprobuild.precision.measure import run_model
+    from reprobuild.precision.measure import model_runner
 
     desc = {"source": source, "samples": count}
     try:
         import onnx
 
-        proto = onnx.load(str(model_path))
+        run_model = model_runner(onnx.load(str(model_path)), "FP32 model")
         runs = []
         for c in _chunks(arrays, count, batch):
-            names, ref, runtime = run_model(proto, c, "FP32 model")
+            names, ref, runtime = run_model(c)
             runs.append(dict(zip(names, ref, strict=True)))
         result = compare_outputs(engine_outputs, _join(runs, count))
     except Exception as err:  # ORT lacks some kernels: report, don't fail

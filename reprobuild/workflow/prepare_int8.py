@@ -42,6 +42,7 @@ def calibrate_int8(
     runs the model on every sample (entropy: a histogram search per tensor too), the
     longest quiet stretch of an INT8 build, so it is announced with what it works on."""
     from reprobuild.precision.calibdata import load_calib_data
+    from reprobuild.precision.calibmemory import check_fits
     from reprobuild.precision.quantize import calibrate
 
     if request.calibration is None:
@@ -51,6 +52,7 @@ def calibrate_int8(
             "files, Polygraphy --save-inputs JSON, or a dataset as file.py:NAME or module:NAME"
         )
     data = load_calib_data(request.calibration, proto, request.calib_samples)
+    check_fits(request.calibration, proto, data.arrays, data.count, request.calib_batch_size)
     batches = data.count // request.calib_batch_size
     progress(
         Step(
