@@ -107,15 +107,6 @@ def check_graph(proto: Any, model_path: Path) -> None:
                     f"{model_path}: {kind} {v.name!r} is a {which.removesuffix('_type')}, not "
                     "a tensor; reprobuild builds models whose inputs and outputs are tensors"
                 )
-            dims = v.type.tensor_type.shape.dim if which == "tensor_type" else ()
-            bad = next((d.dim_value for d in dims if d.dim_value < 0), None)
-            if bad is not None:
-                shown = "x".join(str(d.dim_value) if d.HasField("dim_value") else "?" for d in dims)
-                raise UsageError(
-                    f"{model_path}: {kind} {v.name!r} has the negative dimension {bad} "
-                    f"({shown}); re-export the model with sizes >= 0, or a named dynamic "
-                    "dimension"
-                )
     if len(graph.output) == 0:
         raise UsageError(f"{model_path}: the ONNX graph has no outputs; nothing to build")
     known = {""} | {v.name for v in graph.input} | {t.name for t in graph.initializer}
@@ -153,21 +144,28 @@ def check_graph(proto: Any, model_path: Path) -> None:
 def _check_input_dims(graph: Any, model_path: Path) -> None:
     """A fixed input dimension of 0 (or below) is refused: a 0-sized tensor carries no data,
     so the build would time and lock kernels that never run on anything, and TensorRT
-    refuses empty input shapes at inference anyway. Dynamic dimensions are not checked
-    here: the shape profile's own check (1 <= min) covers them."""
+    refuses empty input shapes at inference anyway. An output's negative dimension is no
+    size at all. Dynamic dimensions are not checked here: the shape profile's own check
+    (1 <= min) covers them."""
     weights = {t.name for t in graph.initializer}
-    for v in graph.input:
-        if v.name in weights or not v.type.tensor_type.HasField("shape"):
+    sides = [("input", v, 0) for v in graph.input if v.name not in weights]
+    sides += [("output", v, -1) for v in graph.output]
+    for kind, v, lowest_bad in sides:
+        if not v.type.tensor_type.HasField("shape"):
             continue
         dims = v.type.tensor_type.shape.dim
-        if any(d.HasField("dim_value") and d.dim_value <= 0 for d in dims):
+        if any(d.HasField("dim_value") and d.dim_value <= lowest_bad for d in dims):
             shown = "x".join(
                 str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims
             )
+            what = (
+                "with a dimension of 0 or less, so it holds no data"
+                if kind == "input"
+                else "with a dimension below 0"
+            )
             raise UsageError(
-                f"{model_path}: input {v.name!r} has the shape {shown}, with a dimension of 0 "
-                "or less, so it holds no data; re-export the model with the real size (or a "
-                "named dynamic dimension)"
+                f"{model_path}: {kind} {v.name!r} has the shape {shown}, {what}; re-export the "
+                "model with the real size (or a named dynamic dimension)"
             )
 
 

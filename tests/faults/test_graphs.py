@@ -25,7 +25,12 @@ def _dim(value: int):
     return edit
 
 
+def _negative_output(model: onnx.ModelProto) -> None:
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = -2
+
+
 CASES = {
+    "negative-dim-output": (_negative_output, "output 'output' has the shape -2x"),
     "dangling-output": (_dangling_output, "graph output 'ghost' is produced by no node"),
     "zero-dim-input": (_dim(0), "input 'input' has the shape 0x1024"),
     "negative-dim-input": (_dim(-3), "input 'input' has the shape -3x1024"),
