@@ -51,6 +51,8 @@ import math as _math
 import random as _random
 import re as _re
 
+from tests.trt_standin import keysets as _keysets
+
 _CACHE_MAGIC = b"STANDIN-TRT-TIMING-CACHE\x00"
 _ENGINE_MAGIC = b"STANDIN-TRT-ENGINE\x00"
 _INVALID = 2**64 - 1
@@ -102,6 +104,8 @@ class _State:
         # if the key is not found or the value is invalid": ITimingCache::update in
         # NVIDIA/TensorRT include/NvInfer.h, 10.8+; what TensorRT calls invalid is not listed).
         self.refuse_update = set()
+        # Builds that started from an empty cache (``varying-keys`` counts on it).
+        self.recordings = 0
 
 
 _NULLPTR = "pybind11::init(): factory function returned nullptr"
@@ -653,14 +657,20 @@ class _Tuner:
     def say(self, msg):
         _say(self.log, "VERBOSE", msg)
 
-    def tune(self, index, node, combo):
-        """(the tactic, the key's time in ms: cached or just measured), or None on an error."""
-        st, op, name = self.st, node["op"], node["name"]
-        nonce = self.build_no if name in st.rekey_ops else 0
+    def key(self, index, node, combo):
+        """The key of one op (or one format combination of it) in this build."""
+        nonce = self.build_no if node["name"] in self.st.rekey_ops else 0
         # Editable: one key per layer. Otherwise identical layers share a key (the stand-in
         # does not track per-node shapes, so "identical" means "same op type").
         per_layer = (index, node["inputs"]) if self.editable else "shared"
-        key = "0x" + _hex_digest(self.salt, op, per_layer, nonce, *([combo] if combo else []))
+        return "0x" + _hex_digest(
+            self.salt, node["op"], per_layer, nonce, *([combo] if combo else [])
+        )
+
+    def tune(self, index, node, combo):
+        """(the tactic, the key's time in ms: cached or just measured), or None on an error."""
+        st, op, name = self.st, node["op"], node["name"]
+        key = self.key(index, node, combo)
         allowed = _candidates(st, op, self.config, combo)
         limit = self.config.max_num_tactics
         timed = allowed[:limit] if limit > 0 else allowed
@@ -881,6 +891,8 @@ class Builder(_Strict):
             )
         salt = self._salt(network, config)
         tuner = _Tuner(st, log, config, cache, salt, editable, miss_is_error, build_no)
+        st.recordings += not cache._entries  # varying-keys: a recording starts from nothing
+        convs = 0
         st.myelin_style = 0  # engine names are stable from build to build
         layers = []
         myelin = 0
@@ -904,6 +916,9 @@ class Builder(_Strict):
                 myelin += 1
                 continue
             combos = ("", "fmt:NHWC") if op == "Conv" and "multi-key" in st.behaviours else ("",)
+            if op == "Conv" and "varying-keys" in st.behaviours:
+                combos = _keysets.timed_combos(tuner, index, node, convs, st.recordings)
+            convs += op == "Conv"
             tuned = []
             for combo in combos:  # each format combination has its own key and table
                 result = tuner.tune(index, node, combo)
