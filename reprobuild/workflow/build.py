@@ -44,6 +44,8 @@ from reprobuild.workflow.existing import (
 from reprobuild.workflow.pinned import (
     SavedLog,
     entries_from_records,
+    key_set_message,
+    log_layer_names,
     pinned_build,
     recording_cache,
     with_recorded_times,
@@ -334,6 +336,9 @@ def _locked(
     recorded = rec.cache.tactic_map()
     extra = sorted(set(recorded) - set(expected))
     gone = sorted(set(expected) - set(recorded))
+    if gone and existing.schema != 1:  # schema 1: keys of an older reprobuild, carried below
+        names = {**log_layer_names(rec.log), **{e.key: e.layer for e in existing.layers}}
+        raise DriftError(key_set_message(lock_path, extra, gone, names, cfile))
     if extra or gone:
         msg = (
             f"{lock_path}: stale: {count(len(extra), 'layer')} missing from the lock, "

@@ -24,6 +24,7 @@ from reprobuild.events import LayersDone, Progress, Step
 from reprobuild.lock.model import LayerEntry, LockCandidate
 from reprobuild.pinning import cross_check_kernels, drift_message, tactic_map_drift, update_tactics
 from reprobuild.types import BuildSettings
+from reprobuild.words import count
 
 _LACKS = "lacks keys of the lock"
 
@@ -199,6 +200,49 @@ def with_recorded_times(entries: list[LayerEntry], cache: TimingCache) -> list[L
     return entries
 
 
+def log_layer_names(log: LogCollector | None) -> dict[str, str]:
+    """Each key's layer as a recording build's log (or the backend's own data) names it."""
+    if log is None:
+        return {}
+    names = {r.key: r.layer for r in log.records if r.key is not None}
+    names.update({k: v[0] for k, v in (log.known or {}).items()})
+    return names
+
+
+def key_set_message(
+    where: object,
+    new: list[str],
+    missing: list[str],
+    names: dict[str, str],
+    cache_file: Path | None,
+) -> str:
+    """The one line for a build whose timing-cache keys are not the lock's although the
+    model, settings and target are: which keys are new and which are missing, and the fix.
+
+    Why it is drift (exit 1), not a stale lock to rewrite: with the model and settings
+    unchanged, the builder itself timed another set of layers or format combinations
+    (TensorRT's choices follow noisy times). Rewriting the lock would drop its pins on the
+    missing keys and lock whatever this build chose; the lock is only reproducible from the
+    recording cache it was recorded with, whose keys are the lock's.
+    """
+
+    def listed(keys: list[str]) -> str:
+        shown = [f"{k} ({names[k]})" if names.get(k) else k for k in keys[:3]]
+        more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+        return ", ".join(shown) + more
+
+    parts = [f"{count(len(missing), 'locked key')} missing: {listed(missing)}"]
+    if new:
+        parts.append(f"{count(len(new), 'new key')}: {listed(new)}")
+    cache = f"the recording cache {cache_file}" if cache_file else "the recording cache"
+    return (
+        f"{where}: this build's timing-cache keys are not the lock's for the same model, "
+        f"settings and target ({'; '.join(parts)}): the builder timed another set of layers "
+        f"or formats; build with {cache} from the machine that recorded the lock (keep the "
+        "cache folder with the lock), or re-record the lock here (build --re-record)"
+    )
+
+
 @dataclass
 class Recording:
     """The recording cache a pinned build starts from, and the log of recording it (if now)."""
@@ -288,11 +332,9 @@ def pinned_build(
     times = {e.key: e.time_ms for e in entries or []}
     missing = sorted(set(expected) - set(recorded))
     if missing:
-        raise DriftError(
-            f"{len(missing)} locked keys do not exist in this build "
-            f"(first: {missing[0]} {names.get(missing[0], '')!s}); the lock does not match "
-            "this model/settings: re-record it"
-        )
+        new = sorted(set(recorded) - set(expected))
+        known = {**log_layer_names(recording.log), **names}
+        raise DriftError(key_set_message("the lock", new, missing, known, cache_file))
     update_tactics(
         cache,
         [

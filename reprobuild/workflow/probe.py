@@ -225,7 +225,7 @@ def _cycle(
     run.strict_attach = _strict_attach(be, caches)
     from reprobuild.workflow.probe_keys import gather_keys
 
-    run.keys = gather_keys(be, local, caches, run.recording)
+    run.keys = gather_keys(be, local, caches, run.recording, run.plain)
     if not _step(run, steps, "pin a non-fastest candidate", lambda: _pin(run, lock)):
         return
     be.label = "locked"

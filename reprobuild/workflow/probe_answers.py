@@ -248,21 +248,26 @@ def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False
     )
     other = [(n, e) for n, e in evs if e.other_process is not None]
     stable = all(set(e.other_process) == set(e.recorded) for _, e in other)
+    # a second recording in this process (the plain build) that made other keys is an
+    # answer too: the key set is not a function of the model alone
+    varied = [n for n, e in evs if e.again is not None and set(e.again) != set(e.recorded)]
+    details = [
+        f"{n}: {'same' if set(e.other_process) == set(e.recorded) else 'DIFFERENT'} keys"
+        for n, e in other
+    ] + [f"{n}: another recording in this process made DIFFERENT keys" for n in varied]
     out.append(
         Answer(
             "stable-keys",
             questions["stable-keys"],
-            "skipped" if not other else _result(stable),
-            ["default"],
-            "; ".join(
-                f"{n}: {'same' if set(e.other_process) == set(e.recorded) else 'DIFFERENT'} keys"
-                for n, e in other
-            )
+            "fail" if varied else "skipped" if not other else _result(stable),
+            ["varying-keys"] if varied or not stable else ["default"],
+            "; ".join(details)
             or "; ".join(sorted({e.other_process_why for _, e in evs}))
             or "not asked",
             "reuses recording caches across runs (caches/)"
-            if stable
-            else "must re-record in every process: report this",
+            if stable and not varied
+            else "a lock applies only with its recording cache: keep caches/ beside the lock; "
+            "a recording with other keys stops with exit 1 naming them",
         )
     )
     return out

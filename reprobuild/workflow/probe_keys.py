@@ -36,11 +36,18 @@ class KeyEvidence:
     miss_detail: str = ""
     other_process: list[str] | None = None
     other_process_why: str = ""
+    # the probe's plain build: a second recording in this process (None: it failed)
+    again: list[str] | None = None
 
 
-def gather_keys(be: Any, model: Path, caches: Path, recording: Any) -> KeyEvidence:
-    """Every key question for one model (errors become the answer's detail, never raise)."""
+def gather_keys(
+    be: Any, model: Path, caches: Path, recording: Any, plain: Any = None
+) -> KeyEvidence:
+    """Every key question for one model (errors become the answer's detail, never raise).
+    ``plain``: the probe's plain build from an empty cache, i.e. another recording."""
     ev = KeyEvidence(sorted(recording.after) if recording is not None else [])
+    if plain is not None and plain.after:
+        ev.again = sorted(plain.after)
     inner = getattr(be, "inner", be)
     try:
         cache = be.create_timing_cache(b"")

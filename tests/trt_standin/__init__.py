@@ -42,6 +42,9 @@ nothing public rules out. Each is named, so a test can run the whole workflow un
   got cached result: <Runner>, tactic 0x.., <t> ms`` line (10.16 trtexec; see ``_impl``).
 - ``typed-io``: the inspector lists each layer's input and output tensors with the types
   of the ONNX graph (10.x ``Format/Datatype``, 11.x ``Format`` + ``Datatype``).
+- ``varying-keys``: two recordings of the same model create different key sets (and
+  times): a recording times a Conv's second format combination on alternate recordings, and
+  a build from a cache follows the cache (see ``keysets``, which cites where TensorRT does it).
 
 Test knobs (``module._standin``): ``fail_create`` (constructors that raise ``TypeError``
 "factory function returned nullptr", as the real bindings do), ``rekey_ops`` (a key that
@@ -69,6 +72,7 @@ BEHAVIOURS = (
     "shared-kernel-names",
     "cached-result-lines",
     "typed-io",
+    "varying-keys",
 )
 
 # Version strings tests use; the conformance test checks each variant's names.

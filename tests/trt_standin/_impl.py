@@ -51,6 +51,9 @@ import math as _math
 import random as _random
 import re as _re
 
+from tests.trt_standin import dynamic_io as _dynamic_io
+from tests.trt_standin import keysets as _keysets
+
 _CACHE_MAGIC = b"STANDIN-TRT-TIMING-CACHE\x00"
 _ENGINE_MAGIC = b"STANDIN-TRT-ENGINE\x00"
 _INVALID = 2**64 - 1
@@ -70,6 +73,7 @@ _SUPPORTED = frozenset(
         "GlobalAveragePool",
         "MatMul",
         "MaxPool",
+        "NonZero",
         "Mul",
         "Relu",
         "Reshape",
@@ -102,6 +106,8 @@ class _State:
         # if the key is not found or the value is invalid": ITimingCache::update in
         # NVIDIA/TensorRT include/NvInfer.h, 10.8+; what TensorRT calls invalid is not listed).
         self.refuse_update = set()
+        # Builds that started from an empty cache (``varying-keys`` counts on it).
+        self.recordings = 0
 
 
 _NULLPTR = "pybind11::init(): factory function returned nullptr"
@@ -653,14 +659,20 @@ class _Tuner:
     def say(self, msg):
         _say(self.log, "VERBOSE", msg)
 
-    def tune(self, index, node, combo):
-        """(the tactic, the key's time in ms: cached or just measured), or None on an error."""
-        st, op, name = self.st, node["op"], node["name"]
-        nonce = self.build_no if name in st.rekey_ops else 0
+    def key(self, index, node, combo):
+        """The key of one op (or one format combination of it) in this build."""
+        nonce = self.build_no if node["name"] in self.st.rekey_ops else 0
         # Editable: one key per layer. Otherwise identical layers share a key (the stand-in
         # does not track per-node shapes, so "identical" means "same op type").
         per_layer = (index, node["inputs"]) if self.editable else "shared"
-        key = "0x" + _hex_digest(self.salt, op, per_layer, nonce, *([combo] if combo else []))
+        return "0x" + _hex_digest(
+            self.salt, node["op"], per_layer, nonce, *([combo] if combo else [])
+        )
+
+    def tune(self, index, node, combo):
+        """(the tactic, the key's time in ms: cached or just measured), or None on an error."""
+        st, op, name = self.st, node["op"], node["name"]
+        key = self.key(index, node, combo)
         allowed = _candidates(st, op, self.config, combo)
         limit = self.config.max_num_tactics
         timed = allowed[:limit] if limit > 0 else allowed
@@ -881,6 +893,8 @@ class Builder(_Strict):
             )
         salt = self._salt(network, config)
         tuner = _Tuner(st, log, config, cache, salt, editable, miss_is_error, build_no)
+        st.recordings += not cache._entries  # varying-keys: a recording starts from nothing
+        convs = 0
         st.myelin_style = 0  # engine names are stable from build to build
         layers = []
         myelin = 0
@@ -904,6 +918,9 @@ class Builder(_Strict):
                 myelin += 1
                 continue
             combos = ("", "fmt:NHWC") if op == "Conv" and "multi-key" in st.behaviours else ("",)
+            if op == "Conv" and "varying-keys" in st.behaviours:
+                combos = _keysets.timed_combos(tuner, index, node, convs, st.recordings)
+            convs += op == "Conv"
             tuned = []
             for combo in combos:  # each format combination has its own key and table
                 result = tuner.tune(index, node, combo)
@@ -956,6 +973,7 @@ class Builder(_Strict):
             "input_shapes": {t.name: list(t.shape) for t in network._inputs},
             "outputs": list(network._outputs),
             "io_types": dict(getattr(network, "_io_types", {})),
+            "shape_inputs": _dynamic_io.shape_inputs(network._model_path),
         }
         return IHostMemory(_ENGINE_MAGIC + _json.dumps(engine).encode())
 
@@ -1045,6 +1063,7 @@ _IO_TYPES = {
     10: ("HALF", "float16"),
     3: ("INT8", "int8"),
     6: ("INT32", "int32"),
+    7: ("INT64", "int64"),
     9: ("BOOL", "bool"),
 }
 
@@ -1088,6 +1107,10 @@ class ICudaEngine(_Strict):
         code = self._data.get("io_types", {}).get(name, 1)
         return getattr(self._state.module.DataType, _IO_TYPES.get(code, ("FLOAT",))[0])
 
+    def is_shape_inference_io(self, name):
+        """A shape tensor input (see ``dynamic_io``): its values are read from host memory."""
+        return name in self._data.get("shape_inputs", ())
+
     def create_execution_context(self):
         return IExecutionContext(self)
 
@@ -1103,6 +1126,7 @@ class IExecutionContext(_Strict):
         self._shapes = {}
         self._addresses = {}
         self._out_shapes = None
+        self._allocators = {}
 
     def set_input_shape(self, name, shape):
         if name not in self._engine._data["inputs"]:
@@ -1130,16 +1154,32 @@ class IExecutionContext(_Strict):
             outputs = session.run(None, feeds)
         return dict(zip(data["outputs"], outputs, strict=True))
 
-    def get_tensor_shape(self, name):
+    def _feeds_with(self, fill):
+        """Ordinary inputs filled with ``fill``; shape tensors as set at their host address."""
         import numpy as _np
 
+        data = self._engine._data
+        feeds = {}
+        for n, s in self._shapes.items():
+            dtype = _np_type(data, n)
+            if n in data.get("shape_inputs", ()) and n in self._addresses:
+                feeds[n] = _dynamic_io.read_host(self._addresses[n], s, dtype)
+            else:
+                feeds[n] = _np.full(s, fill, dtype)
+        return feeds
+
+    def get_tensor_shape(self, name):
         if name in self._shapes:
             return self._shapes[name]
         if self._out_shapes is None:
-            data = self._engine._data
-            zeros = {n: _np.zeros(s, _np_type(data, n)) for n, s in self._shapes.items()}
-            self._out_shapes = {k: v.shape for k, v in self._evaluate(zeros).items()}
+            self._out_shapes = _dynamic_io.output_shapes(self._evaluate, self._feeds_with)
         return self._out_shapes.get(name, ())
+
+    def set_output_allocator(self, name, output_allocator):
+        if not isinstance(output_allocator, _dynamic_io.IOutputAllocator):
+            raise TypeError("incompatible function arguments: expected IOutputAllocator")
+        self._allocators[name] = output_allocator
+        return True
 
     def set_tensor_address(self, name, memory):
         self._addresses[name] = int(memory)
@@ -1152,8 +1192,12 @@ class IExecutionContext(_Strict):
 
         data = self._engine._data
         feeds = {}
+        device = getattr(self._engine._state.module, "_test_device", None)
         for name in data["inputs"]:
             shape, dtype = self._shapes[name], _np_type(data, name)
+            if name in data.get("shape_inputs", ()) and device is not None:
+                if self._addresses[name] in device.live:
+                    return False  # a shape tensor in device memory: TensorRT needs host
             nbytes = int(_np.prod(shape, dtype=_np.int64)) * dtype.itemsize
             raw = (_ctypes.c_char * nbytes).from_address(self._addresses[name])
             feeds[name] = _np.frombuffer(bytes(raw), dtype).reshape(shape)
@@ -1166,6 +1210,10 @@ class IExecutionContext(_Strict):
             if dtype.kind == "f":  # the last mantissa bit, at the type's own width
                 bits = _np.dtype(f"uint{8 * dtype.itemsize}")
                 out.view(bits)[...] ^= rng.integers(0, 2, out.shape, dtype=bits)
+            if name in self._allocators:  # data-dependent shape: the application allocates
+                if not _dynamic_io.deliver(self._allocators[name], name, out, stream_handle):
+                    return False
+                continue
             _ctypes.memmove(self._addresses[name], out.ctypes.data, out.nbytes)
         return True
 
@@ -1244,7 +1292,7 @@ def _enums(major_minor):
         "NetworkDefinitionCreationFlag": network_flags,
         "ProfilingVerbosity": {"LAYER_NAMES_ONLY": 0, "NONE": 1, "DETAILED": 2},
         "LayerInformationFormat": {"ONELINE": 0, "JSON": 1},
-        "DataType": {"FLOAT": 0, "HALF": 1, "INT8": 2, "INT32": 3, "BOOL": 4},
+        "DataType": {"FLOAT": 0, "HALF": 1, "INT8": 2, "INT32": 3, "BOOL": 4, "INT64": 5},
         "TensorIOMode": {"NONE": 0, "INPUT": 1, "OUTPUT": 2},
         "MemoryPoolType": {"WORKSPACE": 0, "TACTIC_SHARED_MEMORY": 5},
         "TacticSource": sources,
@@ -1266,14 +1314,20 @@ def _build_module(module, version, device, compute_capability):
     for name, enum_cls in _enums(state.major_minor).items():
         setattr(module, name, enum_cls)
     module.ILogger = ILogger
+    module.IOutputAllocator = _dynamic_io.IOutputAllocator
 
     def nptype(trt_type):
         """The numpy type of a ``DataType`` (the real module defines it in Python)."""
         import numpy as _np
 
-        return {0: _np.float32, 1: _np.float16, 2: _np.int8, 3: _np.int32, 4: _np.bool_}[
-            int(trt_type)
-        ]
+        return {
+            0: _np.float32,
+            1: _np.float16,
+            2: _np.int8,
+            3: _np.int32,
+            4: _np.bool_,
+            5: _np.int64,
+        }[int(trt_type)]
 
     module.nptype = nptype
     module.Builder = type("Builder", (Builder,), {"_state": state})
