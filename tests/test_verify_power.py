@@ -104,17 +104,22 @@ def test_sensitivity_maps_every_layer(work: Path, cli) -> None:
 def test_flat_model_has_no_power_and_says_so(work: Path, cli) -> None:
     r = cli("build", "sq.onnx", "--lock", "sq.lock", "--backend", "reference", "-q")
     assert r.code == 0, r
-    r = cli("verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q")
+    # One full control (52 builds of SqueezeNet) serves the text verdict and, through
+    # --report (the same document --json prints), the JSON fields.
+    r = cli(
+        "verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q",
+        "--report", "sq.json",
+    )  # fmt: skip
     assert r.code == 0, r  # the rebuilds agree: not a failure, but not a proof either
-    verdict = r.out.strip().splitlines()[-1]
+    *_, verdict, where = r.out.strip().splitlines()  # the verdict, then the report's path
+    assert where == "report: sq.json", r.out
     assert verdict.startswith("REPRODUCIBLE BUT UNPROVEN:"), r.out
     assert "the check has no power on these inputs" in verdict
     # 26 layers have another candidate: each one's most different candidate, then others,
     # up to the default limit of two builds per layer; the verdict says so
-    doc = json.loads(
-        cli("verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "--json").out
-    )
+    doc = json.loads(Path("sq.json").read_text())
     possible = sum(len(e.candidates) - 1 for e in load_lock("sq.lock").layers)
+    assert doc["power"] is False
     assert doc["control"]["layers_switchable"] == 26 and doc["control"]["changes_tried"] == 52
     assert doc["control"]["changes_possible"] == possible > 52
     assert (
@@ -123,9 +128,12 @@ def test_flat_model_has_no_power_and_says_so(work: Path, cli) -> None:
     )
     assert f"(none of the 52 single-tactic changes tried (of {possible} possible)" in verdict
     assert "the limit of 52 builds (--control-limit) stopped the search" in r.out
+    # --require-power fails on a control without power whatever its limit; a limit of 3
+    # shows it without another 52 builds (the JSON says the 3 probes found nothing)
     r = cli(
-        "verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q", "--require-power"
-    )
+        "verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q",
+        "--require-power", "--control-limit", "3",
+    )  # fmt: skip
     assert r.code == 1 and "--require-power: the check has no power" in r.err, r
     r = cli(
         "verify", "--lock", "sq.lock", "--backend", "reference", "-n", "1", "-q",
