@@ -47,17 +47,22 @@ def _model(path: Path) -> Path:
     return path
 
 
+def _built(tmp_path: Path):
+    """The stand-in's backend and its engine of the model above (the stand-in installed)."""
+    from reprobuild.backends.tensorrt.backend import TensorRTBackend
+
+    be = TensorRTBackend()
+    model = _model(tmp_path / "dyn.onnx")
+    return be, be.build(
+        str(model), reprobuild.BuildSettings(), be.create_timing_cache(), lambda line: None
+    ).engine
+
+
 def test_shape_tensor_inputs_and_data_dependent_outputs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from reprobuild.backends.tensorrt.backend import TensorRTBackend
-
     trt = install_standin(monkeypatch)
-    model = _model(tmp_path / "dyn.onnx")
-    be = TensorRTBackend()
-    engine = be.build(
-        str(model), reprobuild.BuildSettings(), be.create_timing_cache(), lambda line: None
-    ).engine
+    be, engine = _built(tmp_path)
     w = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
     seen = []
     for x, s in (
@@ -81,15 +86,10 @@ def test_a_shape_tensor_is_passed_in_host_memory(
 ) -> None:
     """Without the host-memory branch (every input copied to the device) the stand-in, like
     TensorRT, cannot read the shape: the run fails as one EngineError line."""
-    from reprobuild.backends.tensorrt.backend import TensorRTBackend
     from reprobuild.errors import EngineError
 
     trt = install_standin(monkeypatch)
-    model = _model(tmp_path / "dyn.onnx")
-    be = TensorRTBackend()
-    engine = be.build(
-        str(model), reprobuild.BuildSettings(), be.create_timing_cache(), lambda line: None
-    ).engine
+    be, engine = _built(tmp_path)
     feeds = {"x": np.ones((2, 3), np.float32), "s": np.array((4, 2), np.int64)}
     assert be.run(engine, feeds)["y"].shape == (4, 2)
     monkeypatch.setattr(trt.ICudaEngine, "is_shape_inference_io", lambda self, name: False)
