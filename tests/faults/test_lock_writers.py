@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,9 +96,19 @@ def test_symlink_loop_is_one_line(proj: Path, cli) -> None:
     assert_clean(r, proj, before)
 
 
+@pytest.fixture()
+def ctrl_c() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal. A shell starts a background job
+    (``cmd &``, as CI wrappers and nohup loops do) with SIGINT ignored, and Python keeps an
+    inherited ignore: without this, a SIGINT sent here would do nothing at all."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["int", "term"])
 def test_signal_after_the_commit_says_the_lock_was_written(
-    proj: Path, cli, monkeypatch, signum: int
+    proj: Path, cli, monkeypatch, signum: int, ctrl_c: None
 ) -> None:
     """The signal is really delivered, at the hook right after the commit's last rename
     (while ``pin`` still holds the file lock): no timing race."""
@@ -118,7 +129,9 @@ def test_signal_after_the_commit_says_the_lock_was_written(
     assert not list(proj.glob("*.lck")) and not list(proj.glob(".t.lock.*"))
 
 
-def test_signal_before_the_commit_still_rolls_back(proj: Path, cli, monkeypatch) -> None:
+def test_signal_before_the_commit_still_rolls_back(
+    proj: Path, cli, monkeypatch, ctrl_c: None
+) -> None:
     from reprobuild.transaction import Outputs
 
     def commit(self: Outputs) -> None:
