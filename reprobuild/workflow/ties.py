@@ -19,6 +19,7 @@ first recording; the others only lend their times. Where one time per candidate 
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,10 +174,10 @@ def noise_warning(outcome: TieOutcome) -> str | None:
     :mod:`reprobuild.tiebreak`)."""
     if outcome.recordings < 2 or outcome.band <= 0:
         return None
-    noise = sorted(d.noise_rel for d in outcome.decisions.values() if d.noise_rel is not None)
+    noise = [d.noise_rel for d in outcome.decisions.values() if d.noise_rel is not None]
     if not noise:
         return None
-    median = noise[len(noise) // 2]
+    median = statistics.median(noise)  # as tiebreak.measured_noise takes it per key
     if median <= outcome.band:
         return None
     return (
