@@ -94,6 +94,9 @@ def available_memory() -> int | None:
     return total
 
 
+HALF_MEMORY = "half this machine's memory"  # memory_limit's reason when no override is set
+
+
 def memory_limit() -> tuple[int | None, str]:
     """The memory a build may use, and where that figure comes from: half the machine's
     memory (:data:`MEMORY_FRACTION`), or ``REPROBUILD_MAX_MEMORY_BYTES`` when set; None
@@ -104,7 +107,7 @@ def memory_limit() -> tuple[int | None, str]:
     memory = available_memory()
     if memory is None:
         return None, ""
-    return int(memory * MEMORY_FRACTION), "half this machine's memory"
+    return int(memory * MEMORY_FRACTION), HALF_MEMORY
 
 
 def check_tensor_bytes(what: str, nbytes: int) -> None:
@@ -114,7 +117,7 @@ def check_tensor_bytes(what: str, nbytes: int) -> None:
         return
     if nbytes > limit:
         over = f"{what} need {nbytes / (1 << 30):,.1f} GiB, over the {limit / (1 << 30):,.1f}"
-        if why != "half this machine's memory":
+        if why != HALF_MEMORY:
             raise UsageError(f"{over} GiB a build may use ({why}); use smaller --shapes")
         raise UsageError(
             f"{over} GiB this machine allows a build (half its memory); use smaller --shapes"

@@ -10,6 +10,7 @@ Like ``plan.py`` this module holds data and validation only (no numpy/onnx).
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ def _hex_float(doc: Doc, value: Any, path: Path_) -> float:
     try:
         scale = float.fromhex(text)
     except OverflowError:
-        doc.fail(path, f"scale {text} is too large (127 x it overflows float32)", _SCALE_FIX)
+        scale = math.inf  # refused as too large below
     except ValueError:
         doc.fail(path, f"{text!r} is not a hex float", "write it as float.hex() gives it")
     if scale == 0:

@@ -131,15 +131,13 @@ def pool(
     another recording made is left out: the engine is built from the base's keys."""
     out = {}
     for key, cands in base.items():
-        pooled = []
-        for c in cands:
-            runs = list(c.runs)
-            for other in others:
-                for o in other.get(key, ()):
-                    if o.tactic == c.tactic:
-                        runs += o.runs
-            pooled.append(TieCandidate(c.tactic, c.kernel, tuple(runs)))
-        out[key] = pooled
+        more: dict[int, list[float]] = {}  # tactic -> its runs in the others, in order
+        for other in others:
+            for o in other.get(key, ()):
+                more.setdefault(o.tactic, []).extend(o.runs)
+        out[key] = [
+            TieCandidate(c.tactic, c.kernel, (*c.runs, *more.get(c.tactic, ()))) for c in cands
+        ]
     return out
 
 
