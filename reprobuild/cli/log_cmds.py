@@ -106,7 +106,7 @@ def show(
       trtexec --verbose ... | reprobuild log -
     """
     from reprobuild.logs.parser import LogParser
-    from reprobuild.logs.reader import iter_source
+    from reprobuild.logs.split import iter_pieces
 
     src = _open_checked(file)
     parser = LogParser(source=str(file))
@@ -121,14 +121,10 @@ def show(
     )
     out.write(header + "\n")
     n = cached = 0
-    for rec in iter_source(src, parser):
-        n += 1
-        cached += rec.from_cache
-        out.write(
-            f"{rec.line:>7}  {_short(rec.layer, 40):<40}  {rec.key or '-':<34}  "
-            f"{len(rec.candidates):>5}  {rec.chosen_hex or '-':<18}  "
-            f"{'yes' if rec.from_cache else 'no':<6}  {rec.chosen_kernel or '-'}\n"
-        )
+    for piece in iter_pieces(src, parser, _rows):
+        n += piece.records
+        cached += piece.cached
+        out.write(piece.text)
     out.write(
         f"{n} record(s), {cached} from the timing cache, "
         f"{len(parser.engine_layers)} engine layer(s), "
@@ -145,6 +141,19 @@ def show(
         typer.echo(f"warning: {file}:{w.line}: {w.kind}: {w.message}", err=True)
     if parser.warnings_dropped:
         typer.echo(f"warning: {parser.warnings_dropped} more warning(s) not shown", err=True)
+
+
+def _rows(records: list[Any]) -> str:
+    """The summary table's rows for ``records`` (made in a second process for half of a
+    large log, so a plain function of the records)."""
+    return "".join(
+        [
+            f"{rec.line:>7}  {_short(rec.layer, 40):<40}  {rec.key or '-':<34}  "
+            f"{len(rec.candidates):>5}  {rec.chosen_hex or '-':<18}  "
+            f"{'yes' if rec.from_cache else 'no':<6}  {rec.chosen_kernel or '-'}\n"
+            for rec in records
+        ]
+    )
 
 
 def _side(rec: Any) -> str:

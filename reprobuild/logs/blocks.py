@@ -7,6 +7,7 @@ which kernel and cost, and which format the record reports.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from operator import itemgetter
 
@@ -95,6 +96,53 @@ class BlockState:
         self._pending: tuple[str, int | None] | None = None
         self._legacy = False
         self._layers_open = False
+        self._layers_digest: tuple[list[EngineLayer], int, hashlib._Hash] | None = None
+
+    @property
+    def max_warnings(self) -> int:
+        """How many warnings are kept; past it they are only counted."""
+        return self._max_warnings
+
+    def fingerprint(self) -> bytes:
+        """A digest of everything that decides what later lines make: the open blocks, the
+        remembered layer names, flags and engine layers, and the line count.
+
+        Why: ``logs.split`` reads the second half of a log in another process from a fresh
+        parser; where that parser's fingerprint meets the one read from the start, the two
+        read every later line alike. ``repr`` of these values is exact (floats included).
+        """
+
+        def block(b: RunnerBlock | OpBlock | None) -> object:
+            return None if b is None else (type(b).__name__, [getattr(b, a) for a in b.__slots__])
+
+        state = (
+            self.lineno,
+            block(self._blk),
+            block(self._op),
+            self._orphans,
+            self._cur_layer,
+            self._set_layer,
+            self._meta,
+            self._pending,
+            self._legacy,
+            self._layers_open,
+        )
+        h = hashlib.blake2b(repr(state).encode("utf-8", "surrogatepass"), digest_size=20)
+        h.update(self._engine_digest())
+        return h.digest()
+
+    def _engine_digest(self) -> bytes:
+        """The engine layers' share of ``fingerprint``, extended by the layers added since
+        the last call (the list only grows or is replaced, and it can hold 100,000 layers)."""
+        layers = self.engine_layers
+        cached = self._layers_digest
+        if cached is None or cached[0] is not layers or cached[1] > len(layers):
+            cached = (layers, 0, hashlib.blake2b(digest_size=20))
+        h = cached[2]
+        for layer in layers[cached[1] :]:
+            h.update(repr(layer).encode("utf-8", "surrogatepass") + b"\n")
+        self._layers_digest = (layers, len(layers), h)
+        return h.digest()
 
     def _open_implicit(self, layer: str, kind: str = "runner") -> RunnerBlock:
         """A block whose header was not printed (excerpt starting mid-block)."""

@@ -14,19 +14,18 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable
+from functools import partial
 from json.encoder import encode_basestring  # the C escaper json.dumps uses (ensure_ascii=False)
 from typing import Any, TextIO
 
 from reprobuild.logs.parser import LogParser
-from reprobuild.logs.reader import iter_source
 from reprobuild.logs.records import Candidate, LogWarning, TacticRecord
 from reprobuild.logs.source import LogSource, open_log
+from reprobuild.logs.split import iter_pieces
 
-__all__ = ["RecordWriter", "write_log_json", "write_log_json_file"]
+__all__ = ["RecordWriter", "render_records", "write_log_json_file"]
 
 _MEMO_MAX = 65536  # distinct names kept escaped; a log has a few thousand kernels
-_BATCH = 512  # records joined per write: fewer, larger writes to stdout
 
 
 class RecordWriter:
@@ -121,39 +120,28 @@ def _tail(parser: Any) -> str:
     )
 
 
-def _write_records(out: TextIO, records: Iterable[TacticRecord]) -> None:
-    """The records' text, each after its separator, joined in batches of ``_BATCH``."""
-    record = RecordWriter().record
-    batch: list[str] = []
-    sep = "\n  "
-    for rec in records:
-        batch.append(sep + record(rec))
-        sep = ",\n  "
-        if len(batch) >= _BATCH:
-            out.write("".join(batch))
-            batch.clear()
-    out.write("".join(batch))
-
-
-def write_log_json(
-    out: TextIO,
-    source: str,
-    records: Iterable[TacticRecord],
-    parser: Any,
-) -> None:
-    """Write the ``log --json`` document: records as they are parsed, then the warnings and
-    engine layers the parser collected (known only once the records are exhausted)."""
-    out.write(_head(source))
-    _write_records(out, records)
-    out.write(_tail(parser))
+def render_records(writer: RecordWriter, records: list[TacticRecord]) -> str:
+    """The records' text, each after the separator ``,\n  `` (the writer drops the first
+    comma): one string per batch of records, so the text can be made in another process."""
+    record = writer.record
+    return "".join([",\n  " + record(rec) for rec in records])
 
 
 def write_log_json_file(
     out: TextIO, src: LogSource | str | os.PathLike[str], parser: LogParser
 ) -> None:
-    """``reprobuild log FILE --json``: the document ``write_log_json`` writes, read from a
-    log opened once (or a path), in chunks; ``parser`` holds the warnings and engine
-    layers afterwards."""
+    """``reprobuild log FILE --json``: the records as they are parsed, then the warnings and
+    engine layers the parser collected (known only once the records are exhausted); the
+    log is opened once (or given as a path) and read in chunks, a large file by two
+    processes (``logs.split``). ``parser`` holds the warnings and engine layers afterwards."""
     if not isinstance(src, LogSource):
         src = open_log(src)
-    write_log_json(out, src.name, iter_source(src, parser), parser)
+    writer = RecordWriter()
+    out.write(_head(src.name))
+    first = True
+    for piece in iter_pieces(src, parser, partial(render_records, writer)):
+        text = piece.text
+        if first and text:
+            text, first = text[1:], False  # no comma before the first record
+        out.write(text)
+    out.write(_tail(parser))

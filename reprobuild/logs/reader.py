@@ -19,7 +19,7 @@ from reprobuild.logs.parser import LogParser
 from reprobuild.logs.records import ParseResult, TacticRecord
 from reprobuild.logs.source import LogSource, open_log
 
-__all__ = ["iter_chunks", "iter_file", "iter_source", "parse_file", "parse_lines"]
+__all__ = ["iter_blocks", "iter_chunks", "iter_file", "iter_source", "parse_file", "parse_lines"]
 
 _CHUNK = 1 << 18  # bytes per read: a thousand lines at once, still in the CPU's caches
 _MAX_LINE = 1 << 20  # a longer line keeps its first 1 MiB (binary noise without newlines)
@@ -93,7 +93,20 @@ def iter_chunks(chunks: Iterable[bytes], parser: LogParser | None = None) -> Ite
     has been read, before the next chunk is asked for.
     """
     p = parser if parser is not None else LogParser()
-    feed_lines = p.feed_lines
+    for out in iter_blocks(chunks, p):
+        if out:
+            yield from out
+    yield from p.finish()
+
+
+def iter_blocks(chunks: Iterable[bytes], parser: LogParser) -> Iterator[list[TacticRecord]]:
+    """The records each run of whole lines completed, one list per run (often empty), in
+    the order the runs were read; ``parser.finish`` is left to the caller.
+
+    The runs fall where ``chunks`` put them, so two readers of the same bytes in the same
+    chunks see the same runs (``logs.split`` compares parser states at their ends).
+    """
+    feed_lines = parser.feed_lines
     for block in _blocks(chunks):
         # What the parser makes holds no reference cycles, and a collection pass in the
         # middle of a chunk would walk every candidate still held: pause the collector
@@ -105,9 +118,7 @@ def iter_chunks(chunks: Iterable[bytes], parser: LogParser | None = None) -> Ite
         finally:
             if collecting:
                 gc.enable()
-        if out:
-            yield from out
-    yield from p.finish()
+        yield out
 
 
 def iter_file(

@@ -59,10 +59,7 @@ class LogSource:
             ) from None
         self._read += len(block)
         if self._read > self._limit:
-            raise LogParseError(
-                f"{self.name}: over the {self._limit:,}-byte limit for a log file; check that "
-                "this is the right file (REPROBUILD_MAX_LOG_BYTES raises it)"
-            )
+            raise LogParseError(_over_limit(self.name, self._limit))
         return block
 
     def sniff(self, marker: re.Pattern[bytes], overlap: int) -> tuple[bool, bytes, int]:
@@ -101,6 +98,38 @@ class LogSource:
         yield from kept
         while block := self._next():
             yield block
+
+    def size(self) -> int | None:
+        """The file's size now, or None for a pipe (only a regular file can be read in
+        ranges, by ``chunks_at``)."""
+        return os.fstat(self._fh.fileno()).st_size if self._seekable else None
+
+    def chunks_at(self, start: int, end: int | None = None) -> Iterator[bytes]:
+        """The bytes from offset ``start`` to ``end`` (None: to the end of the file), read
+        with ``pread``: the file offset is not moved, so two processes that share the open
+        file can read different ranges at once. The log cap holds as in ``chunks``."""
+        pos = start
+        while end is None or pos < end:
+            want = CHUNK if end is None else min(CHUNK, end - pos)
+            try:
+                block = os.pread(self._fh.fileno(), want, pos)
+            except OSError as err:
+                raise LogParseError(
+                    f"{self.name}: read failed ({err.strerror or err}); check the file"
+                ) from None
+            if not block:
+                return
+            pos += len(block)
+            if pos > self._limit:
+                raise LogParseError(_over_limit(self.name, self._limit))
+            yield block
+
+
+def _over_limit(name: str, limit: int) -> str:
+    return (
+        f"{name}: over the {limit:,}-byte limit for a log file; check that "
+        "this is the right file (REPROBUILD_MAX_LOG_BYTES raises it)"
+    )
 
 
 def open_log(path: str | os.PathLike[str]) -> LogSource:
