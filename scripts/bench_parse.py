@@ -17,9 +17,11 @@ the page cache, then runs ``--rounds`` rounds (default 3) of, back to back:
 Each round is one machine state (these machines are shared and noisy); the median round by
 the summary's wall time is the headline. Wall time is what a user waits; CPU time (user +
 system of the command) is what the command costs whatever else runs on the machine, and the
-wall-time rates fall below it when other processes share the cores. Peak RSS is each
-command's, its second process included (``wait4`` counts the children it reaped). The goal is >= 50 MB/s for the pure-Python parser, summary and
-JSON. The log is written to a temporary directory and deleted afterwards.
+wall-time rates fall below it when other processes share the cores (and, for two
+processes, CPU time is the sum over both). Peak RSS is each command's largest process
+(``wait4`` counts the children it reaped). The goal is >= 50 MB/s for the pure-Python
+parser, summary and JSON. The log is written to a temporary directory and deleted
+afterwards.
 
     python scripts/bench_parse.py                           # 256 MB, 3 rounds
     python scripts/bench_parse.py --size-mb 32 --rounds 1   # quick look

@@ -111,10 +111,12 @@ def iter_pieces(
     *,
     min_bytes: int | None = None,
     at: float = 0.5,
+    wait: bool = False,
 ) -> Iterator[Piece]:
     """The rendered records of ``src`` in order; ``parser`` holds the warnings, engine
     layers and line count afterwards, as after reading the log alone. ``at`` is where the
-    second process starts, as a fraction of the file."""
+    second process starts, as a fraction of the file; ``wait`` makes this process wait
+    for it there (tests: the join is then always tried, whatever the machine's load)."""
     global REPORT
     REPORT = Report()
     size = src.size()
@@ -134,7 +136,7 @@ def iter_pieces(
             yield _piece(parser.finish(), render)
         return
     with src:
-        yield from _split(src, parser, render, _split_point(src, size, at))
+        yield from _split(src, parser, render, _split_point(src, size, at), wait)
 
 
 def _split_point(src: LogSource, size: int, at: float) -> int:
@@ -149,7 +151,16 @@ def _split_point(src: LogSource, size: int, at: float) -> int:
     return 0
 
 
-def _split(src: LogSource, parser: LogParser, render: Render, split: int) -> Iterator[Piece]:
+def _split(
+    src: LogSource, parser: LogParser, render: Render, split: int, wait: bool
+) -> Iterator[Piece]:
+    """Read ``src`` from the start here and from ``split`` in a forked process; join the
+    two where the states meet. This process does not wait for the other at ``split``
+    (unless ``wait``): it reads on into the second half, checking after each block whether
+    the other has finished, and joins at the first block after that where the states
+    agree. So whichever process is slower (another program on one core, a half with more
+    records) the two share the work, and the text copied over is only what this process
+    did not read itself."""
     if split == 0:  # one line, or none: nothing to share
         for records in iter_blocks(src.chunks_at(0), parser):
             if records:
@@ -172,22 +183,30 @@ def _split(src: LogSource, parser: LogParser, render: Render, split: int) -> Ite
         for records in iter_blocks(src.chunks_at(0, split), parser):
             if records:
                 yield _piece(records, render)
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        blocks, final = _read_index(index) if os.waitstatus_to_exitcode(status) == 0 else ([], None)
-        if final is None:
-            REPORT.fallback = "the second process failed"
+        blocks: list[_Block] = []
+        final = None
+        done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
+        if done:
+            pid = 0
+            blocks, final = _collect(status, index)
         j = 0
         for records in iter_blocks(src.chunks_at(split), parser):
             if records:
                 yield _piece(records, render)
+            if pid:  # still reading: this process read on meanwhile
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    pid = 0
+                    blocks, final = _collect(status, index)
             if final is not None and j < len(blocks) and _join(parser, blocks[j], final):
                 REPORT.joined_after = j
                 yield from _copy(text, blocks, j, final)
                 return
             j += 1
-        if final is not None:
-            REPORT.fallback = "the two readings never met"
+        if REPORT.fallback is None:
+            REPORT.fallback = (
+                "the two readings never met" if final is not None else "read here first"
+            )
         yield _piece(parser.finish(), render)
     finally:
         if pid:
@@ -232,6 +251,14 @@ def _second_half(
     index.write(json.dumps(final, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n")
     text.flush()
     index.flush()
+
+
+def _collect(status: int, index: IO[bytes]) -> tuple[list[_Block], _Final | None]:
+    """What the second process left, given its exit status; nothing if it failed."""
+    if os.waitstatus_to_exitcode(status) == 0:
+        return _read_index(index)
+    REPORT.fallback = "the second process failed"
+    return [], None
 
 
 def _read_index(index: IO[bytes]) -> tuple[list[_Block], _Final | None]:

@@ -11,6 +11,7 @@ on alone where they never meet, and read on alone when the second process fails.
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -39,11 +40,17 @@ def render(records: list) -> str:
     return "".join(repr(r) + "\n" for r in records)
 
 
-def read(path: Path, *, split_at: float | None, max_warnings: int = 10_000) -> tuple:
+def read(
+    path: Path, *, split_at: float | None, max_warnings: int = 10_000, wait: bool = True
+) -> tuple:
     """Everything a caller of ``iter_pieces`` sees, read by one process (``split_at`` None)
-    or split at that fraction of the file."""
+    or split at that fraction of the file. ``wait``: this process waits for the other at
+    the split, so the join is tried whatever the load (without it, which process finishes
+    first depends on the machine, and only the output may be compared)."""
     parser = LogParser(source=str(path), max_warnings=max_warnings)
-    kwargs = {"min_bytes": 1 << 62} if split_at is None else {"min_bytes": 0, "at": split_at}
+    kwargs: dict = {"min_bytes": 1 << 62}
+    if split_at is not None:
+        kwargs = {"min_bytes": 0, "at": split_at, "wait": wait}
     pieces = list(split.iter_pieces(open_log(path), parser, render, **kwargs))
     return (
         "".join(p.text for p in pieces),
@@ -57,7 +64,10 @@ def read(path: Path, *, split_at: float | None, max_warnings: int = 10_000) -> t
 
 
 def same_both_ways(path: Path, at: float, max_warnings: int = 10_000) -> split.Report:
+    """Split or not, waiting at the split or reading on: the same; the report of the
+    waiting reading (whose path through the join does not depend on timing)."""
     one = read(path, split_at=None, max_warnings=max_warnings)
+    assert read(path, split_at=at, max_warnings=max_warnings, wait=False) == one
     two = read(path, split_at=at, max_warnings=max_warnings)
     assert two == one
     return split.REPORT
@@ -119,7 +129,7 @@ def test_stopping_early_ends_the_second_process(tmp_path: Path) -> None:
     log = tmp_path / "all.log"
     log.write_bytes(b"".join(p.read_bytes() for p in LOG_FIXTURES) * 4)
     pieces = split.iter_pieces(open_log(log), LogParser(), render, min_bytes=0)
-    next(pieces)
+    next(pieces)  # the first half's first block: the second process is running or done
     pid = split.REPORT.pid
     assert pid
     pieces.close()
@@ -168,6 +178,7 @@ def test_the_command_prints_the_same_split_or_not(
     log.write_bytes(b"".join(p.read_bytes() for p in LOG_FIXTURES) * 3)
     args = ["log", str(log)] + (["--json"] if as_json else [])
     monkeypatch.setattr(split, "MIN_BYTES", 0)
+    monkeypatch.setattr(split, "iter_pieces", partial(split.iter_pieces, wait=True))
     two = cli(*args)
     assert split.REPORT.joined_after is not None
     monkeypatch.setenv("REPROBUILD_LOG_PROCESSES", "1")
