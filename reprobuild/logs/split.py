@@ -16,8 +16,9 @@ The caller passes ``render`` (records to text) and receives the text in order, s
 other process renders its records too and hands over text, not objects: nothing crosses
 between the processes but bytes in two unlinked temporary files, the text and a JSON index
 (a line per block: fingerprint, text offset, counts; then the final warnings, engine
-layers and line count). Only regular files on POSIX systems with two or more usable CPUs
-and at least ``MIN_BYTES`` are split; anything else is read here alone.
+layers and line count). Only regular files of at least ``MIN_BYTES``, on Linux (where
+``fork`` is safe) with two or more usable CPUs, are split; anything else is read here
+alone, as is everything when ``REPROBUILD_LOG_PROCESSES=1``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import codecs
 import json
 import os
 import signal
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -82,7 +84,7 @@ class _Final:
 
 @dataclass
 class Report:
-    """How the last ``iter_pieces`` read went; tests and the bench read it."""
+    """How the last ``iter_pieces`` read went (tests read it: which way the join went)."""
 
     split_at: int | None = None  # the byte offset the second process started at
     pid: int | None = None  # the second process
@@ -124,19 +126,23 @@ def iter_pieces(
     if (
         size is None
         or size < max(threshold, 1)
-        or not hasattr(os, "fork")
+        or not sys.platform.startswith("linux")  # fork is safe there; elsewhere one process
         or _cpus() < 2
         or size > cap("log")  # read alone, to stop at the cap where one reading stops
         or os.environ.get("REPROBUILD_LOG_PROCESSES") == "1"
     ):
         with src:
-            for records in iter_blocks(src.chunks(), parser):
-                if records:
-                    yield _piece(records, render)
-            yield _piece(parser.finish(), render)
+            yield from _alone(src.chunks(), parser, render)
         return
     with src:
         yield from _split(src, parser, render, _split_point(src, size, at), wait)
+
+
+def _alone(chunks: Iterable[bytes], parser: LogParser, render: Render) -> Iterator[Piece]:
+    for records in iter_blocks(chunks, parser):
+        if records:
+            yield _piece(records, render)
+    yield _piece(parser.finish(), render)
 
 
 def _split_point(src: LogSource, size: int, at: float) -> int:
@@ -162,15 +168,21 @@ def _split(
     records) the two share the work, and the text copied over is only what this process
     did not read itself."""
     if split == 0:  # one line, or none: nothing to share
-        for records in iter_blocks(src.chunks_at(0), parser):
-            if records:
-                yield _piece(records, render)
-        yield _piece(parser.finish(), render)
+        yield from _alone(src.chunks_at(0), parser, render)
         return
-    REPORT.split_at = split
-    text = tempfile.TemporaryFile()
-    index = tempfile.TemporaryFile()
-    pid = REPORT.pid = os.fork()
+    text = index = None
+    try:
+        text = tempfile.TemporaryFile()
+        index = tempfile.TemporaryFile()
+        pid = os.fork()
+    except OSError:  # no temporary directory, no process to spare: read it here alone
+        for f in (text, index):
+            if f is not None:
+                f.close()
+        REPORT.fallback = "no second process"
+        yield from _alone(src.chunks_at(0), parser, render)
+        return
+    REPORT.split_at, REPORT.pid = split, pid
     if pid == 0:  # the second process: never returns
         code = 1
         try:

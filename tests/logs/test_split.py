@@ -124,6 +124,17 @@ def test_a_failed_second_process_is_read_here(
     assert report.fallback == "the second process failed"
 
 
+def test_no_process_to_spare_is_read_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(split.os, "fork", no_fork)
+    log = tmp_path / "all.log"
+    log.write_bytes(b"".join(p.read_bytes() for p in LOG_FIXTURES))
+    report = same_both_ways(log, 0.5)
+    assert report.fallback == "no second process" and report.split_at is None
+
+
 def test_stopping_early_ends_the_second_process(tmp_path: Path) -> None:
     """A reader that stops (Ctrl-C, a closed pipe) leaves no process behind."""
     log = tmp_path / "all.log"
