@@ -137,8 +137,11 @@ def show(
             "prints each layer's precisions, kernel and ONNX nodes",
             err=True,
         )
-    for w in parser.warnings:
-        typer.echo(f"warning: {file}:{w.line}: {w.kind}: {w.message}", err=True)
+    if parser.warnings:  # one write: a log can hold 10,000 of them
+        typer.echo(
+            "\n".join(f"warning: {file}:{w.line}: {w.kind}: {w.message}" for w in parser.warnings),
+            err=True,
+        )
     if parser.warnings_dropped:
         typer.echo(f"warning: {parser.warnings_dropped} more warning(s) not shown", err=True)
 
