@@ -46,6 +46,10 @@ MIN_BYTES = 64 << 20
 """Smaller logs are read by one process: a second costs a fork and a join, and below this
 size the whole read takes about two seconds (``scripts/bench_parse.py`` measures both)."""
 
+WAIT = False
+"""Whether this process waits for the other at the split (``iter_pieces``'s ``wait``
+default). Tests set it: the join is then tried whatever the machine's load."""
+
 _COPY = 1 << 20  # bytes of the other process's text decoded and handed on at once
 
 Render = Callable[[list[TacticRecord]], str]
@@ -113,12 +117,13 @@ def iter_pieces(
     *,
     min_bytes: int | None = None,
     at: float = 0.5,
-    wait: bool = False,
+    wait: bool | None = None,
 ) -> Iterator[Piece]:
     """The rendered records of ``src`` in order; ``parser`` holds the warnings, engine
     layers and line count afterwards, as after reading the log alone. ``at`` is where the
-    second process starts, as a fraction of the file; ``wait`` makes this process wait
-    for it there (tests: the join is then always tried, whatever the machine's load)."""
+    second process starts, as a fraction of the file; ``wait`` (default ``WAIT``) makes
+    this process wait for it there (tests: the join is then always tried, whatever the
+    machine's load)."""
     global REPORT
     REPORT = Report()
     size = src.size()
@@ -135,7 +140,9 @@ def iter_pieces(
             yield from _alone(src.chunks(), parser, render)
         return
     with src:
-        yield from _split(src, parser, render, _split_point(src, size, at), wait)
+        yield from _split(
+            src, parser, render, _split_point(src, size, at), WAIT if wait is None else wait
+        )
 
 
 def _alone(chunks: Iterable[bytes], parser: LogParser, render: Render) -> Iterator[Piece]:

@@ -11,7 +11,6 @@ on alone where they never meet, and read on alone when the second process fails.
 from __future__ import annotations
 
 import os
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -189,7 +188,7 @@ def test_the_command_prints_the_same_split_or_not(
     log.write_bytes(b"".join(p.read_bytes() for p in LOG_FIXTURES) * 3)
     args = ["log", str(log)] + (["--json"] if as_json else [])
     monkeypatch.setattr(split, "MIN_BYTES", 0)
-    monkeypatch.setattr(split, "iter_pieces", partial(split.iter_pieces, wait=True))
+    monkeypatch.setattr(split, "WAIT", True)  # the join tried whatever the load
     two = cli(*args)
     assert split.REPORT.joined_after is not None
     monkeypatch.setenv("REPROBUILD_LOG_PROCESSES", "1")
