@@ -54,9 +54,7 @@ class LogSource:
         try:
             block = self._fh.read(CHUNK)
         except OSError as err:
-            raise LogParseError(
-                f"{self.name}: read failed ({err.strerror or err}); check the file"
-            ) from None
+            raise LogParseError(_read_failed(self.name, err)) from None
         self._read += len(block)
         if self._read > self._limit:
             raise LogParseError(_over_limit(self.name, self._limit))
@@ -114,15 +112,17 @@ class LogSource:
             try:
                 block = os.pread(self._fh.fileno(), want, pos)
             except OSError as err:
-                raise LogParseError(
-                    f"{self.name}: read failed ({err.strerror or err}); check the file"
-                ) from None
+                raise LogParseError(_read_failed(self.name, err)) from None
             if not block:
                 return
             pos += len(block)
             if pos > self._limit:
                 raise LogParseError(_over_limit(self.name, self._limit))
             yield block
+
+
+def _read_failed(name: str, err: OSError) -> str:
+    return f"{name}: read failed ({err.strerror or err}); check the file"
 
 
 def _over_limit(name: str, limit: int) -> str:
