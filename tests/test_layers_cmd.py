@@ -192,7 +192,9 @@ def test_unnamed_nodes_of_a_converted_plan_map_like_onnx_tensorrt(tmp_path: Path
         [w],
     )
     model = tmp_path / "unnamed.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8  # what opset 17 needs: make_model stamps the installed onnx's newest
+    onnx.save(proto, model)
     result = reprobuild.build(
         model,
         lock=tmp_path / "t.lock",

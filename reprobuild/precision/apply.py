@@ -90,6 +90,25 @@ def _convert_generator(node: onnx.NodeProto, low: int) -> None:
     )
 
 
+def _drop_noop_cast(
+    node: onnx.NodeProto, was: int | None, now: tuple[str, int | None] | None
+) -> None:
+    """A Cast whose input the conversion already made its target type becomes an Identity.
+
+    It computes nothing either way, but ONNX Runtime before 1.32 cannot load a model with a
+    FLOAT16-to-FLOAT16 Cast between FLOAT16 nodes its CPU provider runs in FP32 (the Casts it
+    inserts retype the Cast's output to FP32, and the load fails), and the accuracy check runs
+    the converted model in whatever ONNX Runtime is installed. The node keeps its name, so
+    the plan and the engine's layers still find it. A Cast that was a no-op in the model
+    itself is the model's own and stays.
+    """
+    to = next((a.i for a in node.attribute if a.name == "to"), None)
+    if now is None or now[1] != to or was == to:
+        return
+    node.op_type = "Identity"
+    del node.attribute[:]
+
+
 def _check_observed(an: Analysis, entries: list[NodePrecision]) -> None:
     """An observed plan changes nothing; it only has to still describe the model."""
     for info, e in zip(an.infos, entries, strict=True):
@@ -286,6 +305,9 @@ def apply_plan(model: onnx.ModelProto, plan: PrecisionPlan) -> onnx.ModelProto:
             node.input[pos] = name
         if conv[i] and info.node.op_type in GENERATOR_OPS:
             _convert_generator(node, low)
+        if node.op_type == "Cast" and node.input:
+            x0 = info.node.input[0]
+            _drop_noop_cast(node, an.types.get(x0), cur.get(x0))
         after: list[onnx.NodeProto] = []
         for pos, o in enumerate(info.node.output):
             if not o:

@@ -56,9 +56,32 @@ def ort_session(model: bytes | str | os.PathLike[str], what: str) -> Any:
         return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
     except Exception as err:  # noqa: BLE001 - ORT raises several unrelated types
         raise UsageError(
-            f"ONNX Runtime cannot load the {what} on the CPU ({_first_line(err)[:300]}); check "
-            "the model with onnx.checker"
+            f"ONNX Runtime {ort.__version__} cannot load the {what} on the CPU "
+            f"({_first_line(err)[:300]}); {_load_fix(src)}"
         ) from None
+
+
+def _load_fix(src: bytes | str) -> str:
+    """What to do about a model ONNX Runtime refused: a too-new IR version, or the checker.
+
+    ``onnx.helper.make_model`` stamps the installed onnx's newest IR version whatever the
+    opsets need, and an ONNX Runtime older than that onnx refuses it with a bare
+    "Unsupported"; the fix is the IR version the opsets need, which every runtime reads.
+    """
+    try:
+        if isinstance(src, bytes):
+            model = onnx.ModelProto.FromString(src)
+        else:
+            model = onnx.load(src, load_external_data=False)
+        need = onnx.helper.find_min_ir_version_for(list(model.opset_import), True)
+    except Exception:  # noqa: BLE001 - only a hint; the runtime's own error is already said
+        return "check the model with onnx.checker"
+    if model.ir_version > need:
+        return (
+            f"its IR version {model.ir_version} may be newer than this onnxruntime reads: save "
+            f"it with ir_version = {need} (what its opsets need) or upgrade onnxruntime"
+        )
+    return "check the model with onnx.checker"
 
 
 def _tensor_bytes(an: Analysis, name: str) -> int:

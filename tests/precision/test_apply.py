@@ -14,7 +14,7 @@ from reprobuild.errors import UsageError
 from reprobuild.lock.plan import NodePrecision, PrecisionPlan
 from reprobuild.precision.apply import apply_plan
 from reprobuild.precision.calibration import load_calibration
-from reprobuild.precision.measure import plan_error
+from reprobuild.precision.measure import ort_session, plan_error
 from reprobuild.precision.rules import derive_plan
 
 from ..conftest import EXAMPLES
@@ -314,3 +314,12 @@ def test_any_plan_gives_a_valid_model(seed: int, choices: list[str], keep_io: bo
             assert types[node.output[0]] == FP16
         elif c == "fp32":
             assert {types[x] for x in node.input} == {FLOAT}
+
+
+def test_a_model_too_new_for_onnx_runtime_is_refused_with_the_ir_version_to_save() -> None:
+    """``make_model`` stamps the installed onnx's newest IR version; an older ONNX Runtime
+    refuses it with a bare "Unsupported", so the message says which IR version to save."""
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])], [])
+    model.ir_version = 99  # newer than any runtime reads
+    with pytest.raises(UsageError, match="save it with ir_version = 8 .* or upgrade onnxruntime"):
+        ort_session(model.SerializeToString(), "model")
