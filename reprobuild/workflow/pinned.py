@@ -153,8 +153,8 @@ def entries_from_records(
             by_key[rec.key] = rec
     unlogged = {k: t for k, t in cache_map.items() if k not in by_key}
     named = attribute_keyless(unlogged, records, layer_info)
-    for key, entry in named.items():  # the backend's own data settles what evidence cannot
-        if known and key in known and entry.layer.startswith(("<one of ", "<cache-only ")):
+    for key in named:  # the backend's own data, where it has some, settles every such key
+        if known and key in known:
             layer, cands = known[key]
             locked = sorted({LockCandidate(h, k) for h, k in cands}, key=lambda c: c.tactic)
             kernel = next((c.kernel for c in locked if c.tactic == cache_map[key]), None)

@@ -6,6 +6,7 @@ reach the lock exactly, with its own candidates, and no other layer may lose any
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +45,6 @@ def _model(path: Path) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_escape_keeps_a_name_on_one_line(name: str) -> None:
-    import json
-
     text = escape_name(name)
     assert "\n" not in text and text == text.strip()
     assert text == name or json.loads(text) == name
@@ -62,3 +61,18 @@ def test_hostile_names_reach_the_lock_exactly(tmp_path: Path, cli, monkeypatch) 
     assert not any(e.layer == "fc9" for e in lock.layers)
     r = cli("build", "m.onnx", "--lock", "t.lock", "--backend", "reference", "-q", "--frozen")
     assert r.code == 0, r  # the names round-trip: a locked build finds no drift
+
+
+def test_a_key_the_log_does_not_name_takes_the_backends_candidates() -> None:
+    """A key whose log line was unreadable (a name carrying a forged ``(key: ...)`` puts the
+    forged key first on its line) is named from the engine inspector; its candidates still
+    come from the backend's own data, whether the inspector names it exactly or not (which
+    one happens depends on which tactics the layers chose)."""
+    from reprobuild.workflow.pinned import entries_from_records
+
+    key = "0x" + "a" * 32
+    info = json.dumps({"Layers": [{"Name": "L", "TacticValue": "0x5", "TacticName": "k5"}]})
+    known = {key: ("L", [(5, "k5"), (7, "k7")])}
+    (entry,), _ = entries_from_records([], {key: 5}, info, known)
+    assert (entry.layer, entry.kernel) == ("L", "k5")
+    assert [c.tactic for c in entry.candidates] == [5, 7]
