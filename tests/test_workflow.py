@@ -93,13 +93,22 @@ def test_lock_reproduces_under_different_timings(work: Path) -> None:
 
 
 def test_without_a_lock_timings_change_the_bits(work: Path) -> None:
-    """The problem reprobuild solves: noise picks other kernels, other bits come out."""
-    _build("mlp.onnx", "a.lock", "a.engine", timing="seed:1")
-    _build("mlp.onnx", "b.lock", "b.engine", timing="seed:5")  # seeds 1 and 5 differ on both
-    assert _engine_layers(Path("a.engine")) != _engine_layers(Path("b.engine"))
-    a, b = _outputs(Path("a.engine")), _outputs(Path("b.engine"))
-    assert a.tobytes() != b.tobytes()
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)  # same maths, other rounding
+    """The problem reprobuild solves: noise picks other kernels, other bits come out.
+
+    Each build's timings prefer another of fc1's candidates, so the kernels differ by
+    construction; seeded timings would not do: their choices follow the keys, which name the
+    machine's BLAS, and two seeds gave the same kernels on another machine."""
+    _build("mlp.onnx", "t.lock", "t.engine")
+    fc1 = next(e for e in load_lock("t.lock").layers if e.layer == "fc1")
+    assert len(fc1.candidates) > 1
+    outs = []
+    for i, c in enumerate(fc1.candidates):
+        _build("mlp.onnx", f"{i}.lock", f"{i}.engine", timing=f"prefer:{c.kernel}")
+        assert _engine_layers(Path(f"{i}.engine"))["fc1"] == c.kernel
+        outs.append(_outputs(Path(f"{i}.engine")))
+    assert len({o.tobytes() for o in outs}) > 1  # other kernels, other bits ...
+    for o in outs[1:]:
+        np.testing.assert_allclose(o, outs[0], rtol=1e-4, atol=1e-5)  # ... same maths
 
 
 def test_pin_then_build_uses_the_pinned_kernel(work: Path, cli) -> None:
