@@ -9,6 +9,7 @@ apply.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from reprobuild.backends.base import Backend
@@ -127,8 +128,25 @@ def carry_pins(old: list[LayerEntry], new: list[LayerEntry]) -> tuple[list[str],
             dropped.append(f"{pin.layer} (tactic 0x{pin.tactic:x} is no longer a candidate)")
             continue
         entry.tactic, entry.kernel, entry.pinned = pin.tactic, cand.kernel, True
+        _run_pinned_key(entry, named)
         kept.append(pin.layer)
     return kept, dropped
+
+
+def _run_pinned_key(entry: LayerEntry, layer_keys: list[LayerEntry]) -> None:
+    """Make the layer run the key a pin was carried to.
+
+    A layer with several keys (format combinations) runs the one whose time is lowest, so a
+    pin carried to a slower key (a schema-1 lock's Conv pinned to ``direct``, now its own
+    ``hwc`` key) would be written to a key the engine never runs. The pinned key's time
+    becomes the largest time below the layer's other keys' (unchanged when already lowest;
+    a 0 cannot be undercut, and equal times go to the earlier format); a locked build writes
+    that time back, so every build of the lock runs the pinned key.
+    """
+    others = [e.time_ms for e in layer_keys if e is not entry and e.time_ms is not None]
+    if entry.time_ms is None or not others or entry.time_ms < min(others):
+        return
+    entry.time_ms = math.nextafter(min(others), 0.0)
 
 
 def lock_keys_differ(cached: set[str], locked: set[str]) -> str | None:

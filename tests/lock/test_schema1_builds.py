@@ -74,7 +74,11 @@ def test_a_schema_1_reference_lock_keeps_its_keys_until_re_recorded(
     assert not new.others, "the old target is replaced, not kept beside today's"
     assert new.environment.identity and set(new.tactic_map()) != set(old.tactic_map())
     assert {e.layer: e.tactic for e in new.layers if e.pinned} == pinned
+    # conv1 now has two keys; the pin went to the one holding its tactic (hwc: direct), and
+    # that key must be the one conv1 runs, here and in every build of the re-recorded lock
     assert _engine_tactics("c.engine")["conv1"] == pinned["conv1"]
+    reprobuild.build(model, lock="old.lock", out="d.engine", frozen=True, **kw)
+    assert Path("d.engine").read_bytes() == Path("c.engine").read_bytes()
 
 
 def test_a_lock_whose_keys_match_neither_scheme_is_stale(tmp_path: Path, monkeypatch) -> None:
