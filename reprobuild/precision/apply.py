@@ -90,23 +90,24 @@ def _convert_generator(node: onnx.NodeProto, low: int) -> None:
     )
 
 
-def _drop_noop_cast(
-    node: onnx.NodeProto, was: int | None, now: tuple[str, int | None] | None
+def _noop_cast_to_identity(
+    node: onnx.NodeProto, was: tuple[int | None, int | None], now: tuple[int | None, int | None]
 ) -> None:
-    """A Cast whose input the conversion already made its target type becomes an Identity.
+    """A Cast or CastLike that the conversion made a no-op becomes an Identity.
 
-    It computes nothing either way, but ONNX Runtime before 1.32 cannot load a model with a
-    FLOAT16-to-FLOAT16 Cast between FLOAT16 nodes its CPU provider runs in FP32 (the Casts it
-    inserts retype the Cast's output to FP32, and the load fails), and the accuracy check runs
-    the converted model in whatever ONNX Runtime is installed. The node keeps its name, so
-    the plan and the engine's layers still find it. A Cast that was a no-op in the model
+    ``was`` and ``now`` are its (input, target) types in the model and as converted. It
+    computes nothing either way, but ONNX Runtime before 1.32 cannot load a model with a
+    FLOAT16-to-FLOAT16 Cast between FLOAT16 nodes its CPU provider runs in FP32 (the Casts
+    it inserts retype the Cast's output to FP32, and the load fails), and the accuracy check
+    runs the converted model in whatever ONNX Runtime is installed. The node keeps its name,
+    so the plan and the engine's layers still find it. A Cast that was a no-op in the model
     itself is the model's own and stays.
     """
-    to = next((a.i for a in node.attribute if a.name == "to"), None)
-    if now is None or now[1] != to or was == to:
+    if now[0] is None or now[0] != now[1] or was[0] == was[1]:
         return
     node.op_type = "Identity"
     del node.attribute[:]
+    del node.input[1:]
 
 
 def _check_observed(an: Analysis, entries: list[NodePrecision]) -> None:
@@ -198,6 +199,11 @@ def apply_plan(model: onnx.ModelProto, plan: PrecisionPlan) -> onnx.ModelProto:
         if pos == 0 and t == FLOAT and info.node.op_type in TYPE_AGNOSTIC_INPUT0:
             return None
         return t
+
+    def fed_type(i: int, pos: int) -> int | None:
+        """The type node i's input pos has as the converted node takes it."""
+        x = an.infos[i].node.input[pos]
+        return in_target(i, pos) or cur.get(x, (x, None))[1]
 
     pinned = set(an.subgraph_refs)
     if keep_io:
@@ -305,9 +311,12 @@ def apply_plan(model: onnx.ModelProto, plan: PrecisionPlan) -> onnx.ModelProto:
             node.input[pos] = name
         if conv[i] and info.node.op_type in GENERATOR_OPS:
             _convert_generator(node, low)
-        if node.op_type == "Cast" and node.input:
-            x0 = info.node.input[0]
-            _drop_noop_cast(node, an.types.get(x0), cur.get(x0))
+        if (node.op_type, len(node.input)) in (("Cast", 1), ("CastLike", 2)):
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            x, like = info.node.input[0], info.node.input[-1]  # a Cast: its ``to``
+            was = (an.types.get(x), to or an.types.get(like))
+            now = (fed_type(i, 0), to or fed_type(i, len(node.input) - 1))
+            _noop_cast_to_identity(node, was, now)
         after: list[onnx.NodeProto] = []
         for pos, o in enumerate(info.node.output):
             if not o:

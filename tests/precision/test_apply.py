@@ -323,3 +323,29 @@ def test_a_model_too_new_for_onnx_runtime_is_refused_with_the_ir_version_to_save
     model.ir_version = 99  # newer than any runtime reads
     with pytest.raises(UsageError, match="save it with ir_version = 8 .* or upgrade onnxruntime"):
         ort_session(model.SerializeToString(), "model")
+
+
+def test_a_castlike_the_conversion_makes_a_no_op_becomes_an_identity() -> None:
+    """fc1 converted, its CastLike to FP16 casts FP16 to FP16: an Identity of the same name,
+    which every ONNX Runtime loads (1.30 refuses such a CastLike between FP16 nodes)."""
+    rng = np.random.default_rng(0)
+    model = _model(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["a"], name="fc1"),
+            helper.make_node("CastLike", ["a", "like"], ["b"], name="to_half"),
+            helper.make_node("MatMul", ["b", "w2"], ["y"], name="fc2"),
+        ],
+        [_vi("x", [2, 4])],
+        [_vi("y", [2, 3], FP16)],
+        [
+            _init("w1", rng.standard_normal((4, 4)).astype(np.float32)),
+            _init("like", np.zeros((1,), np.float16)),
+            _init("w2", rng.standard_normal((4, 3)).astype(np.float16)),
+        ],
+    )
+    feeds, desc = load_calibration(None, model)
+    mixed = apply_plan(model, derive_plan(model, "fp16", _opts(), feeds, desc))
+    _check(mixed)
+    node = next(n for n in mixed.graph.node if n.name == "to_half")
+    assert node.op_type == "Identity" and list(node.input) == ["a"]
+    assert plan_error(model, mixed, feeds)["max_abs"] < 1e-2
