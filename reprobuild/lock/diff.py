@@ -65,6 +65,19 @@ def ran_keys(layers: Iterable[LayerEntry]) -> dict[str, str]:
     return out
 
 
+def engine_of(layers: Iterable[LayerEntry]) -> dict[str, tuple[str, int, str | None]]:
+    """What the engine runs, per layer: the key (its format combination), tactic and kernel;
+    for a layer of several keys the one it runs (:func:`ran_keys`). Two locks with equal
+    maps build the same engine from the same model and settings."""
+    entries = list(layers)
+    ran = ran_keys(entries)
+    return {
+        e.layer: (e.key, e.tactic, e.kernel)
+        for e in entries
+        if ran.get(e.layer, e.key) == e.key
+    }
+
+
 def _time(e: LayerEntry) -> float:
     return math.inf if e.time_ms is None or math.isnan(e.time_ms) else e.time_ms
 
