@@ -72,9 +72,7 @@ def engine_of(layers: Iterable[LayerEntry]) -> dict[str, tuple[str, int, str | N
     entries = list(layers)
     ran = ran_keys(entries)
     return {
-        e.layer: (e.key, e.tactic, e.kernel)
-        for e in entries
-        if ran.get(e.layer, e.key) == e.key
+        e.layer: (e.key, e.tactic, e.kernel) for e in entries if ran.get(e.layer, e.key) == e.key
     }
 
 
