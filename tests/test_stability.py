@@ -144,7 +144,7 @@ def test_plot_has_every_key_a_legend_and_marks_clipped_bars(tmp_path: Path) -> N
     text = (tmp_path / "s.svg").read_text()
     for k in keys:
         assert f"{k.layer} {k.key[:8]}" in text
-    assert "ran 1/2" in text and "ran 2/2" in text and "900%" in text
+    assert "ran 1/2" in text and "ran 2/2" in text and "up to 900%" in text
     assert "kept candidate (named)" in text and "kern_0" in text
     assert "cost above the key's best in the same recording" in text
 

@@ -2,9 +2,9 @@
 one candidate too), each candidate's cost above its key's best *in the same recording* as a
 bar from its lowest to its highest over the recordings, against the tie band (measured the
 same way, so a kept candidate inside the band draws inside the shading). The kept candidate
-is red and named; a bar past the axis ends in an arrow with its highest value; the right
-margin says how many recordings ran the key (for a layer of several keys, the others ran
-another) and whether it is at risk.
+is red and named; a bar past the axis ends in an arrow (the row names the highest value);
+the right margin says how many recordings ran the key (for a layer of several keys, the
+others ran another) and whether it is at risk.
 
 Drawn with matplotlib, an optional extra (``pip install 'reprobuild[plot]'``): without it,
 ``--plot`` is refused with one line before any recording starts.
@@ -43,6 +43,7 @@ def write_plot(report: Any, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: a third of the bytes
     import matplotlib.pyplot as plt
 
     keys = [k for k in report.keys if k.above_best]
@@ -87,6 +88,7 @@ def _kept(k: Any) -> int | None:
 def _draw_key(ax: Any, y: int, k: Any, right: float) -> None:
     ax.barh(y, 100.0 * (k.band_rel or 0.0), left=0, height=0.8, color=_BAND, zorder=1)
     kept = _kept(k)
+    clipped = []
     for tactic, above in k.above_best.items():
         lo, hi = 100.0 * min(above), 100.0 * max(above)
         mine = tactic == kept
@@ -94,12 +96,14 @@ def _draw_key(ax: Any, y: int, k: Any, right: float) -> None:
         end = min(hi, right)
         ax.plot([lo, end], [y, y], color=colour, linewidth=3 if mine else 1.5, zorder=2)
         ax.plot([lo], [y], marker="|", color=colour, zorder=3)
-        if hi > right:  # clipped: an arrow at the edge and the highest value
+        if hi > right:  # clipped: an arrow at the edge
             ax.plot([right], [y], marker=">", color=colour, markersize=4, zorder=3, clip_on=False)
-            ax.text(right, y + 0.3, f"{hi:.0f}%", fontsize=5, ha="right", color=colour)
+            clipped.append(hi)
         if mine:
             ax.text(end, y - 0.15, f" {k.kernels.get(tactic) or hex(tactic)}", fontsize=5,
                     va="top", color=colour)  # fmt: skip
+    if clipped:  # one label per row: the highest value past the axis
+        ax.text(right, y + 0.3, f"up to {max(clipped):.0f}%", fontsize=5, ha="right")
     ran = [r for r in k.ran if r is not None]
     note = f" ran {sum(ran)}/{len(ran)}" + ("  at risk" if k.at_risk else "")
     ax.text(1.01, y, note, transform=ax.get_yaxis_transform(), va="center", fontsize=6,
