@@ -215,9 +215,7 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
             echo(f"{what} changed: {', '.join(keys)}")
     rows = [["+", e.layer, e.key, "", _entry_text(e), ""] for e in d.added]
     rows += [["-", e.layer, e.key, _entry_text(e), "", ""] for e in d.removed]
-    from reprobuild.lock.diff import in_band
-
-    verdicts = [in_band(c.a, c.b) if "tactic" in c.fields else None for c in d.changed]
+    verdicts = [c.tactic_in_band for c in d.changed]
     words = {True: "; noise (in band)", False: "; real", None: ""}
     rows += [
         ["~", c.b.layer, c.b.key, _entry_text(c.a), _entry_text(c.b)]

@@ -122,6 +122,11 @@ class EntryChange:
     b: LayerEntry
     fields: list[str]
 
+    @property
+    def tactic_in_band(self) -> bool | None:
+        """:func:`in_band` for a changed tactic; None where the tactic did not change."""
+        return in_band(self.a, self.b) if "tactic" in self.fields else None
+
 
 @dataclass
 class LockDiff:
@@ -173,8 +178,9 @@ class LockDiff:
                     "time_ms_a": c.a.time_ms,
                     "time_ms_b": c.b.time_ms,
                     "pinned_b": c.b.pinned,
-                    # only where either side recorded near-ties (docs/stability.md)
-                    **({} if (v := in_band(c.a, c.b)) is None else {"in_band": v}),
+                    # only for a tactic change where either side recorded near-ties
+                    # (docs/stability.md)
+                    **({} if (v := c.tactic_in_band) is None else {"in_band": v}),
                 }
                 for c in self.changed
             ],
