@@ -10,6 +10,9 @@ thread per core). Printed per model:
 
 - agreement: the share of timing-cache keys (lock entries) on which every recording kept
   the same tactic, for the default policy and for band 0;
+- what ships: the distinct engines (per layer: the key it runs, its tactic and kernel) and
+  the distinct recorded output digests over the recordings, for each policy (as
+  ``reprobuild stability`` counts them);
 - recording time, default vs band 0 (sum over the same interleaved schedule), goal <= 1.3x;
 - engine run time of a default-policy engine vs a band-0 engine (the first quiet recording
   of each, run alternately ``--runs`` times on seeded inputs; median), goal within 5 %;
@@ -44,7 +47,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the re-weighted zoo lives in tests/models
+from reprobuild.lock.diff import engine_of  # noqa: E402
+from reprobuild.lock.yamlio import load_lock  # noqa: E402
 from reprobuild.types import DEFAULT_TIE_BAND, TIE_RULES  # noqa: E402
+from reprobuild.workflow.stability import digests_of  # noqa: E402
 from tests.models import zoo  # noqa: E402
 
 GOALS = {"time": 1.3, "engine": 1.05, "stability": 6.0, "agreement": 0.99}
@@ -83,8 +89,17 @@ def record(model: Path, where: Path, band: float, busy: bool) -> dict:
     if proc.returncode:
         raise SystemExit(f"recording failed ({proc.returncode}): {proc.stderr[-500:]}")
     result = json.loads(proc.stdout)
+    lock = load_lock(where / "t.lock")
     return {"wall": wall, "duration_s": result["duration_s"], "tactics": result["tactic_map"],
-            "engine": where / "m.engine", "busy": busy, "load": load}  # fmt: skip
+            "engine": where / "m.engine", "busy": busy, "load": load,
+            "ships": (tuple(sorted(engine_of(lock.layers).items())), digests_of(lock))}  # fmt: skip
+
+
+def shipped(runs: list[dict]) -> str:
+    """Distinct engines and output digests over the recordings."""
+    engines = len({r["ships"][0] for r in runs})
+    digests = len({r["ships"][1] for r in runs if r["ships"][1]})
+    return f"{engines} distinct engine(s), {digests} distinct output digest(s)"
 
 
 def agreement(runs: list[dict]) -> float:
@@ -170,7 +185,8 @@ def stability_run(model: Path, records: int, plot: Path | None) -> float:
     data = json.loads(proc.stdout)
     print(
         f"  stability --records {records}: agreement {data['agreement']:.1%}, "
-        f"{len(data['layers_at_risk'])} keys at risk"
+        f"{len(data['layers_at_risk'])} keys at risk; {data['distinct_engines']} distinct "
+        f"engine(s), {data['distinct_output_digests']} distinct output digest(s)"
     )
     return wall
 
@@ -222,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--tie-band 0 {az:.1%} ({flips(z)} flipped); goal >= 99%: "
                 f"{'met' if ad >= GOALS['agreement'] else 'NOT met'}"
             )
+            print(f"  what ships: default policy {shipped(d)}; --tie-band 0 {shipped(z)}")
             sd, sz = sum(r["duration_s"] for r in d), sum(r["duration_s"] for r in z)
             print(
                 f"  recording time: default {sd:.1f} s vs band 0 {sz:.1f} s over the same "

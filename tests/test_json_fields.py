@@ -293,6 +293,8 @@ def run_scenarios(work: Path, root: Path) -> dict[str, Output]:
         )
     run("show_precision_int8", "show", "--lock", "i1.lock", "--precision", "--json")
     run("diff_precision", "diff", "i1.lock", "i2.lock", "--json")
+    # stability: key agreement beside what ships (distinct engines and output digests).
+    run("stability", "stability", "mlp.onnx", "--records", "2", *REF, "--json", knob="tie:1")
 
     # verify / bisect.
     run(

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from reprobuild.backends.reference.knob import key_factor
+from reprobuild.lock.diff import engine_of
+from reprobuild.lock.model import OutputDigest
 from reprobuild.types import DEFAULT_TIE_BAND, BuildSettings
-from reprobuild.workflow.stability import _per_key
+from reprobuild.workflow.stability import StabilityReport, _per_key, digests_of
 
 from .conftest import EXAMPLES, sample_lock
 
@@ -38,6 +40,9 @@ def test_json_per_layer_figures_from_injected_near_ties(work: Path, cli) -> None
         data["records"] == 2 and data["tie_band"] == DEFAULT_TIE_BAND and data["agreement"] == 1.0
     )
     assert len(data["recording_s"]) == 2
+    # what ships: the injected timings leave one engine and one set of bits
+    assert (data["distinct_engines"], data["distinct_output_digests"]) == (1, 1)
+    assert data["recording_engine"] == [0, 0] and data["engine_layers_differ"] == []
     for row in data["layers"]:
         assert row["held"] and row["flip_rate"] == 0.0
         # the knob's costs: the best is the key's factor, the next 0.4 % above it
@@ -78,6 +83,70 @@ def test_flip_rate_held_and_at_risk_on_hand_made_recordings() -> None:
     inside = steady[:3] + [recording(0x1001, 0x1001, 1.0)]  # blas well inside: no doubt
     (k,) = _per_key(inside, BuildSettings())
     assert k.held and not k.at_risk
+
+
+def _two_key_recording(first_runs: bool, digest: str):
+    """One recording of a model whose layer ``conv`` has two keys (two format combinations)
+    and whose other layers, ``n10`` and ``n2``, were built after it, ``n2`` first."""
+    lock = sample_lock(4)
+    names = ["conv", "conv", "n2", "n10"]
+    for e, name in zip(lock.layers, names, strict=True):
+        e.layer, e.time_ms = name, 1.0
+    lock.layers[0].time_ms = 1.0 if first_runs else 1.2
+    lock.layers[1].time_ms = 1.1
+    lock.layers[3].candidates = lock.layers[3].candidates[:1]  # one candidate: still a row
+    lock.outputs = [OutputDigest("seeded:0", digest)]
+    records = [
+        {"key": e.key, "from_cache": False,
+         "candidates": [{"tactic_hash": f"0x{c.tactic:x}", "cost_ms": 1.0 + 0.01 * i,
+                         "kernel": c.kernel} for i, c in enumerate(e.candidates)]}
+        for e in lock.layers
+    ]  # fmt: skip
+    return {"tie_break": {"layers": []}, "records": records}, lock
+
+
+def test_network_order_every_key_and_which_key_ran() -> None:
+    runs = [_two_key_recording(True, "aa" * 32), _two_key_recording(False, "bb" * 32)]
+    keys = _per_key(runs, BuildSettings())
+    assert [k.layer for k in keys] == ["conv", "conv", "n2", "n10"]  # not n10 before n2
+    assert [k.ran for k in keys] == [[True, False], [False, True], [True, True], [True, True]]
+    assert all(k.held for k in keys)  # every key kept its tactic: the key choice moved
+    assert keys[3].above_best == {keys[3].chosen[0]: [0.0, 0.0]}
+    assert keys[2].above_best[keys[2].chosen[0]] == [0.0, 0.0]
+    report = StabilityReport(
+        "m.onnx", 2, "reference", BuildSettings(), keys, [1.0, 1.0], 2.0,
+        [engine_of(lock.layers) for _, lock in runs], [digests_of(lock) for _, lock in runs],
+    )  # fmt: skip
+    assert report.agreement == 1.0
+    assert (report.distinct_engines, report.distinct_digests) == (2, 2)
+    assert report.engine_layers == ["conv"]
+    data = report.to_json()
+    assert data["recording_engine"] == [0, 1] and data["recording_output_digest"] == [0, 1]
+    same = StabilityReport(
+        "m.onnx", 2, "reference", BuildSettings(), keys, [1.0, 1.0], 2.0,
+        [engine_of(runs[0][1].layers)] * 2, [digests_of(runs[0][1])] * 2,
+    )  # fmt: skip
+    assert (same.distinct_engines, same.distinct_digests, same.engine_layers) == (1, 1, [])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="plot extra")
+def test_plot_has_every_key_a_legend_and_marks_clipped_bars(tmp_path: Path) -> None:
+    from reprobuild.cli.stability_plot import write_plot
+
+    runs = [_two_key_recording(True, "aa" * 32), _two_key_recording(False, "bb" * 32)]
+    keys = _per_key(runs, BuildSettings())
+    keys[2].above_best[0xBAD] = [0.1, 9.0]  # 900 % above: past the axis
+    report = StabilityReport(
+        "m.onnx", 2, "reference", BuildSettings(), keys, [1.0, 1.0], 2.0,
+        [engine_of(lock.layers) for _, lock in runs], [digests_of(lock) for _, lock in runs],
+    )  # fmt: skip
+    write_plot(report, tmp_path / "s.svg")
+    text = (tmp_path / "s.svg").read_text()
+    for k in keys:
+        assert f"{k.layer} {k.key[:8]}" in text
+    assert "ran 1/2" in text and "ran 2/2" in text and "up to 900%" in text
+    assert "kept candidate (named)" in text and "kern_0" in text
+    assert "cost above the key's best in the same recording" in text
 
 
 def test_plot_without_matplotlib_is_one_line_and_exit_2(

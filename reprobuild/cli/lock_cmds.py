@@ -18,7 +18,7 @@ from reprobuild.words import count
 
 if TYPE_CHECKING:
     from reprobuild.lock.diff import LockDiff
-    from reprobuild.lock.model import Lock
+    from reprobuild.lock.model import LayerEntry, Lock
     from reprobuild.types import Environment
 
 LockOpt = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to read/edit.")
@@ -183,7 +183,9 @@ def diff(
     target: str | None = TargetOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Compare two locks: layers added, removed, or with a changed tactic. Exit 1 if they differ.
+    """Compare two locks: everything that decides the engine (tactics, pins, which key a
+    layer of several keys runs and those keys' times, output digests, model, settings,
+    precision plan). Exit 1 if they differ: exactly when `merge` refuses them as one target.
 
     \b
     Example:
@@ -211,31 +213,21 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
     ):
         if keys:
             echo(f"{what} changed: {', '.join(keys)}")
-    rows = [["+", e.layer, e.key, "", f"0x{e.tactic:x}"] for e in d.added]
-    rows += [["-", e.layer, e.key, f"0x{e.tactic:x}", ""] for e in d.removed]
+    rows = [["+", e.layer, e.key, "", _entry_text(e), ""] for e in d.added]
+    rows += [["-", e.layer, e.key, _entry_text(e), "", ""] for e in d.removed]
+    verdicts = [c.tactic_in_band for c in d.changed]
+    words = {True: "; noise (in band)", False: "; real", None: ""}
     rows += [
-        [
-            "~",
-            eb.layer,
-            eb.key,
-            f"0x{ea.tactic:x} {ea.kernel or ''}".rstrip(),
-            f"0x{eb.tactic:x} {eb.kernel or ''}".rstrip(),
-        ]
-        for ea, eb in d.changed
+        ["~", c.b.layer, c.b.key, _entry_text(c.a), _entry_text(c.b)]
+        + [", ".join(c.fields) + words[v]]
+        for c, v in zip(d.changed, verdicts, strict=True)
     ]
-    head = ["", "layer", "key", str(a), str(b)]
-    from reprobuild.lock.diff import in_band
-
-    verdicts = [in_band(ea, eb) for ea, eb in d.changed]
-    if any(v is not None for v in verdicts):  # a column only where a band was recorded
-        head.append("change")
-        words = {True: "noise (in band)", False: "real", None: "real"}
-        for row in rows:
-            row.append("")
-        for row, v in zip(rows[len(rows) - len(verdicts) :], verdicts, strict=True):
-            row[-1] = words[v]
     if rows:
-        echo_lines(table_lines(head, rows))
+        echo_lines(table_lines(["", "layer", "key", str(a), str(b), "changed"], rows))
+    for k in d.key_choice_changed:
+        echo(f"key choice changed: {k.layer} runs {k.key_a or '-'} -> {k.key_b or '-'}")
+    for o in d.outputs_changed:
+        echo(f"output digest changed ({o.inputs}): {_short(o.sha256_a)} -> {_short(o.sha256_b)}")
     if d.precision_changed:
         echo(f"precision plan changed ({len(d.precision_changed)}):")
         echo_lines(
@@ -248,9 +240,24 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
     noise = sum(1 for v in verdicts if v)
     if noise:
         summary += f" ({noise} inside the tie band: noise)"
-    if d.precision_changed:
-        summary += f", {len(d.precision_changed)} precision plan changes"
+    for n, what in (
+        (len(d.key_choice_changed), "key choices"),
+        (len(d.outputs_changed), "output digests"),
+        (len(d.precision_changed), "precision plan changes"),
+    ):
+        if n:
+            summary += f", {n} {what}" + ("" if what.endswith("changes") else " changed")
     echo(summary if d.differs else "locks are equivalent")
+
+
+def _entry_text(e: LayerEntry) -> str:
+    """A side of a diff row: tactic and kernel, the recorded time, and a pin."""
+    time = "" if e.time_ms is None else f" {e.time_ms:.4g} ms"
+    return f"0x{e.tactic:x} {e.kernel or ''}".rstrip() + time + (" pinned" if e.pinned else "")
+
+
+def _short(digest: str | None) -> str:
+    return "-" if digest is None else digest[:12]
 
 
 def _show_candidates(lock: Path, data: Lock, as_json: bool) -> None:

@@ -14,6 +14,7 @@ from reprobuild.cli.build_cmds import BACKEND_HELP, RefTimingOpt, ThreadsOpt, ba
 from reprobuild.cli.render import echo, echo_lines, print_json, table_lines, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.types import DEFAULT_TIE_BAND
+from reprobuild.words import count
 
 
 def stability(
@@ -33,8 +34,9 @@ def stability(
     ref_timing: str = RefTimingOpt,
     threads: int | None = ThreadsOpt,
 ) -> None:
-    """Record MODEL N times, each with its own cache folder; per layer: flip rate, best and
-    second-best times, the tie band, whether the rule's choice held, and layers at risk.
+    """Record MODEL N times, each with its own cache folder; per key: flip rate, best and
+    second-best times, the tie band, whether the rule's choice held, whether its layer ran
+    it, and keys at risk; over the recordings: distinct engines and output digests.
 
     Exit 0 whatever the agreement (it is a measurement); 2 for bad input, or --plot without
     matplotlib installed.
@@ -75,6 +77,7 @@ def stability(
         [
             k.layer,
             k.key,
+            _ran(k.ran),
             "yes" if k.held else "no",
             f"{k.flip_rate:.0%}",
             _ms(k.best_ms),
@@ -84,7 +87,7 @@ def stability(
         ]
         for k in report.keys
     ]
-    head = ["layer", "key", "held", "flips", "best ms", "2nd ms", "band ms", ""]
+    head = ["layer", "key", "ran", "held", "flips", "best ms", "2nd ms", "band ms", ""]
     echo_lines(table_lines(head, rows))
     s = report.settings
     echo(
@@ -92,8 +95,20 @@ def stability(
         f"{s.tie_rule}): {sum(k.held for k in report.keys)} of {len(report.keys)} keys held "
         f"({report.agreement:.1%}), {len(report.at_risk)} at risk; {report.total_s:.1f} s"
     )
+    engines, digests = report.distinct_engines, report.distinct_digests
+    echo(
+        f"what ships: {count(engines, 'distinct engine')} and "
+        f"{count(digests, 'distinct output digest')} over the {report.records} recordings"
+        + (f" (layers that differ: {', '.join(report.engine_layers)})" if engines > 1 else "")
+    )
     if plot is not None:
         echo(f"plot: {plot}")
+
+
+def _ran(ran: list[bool | None]) -> str:
+    """How many recordings ran this key, of those that recorded it."""
+    known = [r for r in ran if r is not None]
+    return f"{sum(known)}/{len(known)}"
 
 
 def _ms(value: float | None) -> str:

@@ -1,5 +1,10 @@
-"""The stability plot: one row per layer (timing-cache key), each candidate's cost across the
-recordings as a bar from its fastest to its slowest recording, against the tie band.
+"""The stability plot: one row per timing-cache key in network order, every key (those with
+one candidate too), each candidate's cost above its key's best *in the same recording* as a
+bar from its lowest to its highest over the recordings, against the tie band (measured the
+same way, so a kept candidate inside the band draws inside the shading). The kept candidate
+is red and named; a bar past the axis ends in an arrow (the row names the highest value);
+the right margin says how many recordings ran the key (for a layer of several keys, the
+others ran another) and whether it is at risk.
 
 Drawn with matplotlib, an optional extra (``pip install 'reprobuild[plot]'``): without it,
 ``--plot`` is refused with one line before any recording starts.
@@ -30,41 +35,90 @@ def check_plot_path(path: Path) -> None:
     check_output_path(path, "plot")
 
 
+_KEPT, _OTHER, _BAND = "#c0392b", "#555555", "#d9e8f5"
+
+
 def write_plot(report: Any, path: Path) -> None:
-    """Candidates' cost relative to the key's median best (%), per recording spread, with
-    the band shaded; the rule's choice in the first recording is drawn in colour."""
+    """Draw ``report`` (a :class:`~reprobuild.workflow.stability.StabilityReport`)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text as text: a third of the bytes
     import matplotlib.pyplot as plt
 
-    keys = [k for k in report.keys if k.best_ms and len(k.costs) > 1]
-    height = max(2.5, 0.32 * len(keys) + 1.2)
+    keys = [k for k in report.keys if k.above_best]
+    height = max(2.8, 0.32 * len(keys) + 1.9)
     fig, ax = plt.subplots(figsize=(9, height))
+    right = max(30.0, 100.0 * 2.5 * report.settings.tie_band)
     for row, k in enumerate(keys):
-        y = len(keys) - 1 - row
-        rel = 100.0 * (k.band_rel or 0.0)
-        ax.barh(y, rel, left=0, height=0.8, color="#d9e8f5", edgecolor="none", zorder=1)
-        for tactic, costs in k.costs.items():
-            lo, hi = (100.0 * (min(costs) / k.best_ms - 1), 100.0 * (max(costs) / k.best_ms - 1))
-            chosen = tactic == k.chosen[0]
-            colour = "#c0392b" if chosen else "#555555"
-            ax.plot([lo, hi], [y, y], color=colour, linewidth=3 if chosen else 1.5, zorder=2)
-            ax.plot([lo], [y], marker="|", color=colour, zorder=3)
-        if k.at_risk:
-            ax.text(1.0, y, " at risk", transform=ax.get_yaxis_transform(), va="center",
-                    fontsize=7, color="#c0392b")  # fmt: skip
+        _draw_key(ax, len(keys) - 1 - row, k, right)
     ax.set_yticks(range(len(keys)))
-    ax.set_yticklabels([k.layer for k in reversed(keys)], fontsize=7)
-    ax.set_xlim(-5, max(30.0, 100.0 * 2.5 * report.settings.tie_band))
-    ax.set_xlabel("cost above the layer's best (%): bar = spread over the recordings")
+    ax.set_yticklabels([_label(k) for k in reversed(keys)], fontsize=7)
+    ax.set_ylim(-0.7, len(keys) - 0.3)
+    ax.set_xlim(-5, right)
+    ax.set_xlabel(
+        "cost above the key's best in the same recording (%): bar = lowest to highest "
+        "over the recordings"
+    )
     s = report.settings
     ax.set_title(
-        f"{Path(report.model).name}: {report.records} recordings, tie band {s.tie_band:g} "
-        f"(shaded), rule {s.tie_rule}; red = kept",
+        f"{Path(report.model).name}: {report.records} recordings, tie band {s.tie_band:g}, "
+        f"rule {s.tie_rule}; {report.distinct_engines} distinct engine(s)",
         fontsize=9,
+        pad=16,
     )
+    _legend(ax)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+
+
+def _label(k: Any) -> str:
+    """The layer and the start of the key: a layer of several keys has one row each."""
+    return f"{k.layer} {k.key[:8]}"
+
+
+def _kept(k: Any) -> int | None:
+    """The tactic most recordings kept."""
+    known = [t for t in k.chosen if t is not None]
+    return max(set(known), key=known.count) if known else None
+
+
+def _draw_key(ax: Any, y: int, k: Any, right: float) -> None:
+    ax.barh(y, 100.0 * (k.band_rel or 0.0), left=0, height=0.8, color=_BAND, zorder=1)
+    kept = _kept(k)
+    clipped = []
+    for tactic, above in k.above_best.items():
+        lo, hi = 100.0 * min(above), 100.0 * max(above)
+        mine = tactic == kept
+        colour = _KEPT if mine else _OTHER
+        end = min(hi, right)
+        ax.plot([lo, end], [y, y], color=colour, linewidth=3 if mine else 1.5, zorder=2)
+        ax.plot([lo], [y], marker="|", color=colour, zorder=3)
+        if hi > right:  # clipped: an arrow at the edge
+            ax.plot([right], [y], marker=">", color=colour, markersize=4, zorder=3, clip_on=False)
+            clipped.append(hi)
+        if mine:
+            ax.text(end, y - 0.15, f" {k.kernels.get(tactic) or hex(tactic)}", fontsize=5,
+                    va="top", color=colour)  # fmt: skip
+    if clipped:  # one label per row: the highest value past the axis
+        ax.text(right, y + 0.3, f"up to {max(clipped):.0f}%", fontsize=5, ha="right")
+    ran = [r for r in k.ran if r is not None]
+    note = f" ran {sum(ran)}/{len(ran)}" + ("  at risk" if k.at_risk else "")
+    ax.text(1.01, y, note, transform=ax.get_yaxis_transform(), va="center", fontsize=6,
+            color=_KEPT if k.at_risk else "black")  # fmt: skip
+
+
+def _legend(ax: Any) -> None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(color=_BAND, label="tie band"),
+        Line2D([], [], color=_KEPT, linewidth=3, label="kept candidate (named)"),
+        Line2D([], [], color=_OTHER, linewidth=1.5, label="other candidate"),
+        Line2D([], [], color=_OTHER, marker=">", linestyle="", label="past the axis (max shown)"),
+    ]
+    ax.legend(handles=handles, fontsize=6, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              ncol=4, frameon=False)  # fmt: skip

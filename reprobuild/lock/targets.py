@@ -132,23 +132,27 @@ def notes(recorded: Environment, here: Environment) -> list[str]:
 def merge(locks: list[tuple[str, Lock]]) -> Lock:
     """One lock holding every target of ``locks`` (``(path, lock)`` pairs, same model,
     settings and precision plan, else exit 2). The same target twice is kept once when its
-    sections are equal and refused (exit 2) when they differ."""
+    sections are the same lock (:func:`~reprobuild.lock.diff.diff_locks`, the definition
+    ``diff`` uses too) and refused (exit 2) when they differ."""
+    from reprobuild.lock.diff import diff_locks
+
     first_path, first = locks[0]
-    by_target: dict[str, tuple[str, Target]] = {}
+    by_target: dict[str, tuple[str, Lock]] = {}
     for path, lock in locks:
         if path != first_path:
             _same_build(first_path, first, path, lock)
         for target in lock.targets():
+            view = lock.select(target)
             seen = by_target.get(target.name)
             if seen is None:
-                by_target[target.name] = (path, target)
-            elif not _same_section(seen[1], target):
+                by_target[target.name] = (path, view)
+            elif diff_locks(seen[1], view).differs:
                 raise UsageError(
                     f"{path}: target {target.name} differs from the one in {seen[0]} "
-                    "(other tactics, pins, times or digests); re-record one of them, or keep "
+                    "(`reprobuild diff` shows how); re-record one of them, or keep "
                     "one lock's section by leaving the other lock out"
                 )
-    targets = [t for _, t in by_target.values()]
+    targets = [v.active() for _, v in by_target.values()]
     head, others = targets[0], targets[1:]
     merged = Lock(
         first.model, head.environment, first.settings, head.layers, first.precision,
@@ -159,30 +163,20 @@ def merge(locks: list[tuple[str, Lock]]) -> Lock:
 
 
 def _same_build(a_path: str, a: Lock, b_path: str, b: Lock) -> None:
-    problems = []
-    if (a.model.sha256, a.model.external_data) != (b.model.sha256, b.model.external_data):
-        problems.append("another model")
-    if a.settings != b.settings:
-        problems.append("other builder settings")
-    if a.precision != b.precision:
-        problems.append("another precision plan")
+    from reprobuild.lock.diff import diff_locks
+
+    d = diff_locks(a, b)
+    problems = [
+        what
+        for what, differs in (
+            ("another model", d.model_changed),
+            ("other builder settings", d.settings_changed),
+            ("another precision plan", d.precision_changed),
+        )
+        if differs
+    ]
     if problems:
         raise UsageError(
             f"{b_path}: cannot merge with {a_path}: {', '.join(problems)}; merge locks "
             "recorded from the same model, settings and precision plan"
         )
-
-
-def _same_section(a: Target, b: Target) -> bool:
-    def rows(t: Target) -> list[tuple]:
-        return sorted(
-            (e.key, e.layer, e.tactic, e.kernel, e.pinned, e.time_ms,
-             tuple(sorted((c.tactic, c.kernel or "") for c in e.candidates)))
-            for e in t.layers
-        )  # fmt: skip
-
-    return (
-        a.environment == b.environment
-        and rows(a) == rows(b)
-        and sorted(a.outputs, key=lambda o: o.inputs) == sorted(b.outputs, key=lambda o: o.inputs)
-    )
