@@ -6,7 +6,7 @@ candidates within the band of the best, the choice is made by a fixed rule that 
 time, so independent recordings agree wherever the band covers the noise.
 
 The band of one key (timing-cache key) is ``tie_band * best`` ms, ``best`` being the lowest
-cost among the key's candidates (a candidate's cost is the minimum of its runs). It is a
+cost among the key's candidates (a candidate's cost: :func:`robust_cost` of its runs). It is a
 fixed fraction: a band widened by each recording's measured noise moves its own edge from
 one recording to the next. The measured noise (the median, over the candidates timed more
 than once, of (second-fastest run - fastest run) / fastest run) is reported, not used.
@@ -57,9 +57,30 @@ UNSURE_BELOW = 0.5
 UNSURE_ABOVE = 1.0
 """A candidate is unsure (:func:`unsure`) while ``edge / (1 + UNSURE_BELOW * band) <
 cost / best <= edge * (1 + UNSURE_ABOVE * band)``, ``edge = 1 + band``. Wider above the
-edge: a cost is a minimum over runs, so more runs can only lower it, and a candidate
+edge: a cost is a low statistic over runs, so more runs mostly lower it, and a candidate
 lifted out of the band by a burst of load (one was seen 1.7x the best over six runs,
 the fastest in every other recording) comes back in only if it runs again."""
+
+OUTLIER_BELOW = 3.0
+"""A run more than this many times below its candidate's median run (the lower median)
+is impossible, not fast: :func:`robust_cost` leaves it out."""
+
+
+def robust_cost(runs: Sequence[float]) -> float:
+    """A candidate's cost: the fastest of its runs, leaving out any run more than
+    :data:`OUTLIER_BELOW` times below the lower median of its runs.
+
+    Why not the plain minimum: one impossible reading then decides (a kernel timed
+    [1.081, 0.591, 0.038] ms became the best and pushed a 0.41 ms kernel out of the band).
+    Why not the median: load only ever slows a run, so the fastest sane run is the one
+    least disturbed, and settling rounds rely on more runs lowering the cost. With fewer
+    than three runs the lower median is the minimum, so nothing is left out: two runs
+    cannot say which one is the outlier (a cold first run is the slow one)."""
+    finite = sorted(r for r in runs if math.isfinite(r))
+    if not finite:
+        return math.inf
+    floor = statistics.median_low(finite) / OUTLIER_BELOW
+    return next(r for r in finite if r >= floor)
 
 
 @dataclass(frozen=True)
@@ -72,8 +93,8 @@ class TieCandidate:
 
     @property
     def cost(self) -> float:
-        """The cost the builder compares: the fastest run."""
-        return min(self.runs) if self.runs else math.inf
+        """The cost the builder compares: the fastest sane run (:func:`robust_cost`)."""
+        return robust_cost(self.runs)
 
 
 @dataclass(frozen=True)
