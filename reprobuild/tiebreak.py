@@ -260,3 +260,63 @@ def describe_policy(tie_band: float, rule: str, measured: str) -> dict[str, Any]
         "measured": measured,
         "rule_text": RULE_TEXT[rule],
     }
+
+
+@dataclass(frozen=True)
+class KeyOption:
+    """One timing-cache key of a layer (one format combination): its time, the kernel its
+    tactic runs and the key itself, which the rule between keys reads."""
+
+    key: str
+    time_ms: float
+    kernel: str | None = None
+
+    @property
+    def cost(self) -> float:
+        return math.inf if math.isnan(self.time_ms) else self.time_ms
+
+
+def key_rule_key(o: KeyOption, rule: str = DEFAULT_TIE_RULE) -> tuple[int, int, int]:
+    """The rule's order between keys: the key whose kernel is numerically steadier
+    (:func:`rule_key` without the tactic hash), then the lowest key hash."""
+    low, splits, _tactic = rule_key(TieCandidate(0, o.kernel, ()), rule)
+    return (low, splits, int(o.key, 16) if o.key.startswith("0x") else 0)
+
+
+def _band_edge(best: float, tie_band: float) -> float:
+    """The highest time within the band of ``best``, computed one way for choosing and
+    forcing alike (``best * (1 + band)`` can differ from it in the last bit)."""
+    return best + max(tie_band, 0.0) * best if math.isfinite(best) else best
+
+
+def choose_key(options: Sequence[KeyOption], tie_band: float, rule: str = DEFAULT_TIE_RULE) -> int:
+    """Index of the key a layer runs, in any order the keys were timed in: among the keys
+    whose time is within ``tie_band * best`` of the best, the first in :func:`key_rule_key`
+    order; with ``tie_band`` 0 the fastest (equal times: the lowest key hash). A NaN never
+    wins. The same band and rule as within a key, for the same reason: two keys timed
+    within noise of each other must not be chosen between by the noise."""
+    if not options:
+        raise ValueError("a layer needs at least one key")
+    best = min(o.cost for o in options)
+    edge = _band_edge(best, tie_band)
+    near = [i for i, o in enumerate(options) if o.cost <= edge]
+    order = (
+        (lambda i: key_rule_key(options[i], rule))
+        if tie_band > 0
+        else (lambda i: key_rule_key(options[i], rule)[2:])
+    )
+    return min(near, key=order)
+
+
+def forcing_times(
+    options: Sequence[KeyOption], runs: int, tie_band: float, rule: str = DEFAULT_TIE_RULE
+) -> list[float]:
+    """Each key's time such that :func:`choose_key` picks ``runs``: the given times when it
+    already does; else every other key's time raised just above the band of the running
+    key's (a locked build whose tactic change made another key preferable by the rule
+    keeps running the recorded key). The running key's own time is never changed."""
+    times = [o.time_ms for o in options]
+    if choose_key(options, tie_band, rule) == runs:
+        return times
+    floor = math.nextafter(_band_edge(options[runs].cost, tie_band), math.inf)
+    return [t if i == runs else max(t, floor) for i, t in enumerate(times)]
