@@ -22,6 +22,7 @@ from reprobuild.lock.yamlio import dumps_lock, load_lock, loads_lock, save_lock
 from reprobuild.tiebreak import KeyOption, TieCandidate, choose_key, decide, forcing_times
 from reprobuild.types import DEFAULT_TIE_BAND
 from reprobuild.workflow.build import build
+from reprobuild.workflow.verify import verify
 
 from .conftest import EXAMPLES
 
@@ -143,3 +144,30 @@ def test_a_build_that_runs_another_key_than_the_recorded_one_is_drift(recorded: 
     # the reference builder honours the lock's choice: it runs the key the lock names
     build("cnn.onnx", lock="t.lock", out="w.engine", backend=ReferenceBackend())
     assert _running("w.engine")["conv1"] == next(e.key for e in conv1 if e.runs)
+
+
+def _probes(doc: dict) -> list[tuple]:
+    rows = [*doc["control"]["probes"], *doc["sensitivity"]]
+    return [(p["key"], p["tried"], p["bits_flipped"], p["changed"], p["error"]) for p in rows]
+
+
+def test_the_control_and_sensitivity_are_the_same_with_and_without_caches(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a/: the stored recording cache says the other keys are far cheaper; b/: no caches/
+    # at all, and its recording build is timed by another knob
+    _cheapen_idle_keys("t.lock")
+    b = recorded.parent / "b"
+    b.mkdir()
+    for name in ("cnn.onnx", "t.lock"):
+        shutil.copy(recorded / name, b / name)
+    assert not (b / "caches").exists()
+    docs = []
+    retimed = ReferenceBackend(timing="reverse")
+    for folder, backend in ((recorded, ReferenceBackend()), (b, retimed)):
+        monkeypatch.chdir(folder)
+        report = verify(lock="t.lock", backend=backend, rebuilds=1, with_sensitivity=True)
+        assert report.reproducible and report.power is True
+        docs.append(report.to_json())
+    assert _probes(docs[0]) == _probes(docs[1])
+    assert any(p[3] for p in _probes(docs[0]))
