@@ -270,27 +270,26 @@ def cross_check_kernels(
     return check
 
 
-def idle_keys(layer_info_json: str, locked_entries: Sequence[_Entry]) -> set[str]:
-    """Keys the engine provably does not run: entries of a layer with several keys (format
-    combinations) whose tactic no matching engine layer shows, while another key's does.
+def running_keys(layer_info_json: str | None, entries: Sequence[_Entry]) -> dict[str, bool]:
+    """Of every layer with several keys (format combinations): whether the engine runs each
+    key, by the tactic the inspector shows for the layer. Layers the inspector cannot vouch
+    for (no match, names only, no key's tactic shown) are left out.
 
-    The builder runs one key per layer, the one whose cached time is lowest, so a tactic
-    switched in an idle key cannot reach the outputs. Layers the inspector cannot vouch for
-    (no match, names only, no tactic shown) yield nothing: their keys count as running.
-    """
+    The builder runs one key per layer (TensorRT: the lowest cached time; the reference
+    builder: the tie rule between keys), which the tactic map does not hold."""
     from reprobuild.logs.layerinfo import parse_layer_info
 
     groups: dict[str, list[_Entry]] = {}
-    for entry in locked_entries:
+    for entry in entries:
         if not entry.layer.startswith("<"):
             groups.setdefault(entry.layer, []).append(entry)
     groups = {name: group for name, group in groups.items() if len(group) > 1}
-    if not groups:
-        return set()
+    if not groups or not layer_info_json:
+        return {}
     info = parse_layer_info(layer_info_json, "engine layer information", strict=False)
     if info.names_only:
-        return set()
-    idle: set[str] = set()
+        return {}
+    out: dict[str, bool] = {}
     for name, group in groups.items():
         shown = [
             (layer.tactic_value, layer.tactic_name)
@@ -307,10 +306,70 @@ def idle_keys(layer_info_json: str, locked_entries: Sequence[_Entry]) -> set[str
                 for value, kernel in shown
             )
 
-        running = [e for e in group if runs(e)]
-        if running:
-            idle.update(e.key for e in group if e not in running)
-    return idle
+        running = {e.key: runs(e) for e in group}
+        if any(running.values()):
+            out.update(running)
+    return out
+
+
+def idle_keys(layer_info_json: str, locked_entries: Sequence[_Entry]) -> set[str]:
+    """Keys the engine provably does not run (:func:`running_keys`): a tactic switched in
+    an idle key cannot reach the outputs. Layers the inspector cannot vouch for yield
+    nothing: their keys count as running."""
+    return {k for k, runs in running_keys(layer_info_json, locked_entries).items() if not runs}
+
+
+def recorded_key_times(
+    entries: Sequence[Any], tactics: Mapping[str, int], tie_band: float, rule: str
+) -> dict[str, float | None]:
+    """Each entry's time to write back so that a builder choosing between a layer's keys by
+    the tie rule (:func:`reprobuild.tiebreak.choose_key`, the reference builder) runs the
+    key the lock records as running (``runs: true``) with ``tactics`` in place.
+
+    The recorded times, unchanged, where the rule already picks that key from them (a lock
+    built as recorded). A build that switches a tactic (the positive control, bisect) can
+    make the rule prefer another key (a steadier kernel): there the other keys' times are
+    raised just above the band of the running key, which keeps its own time; the build is
+    then the lock with the one change it names. TensorRT chooses by the lowest cached time
+    and has not been shown to honour such edits, so it is given the recorded times alone."""
+    from reprobuild.tiebreak import KeyOption, forcing_times
+
+    times: dict[str, float | None] = {e.key: getattr(e, "time_ms", None) for e in entries}
+    groups: dict[str, list[Any]] = {}
+    for e in entries:
+        groups.setdefault(e.layer, []).append(e)
+    for group in groups.values():
+        runs = [i for i, e in enumerate(group) if getattr(e, "runs", None)]
+        if len(group) < 2 or len(runs) != 1 or any(times[e.key] is None for e in group):
+            continue
+        options = []
+        for e in group:
+            tactic = tactics.get(e.key, e.tactic)
+            kernel = next((c.kernel for c in e.candidates if c.tactic == tactic), e.kernel)
+            options.append(KeyOption(e.key, float(times[e.key]), kernel))  # type: ignore[arg-type]
+        for e, t in zip(group, forcing_times(options, runs[0], tie_band, rule), strict=True):
+            times[e.key] = t
+    return times
+
+
+def key_choice_drift(layer_info_json: str | None, entries: Sequence[Any]) -> list[str]:
+    """Drift in the choice between a layer's keys: a layer whose engine runs another key
+    than the one the lock records as running (``runs: true``), naming both keys. A layer
+    the inspector cannot vouch for, or without a recorded choice, is not checked."""
+    ran = running_keys(layer_info_json, entries)
+    problems = []
+    by_layer: dict[str, list[Any]] = {}
+    for e in entries:
+        by_layer.setdefault(e.layer, []).append(e)
+    for layer, group in sorted(by_layer.items()):
+        want = [e.key for e in group if getattr(e, "runs", None)]
+        got = [e.key for e in group if ran.get(e.key)]
+        if len(want) == 1 and got and want != got:
+            problems.append(
+                f"layer {layer!r} runs key {', '.join(got)}, the lock records key {want[0]} "
+                "as the one it runs (the choice between its format combinations drifted)"
+            )
+    return problems
 
 
 def _check_layer(op_name: str, entries: list[_Entry], layers: Sequence, check: KernelCheck) -> None:

@@ -6,7 +6,7 @@ candidates within the band of the best, the choice is made by a fixed rule that 
 time, so independent recordings agree wherever the band covers the noise.
 
 The band of one key (timing-cache key) is ``tie_band * best`` ms, ``best`` being the lowest
-cost among the key's candidates (a candidate's cost is the minimum of its runs). It is a
+cost among the key's candidates (a candidate's cost: :func:`robust_cost` of its runs). It is a
 fixed fraction: a band widened by each recording's measured noise moves its own edge from
 one recording to the next. The measured noise (the median, over the candidates timed more
 than once, of (second-fastest run - fastest run) / fastest run) is reported, not used.
@@ -57,9 +57,30 @@ UNSURE_BELOW = 0.5
 UNSURE_ABOVE = 1.0
 """A candidate is unsure (:func:`unsure`) while ``edge / (1 + UNSURE_BELOW * band) <
 cost / best <= edge * (1 + UNSURE_ABOVE * band)``, ``edge = 1 + band``. Wider above the
-edge: a cost is a minimum over runs, so more runs can only lower it, and a candidate
+edge: a cost is a low statistic over runs, so more runs mostly lower it, and a candidate
 lifted out of the band by a burst of load (one was seen 1.7x the best over six runs,
 the fastest in every other recording) comes back in only if it runs again."""
+
+OUTLIER_BELOW = 3.0
+"""A run more than this many times below its candidate's median run (the lower median)
+is impossible, not fast: :func:`robust_cost` leaves it out."""
+
+
+def robust_cost(runs: Sequence[float]) -> float:
+    """A candidate's cost: the fastest of its runs, leaving out any run more than
+    :data:`OUTLIER_BELOW` times below the lower median of its runs.
+
+    Why not the plain minimum: one impossible reading then decides (a kernel timed
+    [1.081, 0.591, 0.038] ms became the best and pushed a 0.41 ms kernel out of the band).
+    Why not the median: load only ever slows a run, so the fastest sane run is the one
+    least disturbed, and settling rounds rely on more runs lowering the cost. With fewer
+    than three runs the lower median is the minimum, so nothing is left out: two runs
+    cannot say which one is the outlier (a cold first run is the slow one)."""
+    finite = sorted(r for r in runs if math.isfinite(r))
+    if not finite:
+        return math.inf
+    floor = statistics.median_low(finite) / OUTLIER_BELOW
+    return next(r for r in finite if r >= floor)
 
 
 @dataclass(frozen=True)
@@ -72,8 +93,8 @@ class TieCandidate:
 
     @property
     def cost(self) -> float:
-        """The cost the builder compares: the fastest run."""
-        return min(self.runs) if self.runs else math.inf
+        """The cost the builder compares: the fastest sane run (:func:`robust_cost`)."""
+        return robust_cost(self.runs)
 
 
 @dataclass(frozen=True)
@@ -239,3 +260,63 @@ def describe_policy(tie_band: float, rule: str, measured: str) -> dict[str, Any]
         "measured": measured,
         "rule_text": RULE_TEXT[rule],
     }
+
+
+@dataclass(frozen=True)
+class KeyOption:
+    """One timing-cache key of a layer (one format combination): its time, the kernel its
+    tactic runs and the key itself, which the rule between keys reads."""
+
+    key: str
+    time_ms: float
+    kernel: str | None = None
+
+    @property
+    def cost(self) -> float:
+        return math.inf if math.isnan(self.time_ms) else self.time_ms
+
+
+def key_rule_key(o: KeyOption, rule: str = DEFAULT_TIE_RULE) -> tuple[int, int, int]:
+    """The rule's order between keys: the key whose kernel is numerically steadier
+    (:func:`rule_key` without the tactic hash), then the lowest key hash."""
+    low, splits, _tactic = rule_key(TieCandidate(0, o.kernel, ()), rule)
+    return (low, splits, int(o.key, 16) if o.key.startswith("0x") else 0)
+
+
+def _band_edge(best: float, tie_band: float) -> float:
+    """The highest time within the band of ``best``, computed one way for choosing and
+    forcing alike (``best * (1 + band)`` can differ from it in the last bit)."""
+    return best + max(tie_band, 0.0) * best if math.isfinite(best) else best
+
+
+def choose_key(options: Sequence[KeyOption], tie_band: float, rule: str = DEFAULT_TIE_RULE) -> int:
+    """Index of the key a layer runs, in any order the keys were timed in: among the keys
+    whose time is within ``tie_band * best`` of the best, the first in :func:`key_rule_key`
+    order; with ``tie_band`` 0 the fastest (equal times: the lowest key hash). A NaN never
+    wins. The same band and rule as within a key, for the same reason: two keys timed
+    within noise of each other must not be chosen between by the noise."""
+    if not options:
+        raise ValueError("a layer needs at least one key")
+    best = min(o.cost for o in options)
+    edge = _band_edge(best, tie_band)
+    near = [i for i, o in enumerate(options) if o.cost <= edge]
+    order = (
+        (lambda i: key_rule_key(options[i], rule))
+        if tie_band > 0
+        else (lambda i: key_rule_key(options[i], rule)[2:])
+    )
+    return min(near, key=order)
+
+
+def forcing_times(
+    options: Sequence[KeyOption], runs: int, tie_band: float, rule: str = DEFAULT_TIE_RULE
+) -> list[float]:
+    """Each key's time such that :func:`choose_key` picks ``runs``: the given times when it
+    already does; else every other key's time raised just above the band of the running
+    key's (a locked build whose tactic change made another key preferable by the rule
+    keeps running the recorded key). The running key's own time is never changed."""
+    times = [o.time_ms for o in options]
+    if choose_key(options, tie_band, rule) == runs:
+        return times
+    floor = math.nextafter(_band_edge(options[runs].cost, tie_band), math.inf)
+    return [t if i == runs else max(t, floor) for i, t in enumerate(times)]

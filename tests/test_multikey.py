@@ -22,10 +22,12 @@ import pytest
 import reprobuild
 from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import ReferenceBackend, kernels
-from reprobuild.backends.reference.formats import FORMATS, fastest
+from reprobuild.backends.reference.formats import FORMATS
 from reprobuild.lock.model import LayerEntry, LockCandidate
 from reprobuild.lock.yamlio import load_lock
 from reprobuild.pinning import cross_check_kernels, idle_keys
+from reprobuild.tiebreak import KeyOption, choose_key, partial_sums
+from reprobuild.types import DEFAULT_TIE_BAND
 from reprobuild.workflow.bisect import bisect
 
 from .conftest import EXAMPLES
@@ -69,8 +71,10 @@ def test_a_conv_has_one_key_per_format_each_in_the_cache_log_and_engine(tmp_path
             assert ("ref_conv_direct_f32" in rows) == direct and len(rows) == (1 if direct else 4)
             value = cache.query(k["key"])
             assert int(k["tactic"], 16) == value.tactic_hash and k["time_ms"] == value.time_ms
-        # the layer runs the key with the lowest time, and the engine says which
-        runs = keys[fastest([k["time_ms"] for k in keys])]
+        # the layer runs the key the tie rule chooses by the keys' times, and the engine
+        # says which
+        options = [KeyOption(k["key"], k["time_ms"], k["kernel"]) for k in keys]
+        runs = keys[choose_key(options, DEFAULT_TIE_BAND)]
         assert (layer["key"], layer["kernel"], layer["format"]) == (
             runs["key"],
             runs["kernel"],
@@ -127,7 +131,7 @@ def test_the_cached_times_decide_which_key_a_layer_runs(tmp_path) -> None:
     ran = be.run(out.engine, feeds)
     before = ran
     assert before["c1"].tobytes() == _conv1_bits(runs["kernel"], feeds, path)
-    # the other key becomes the cheaper one: same tactics, other times
+    # the other key becomes the cheaper one, beyond the band: same tactics, other times
     assert cache.update(other["key"], int(other["tactic"], 16), runs["time_ms"] / 2)
     flipped, lines, cache = _build(be, path, cache)
     assert not parse_blocks(lines)  # nothing timed: the choice follows the cached times
@@ -144,12 +148,12 @@ def test_the_cached_times_decide_which_key_a_layer_runs(tmp_path) -> None:
     assert after["c1"].tobytes() == _conv1_bits(other["kernel"], feeds, path)  # the other
     assert after["c1"].tobytes() != before["c1"].tobytes()  # kernel: other last bits ...
     np.testing.assert_allclose(after["y"], before["y"], rtol=1e-5, atol=1e-5)  # same maths
-    # equal times: the first format (linear) runs
-    linear, hwc = conv1["keys"]
-    for k in (linear, hwc):
+    # equal times: the steadier kernel's key runs, then the lowest key hash
+    for k in conv1["keys"]:
         assert cache.update(k["key"], int(k["tactic"], 16), 0.25)
     tied, _, _ = _build(be, path, cache)
-    assert _layer(tied, "conv1")["key"] == linear["key"]
+    steady = min(conv1["keys"], key=lambda k: (partial_sums(k["kernel"]), int(k["key"], 16)))
+    assert _layer(tied, "conv1")["key"] == steady["key"]
 
 
 def test_a_key_missing_from_the_cache_is_timed_and_compared_with_the_cached_one(
@@ -343,6 +347,11 @@ def _conv_keys(cache, records) -> dict[str, list[str]]:
     return keys
 
 
+def _fastest(times: list[float]) -> int:
+    """TensorRT's choice between a layer's keys (the stand-in's): the lowest time."""
+    return min(range(len(times)), key=lambda i: (times[i], i))
+
+
 def test_the_standin_runs_the_format_combination_with_the_lowest_cached_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -366,11 +375,11 @@ def test_the_standin_runs_the_format_combination_with_the_lowest_cached_time(
         assert any(all("nhwc" in k for k in ks) for ks in kernels_of)
         assert any(not any("nhwc" in k for k in ks) for ks in kernels_of)
         values = [cache.query(k) for k in pair]
-        assert shown[name] == values[fastest([v.time_ms for v in values])].tactic_hash
+        assert shown[name] == values[_fastest([v.time_ms for v in values])].tactic_hash
     # conv1's other key becomes the cheaper one: its tactic runs, the outputs change
     pair = keys["conv1"]
     values = [cache.query(k) for k in pair]
-    slow = 1 - fastest([v.time_ms for v in values])
+    slow = 1 - _fastest([v.time_ms for v in values])
     assert cache.update(pair[slow], values[slow].tactic_hash, min(v.time_ms for v in values) / 2)
     flipped, _ = _standin_build(be, cache, pinned=True)
     assert _conv_tactics(flipped.layer_info)["conv1"] == values[slow].tactic_hash

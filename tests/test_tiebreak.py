@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from reprobuild.tiebreak import (
     decide,
     measured_noise,
     partial_sums,
+    robust_cost,
     rule_key,
     unsure,
 )
@@ -269,3 +271,23 @@ def test_the_tie_knob_injects_repeated_runs() -> None:
     runs = knob.runs("0x" + "1" * 32, ["a", "b"], [[9.0, 9.0, 9.0], [9.0, 9.0]])
     assert [len(r) for r in runs] == [3, 2]
     assert all(r[0] == min(r) for r in runs) and runs[0][1] != runs[0][0]
+
+
+def test_one_impossible_reading_cannot_decide_within_a_key() -> None:
+    # a splitk2 kernel timed [1.081, 0.591, 0.038] ms: the 0.038 reading is 13x below its
+    # other runs; the plain minimum made it the best and pushed blas (0.41 ms) out
+    splitk = TieCandidate(0x10, "ref_gemm_splitk2_f32", (1.081, 0.591, 0.038))
+    blas = TieCandidate(0x20, "ref_gemm_blas_f32", (0.41, 0.43, 0.42))
+    assert robust_cost(splitk.runs) == 0.591
+    d = decide([splitk, blas], DEFAULT_TIE_BAND)
+    assert d is not None and d.fastest == blas.tactic and d.chosen == blas.tactic
+
+
+@pytest.mark.parametrize(
+    ("runs", "cost"),
+    [((), math.inf), ((0.5,), 0.5), ((41.0, 0.14), 0.14), ((0.14, 0.35, 0.40), 0.14)],
+)
+def test_the_cost_is_the_fastest_sane_run(runs, cost) -> None:
+    # a cold first run (41 ms) never stands, two runs cannot name an outlier, a loaded
+    # machine's slower runs leave the fastest standing
+    assert robust_cost(runs) == cost

@@ -72,6 +72,11 @@ class Backend(Protocol):
     """Both backends implement this; keep it small."""
 
     name: str
+    key_rule: bool
+    """Whether the builder chooses between a layer's keys by the tie rule on their cached
+    times (:func:`reprobuild.tiebreak.choose_key`: the reference builder), so a locked build
+    can write back times that make it run the recorded key; False: the lowest cached time
+    (TensorRT), recorded and checked only."""
 
     def environment(self) -> Environment:
         """The fingerprint of this machine for this backend (GPU, versions)."""

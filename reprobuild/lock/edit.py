@@ -262,6 +262,8 @@ def show_rows(lock: Lock) -> list[dict[str, Any]]:
             "candidates": len(e.candidates),
             # only where the recording saw near-ties: other rows keep the fields they had
             **({"near_tie": True, "ties": len(e.ties)} if e.near_tie else {}),
+            # only on a layer with several keys: whether the engine runs this one
+            **({"runs": e.runs} if e.runs is not None else {}),
         }
         for e in lock.layers
     ]

@@ -60,6 +60,7 @@ _K = {
         "key",
         "tactic",
         "time",
+        "runs",
         "band",
         "ties",
         "kernel",
@@ -156,6 +157,8 @@ def _layer_events(layers: list[LayerEntry], out: list[Any]) -> None:
         out += (k["tactic"], _hex(e.tactic))
         if e.time_ms is not None:
             out += (k["time"], text_event(time_text(e.time_ms)))
+        if e.runs is not None:
+            out += (k["runs"], _TRUE if e.runs else _FALSE)
         if e.near_tie and e.band_ms is not None:
             out += (k["band"], text_event(time_text(e.band_ms)), k["ties"], _FLOW_SEQ)
             for t in e.ties:

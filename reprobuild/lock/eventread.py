@@ -47,9 +47,9 @@ _BOOL = "tag:yaml.org,2002:bool"
 _MERGE = "tag:yaml.org,2002:merge"
 # Every layer field name is one no YAML 1.1 resolver matches: plain or quoted, it is a str.
 _ENTRY_FIELDS = frozenset(
-    ("layer", "key", "tactic", "time", "kernel", "pinned", "candidates", "band", "ties")
+    ("layer", "key", "tactic", "time", "runs", "kernel", "pinned", "candidates", "band", "ties")
 )
-_TIMED_ONLY = frozenset(("time", "band", "ties"))  # schema 2 fields
+_TIMED_ONLY = frozenset(("time", "runs", "band", "ties"))  # schema 2 fields
 _MAX_DEPTH = 32  # a lock's head nests four levels; deeper is for the composing path
 _MISSING: Any = object()
 
@@ -227,6 +227,7 @@ class _Reader:
                     None if time is None else self.time(time),
                     None if f.get("band") is None else self.time(f["band"]),
                     f.get("ties") or [],
+                    None if f.get("runs") is None else self.boolean(f["runs"]),
                 )
             )
         return entries

@@ -5,7 +5,9 @@ and the digests of the outputs the engine gave.
 Design choices, after uv/Cargo lockfiles:
 - Entries are identified by timing-cache key; layer names may repeat in real logs.
 - Each entry keeps the time its key was recorded with, exactly: a builder chooses between
-  the several keys of one layer by their cached times, so a rebuild writes them back.
+  the several keys of one layer by their cached times, so a rebuild writes them back; and
+  of a layer with several keys, which one the engine runs (``runs``), checked on every
+  locked build.
 - One lock serves a fleet: each target's section is independent, and a build on a machine
   of another target adds a section without touching the others.
 - ``canonicalize`` fixes the order, so equal content always serializes to equal bytes and
@@ -59,6 +61,9 @@ class LayerEntry:
     # within it of the best, the chosen one included; empty where one candidate stood clear.
     band_ms: float | None = None
     ties: list[int] = field(default_factory=list)
+    # Of a layer with several keys (format combinations): whether the engine runs this key
+    # (the builder's choice between them, docs/stability.md); None with one key or unknown.
+    runs: bool | None = None
 
     @property
     def near_tie(self) -> bool:

@@ -234,7 +234,12 @@ def _layers(doc: Doc, value: Any, path: Path_, *, timed: bool) -> list[LayerEntr
     seen: dict[str, int] = {}
     for i, item in enumerate(doc.seq(value, path)):
         p = path + (i,)
-        optional = ("kernel", "pinned", "candidates", *(("time", "band", "ties") if timed else ()))
+        optional = (
+            "kernel",
+            "pinned",
+            "candidates",
+            *(("time", "runs", "band", "ties") if timed else ()),
+        )
         m = doc.mapping(item, p, ("layer", "key", "tactic"), optional)
         key = doc.key(m["key"], p + ("key",))
         if key in seen:
@@ -268,6 +273,7 @@ def _layers(doc: Doc, value: Any, path: Path_, *, timed: bool) -> list[LayerEntr
                     doc.tactic(t, p + ("ties", j))
                     for j, t in enumerate(doc.seq(m.get("ties") or [], p + ("ties",)))
                 ],
+                runs=None if m.get("runs") is None else doc.boolean(m["runs"], p + ("runs",)),
             )
         )
     return entries

@@ -5,7 +5,9 @@ group that changes the outputs is split in halves and both halves are searched, 
 search keeps going after the first culprit and names every layer whose tactic alone changes
 the outputs (``first``: it stops at the first one). When a group changes the outputs but
 neither half does (layers interact), it is narrowed to a smallest set by removing layers one
-by one, reported as one interacting group.
+by one, reported as one interacting group. Every build is lock A with B's tactics swapped
+in and A's recorded times and key choices written back (:func:`.pinned.switched`), never a
+re-timed cache, so the answer is the same with or without a stored recording cache.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK
 from reprobuild.workflow.context import announce_backend, open_lock, resolve_backend
 from reprobuild.workflow.outputs import load_inputs, output_hashes
-from reprobuild.workflow.pinned import pinned_build
+from reprobuild.workflow.pinned import pinned_build, switched
 from reprobuild.workflow.prepare import prepare_model
 
 __all__ = ["BisectResult", "bisect"]
@@ -88,8 +90,11 @@ def bisect(
             if swapped not in memo:
                 count += 1
                 progress(Step(f"build {count}: {len(swapped)} of {len(differing)} layers from B"))
-                tactics = {k: (other[k] if k in swapped else v) for k, v in base.items()}
-                pb = pinned_build(be, built_model, a.settings, tactics, cfile, quiet, [])
+                entries = switched(a.layers, {k: other[k] for k in swapped})
+                tactics = {e.key: e.tactic for e in entries}
+                pb = pinned_build(
+                    be, built_model, a.settings, tactics, cfile, quiet, [], entries=entries
+                )
                 memo[swapped] = output_hashes(samples.run(partial(be.run, pb.output.engine)))
             return memo[swapped]
 

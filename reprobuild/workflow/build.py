@@ -46,6 +46,7 @@ from reprobuild.workflow.pinned import (
     entries_from_records,
     key_set_message,
     log_layer_names,
+    mark_running,
     pinned_build,
     recording_cache,
     with_recorded_times,
@@ -375,6 +376,8 @@ def _locked(
         recording=rec,
         save=save,
     )
+    if extra or gone:  # the new layers' key choice, as this build made it
+        mark_running(new_lock.layers, pb.output.layer_info)
     built = Built(
         new_lock, pb.output, pb.records, pb.log_warnings, pb.cache_hits, pb.timed, False, changes
     )

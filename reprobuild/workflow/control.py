@@ -5,9 +5,11 @@ no tactic could have changed those bits (a saturated softmax, an argmax head, co
 inputs): every lock, even one that pins nothing, would "reproduce". So verify also runs a
 positive control: builds with one layer switched to another recorded candidate, the ones
 most likely to show first (:mod:`.alternatives`), until the outputs change or the build
-limit is reached, and its verdict says how many of the possible changes it tried;
-``--sensitivity`` switches every layer (reusing the control's builds), which maps the
-layers a lock really protects.
+limit is reached (each build is exactly the lock with that one tactic switched: the lock's
+recorded times and key choices written back, :func:`.pinned.switched`, so the figures are
+the same in any folder, with or without a stored recording cache), and its verdict says
+how many of the possible changes it tried; ``--sensitivity`` switches every layer
+(reusing the control's builds), which maps the layers a lock really protects.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from reprobuild.events import Progress, Step, quiet
 from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.pinning import idle_keys
 from reprobuild.workflow.alternatives import difference, ranked_alternatives
-from reprobuild.workflow.pinned import pinned_build
+from reprobuild.workflow.pinned import pinned_build, switched
 
 
 @dataclass
@@ -173,16 +175,17 @@ class ProbeContext:
 
     def _build_and_compare(self, entry: LayerEntry, tactic: int, kernel: str | None) -> TacticProbe:
         result = TacticProbe(entry.layer, entry.key, entry.tactic, tactic, kernel)
-        tactics = {**self.lock.tactic_map(), entry.key: tactic}
+        entries = switched(self.lock.layers, {entry.key: tactic})
         try:
             pb = pinned_build(
                 self.backend,
                 self.built_model,
                 self.lock.settings,
-                tactics,
+                {e.key: e.tactic for e in entries},
                 self.cache_file,
                 quiet,
                 [],
+                entries=entries,
                 strict=False,
             )
             if pb.after.get(entry.key) != tactic:

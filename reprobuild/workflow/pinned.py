@@ -22,7 +22,15 @@ from reprobuild.cachedir import get_or_record
 from reprobuild.errors import DriftError
 from reprobuild.events import LayersDone, Progress, Step
 from reprobuild.lock.model import LayerEntry, LockCandidate
-from reprobuild.pinning import cross_check_kernels, drift_message, tactic_map_drift, update_tactics
+from reprobuild.pinning import (
+    cross_check_kernels,
+    drift_message,
+    key_choice_drift,
+    recorded_key_times,
+    running_keys,
+    tactic_map_drift,
+    update_tactics,
+)
 from reprobuild.types import BuildSettings
 from reprobuild.words import count
 
@@ -200,6 +208,33 @@ def with_recorded_times(entries: list[LayerEntry], cache: TimingCache) -> list[L
     return entries
 
 
+def switched(entries: list[LayerEntry], tactics: dict[str, int]) -> list[LayerEntry]:
+    """The lock's entries with the named keys' tactics (and kernels) switched, everything
+    else as recorded: the recorded times and key choices a build that claims to be "the
+    lock with one change" writes back (the positive control, ``--sensitivity``,
+    ``bisect``), so it never depends on a re-timed cache."""
+    import dataclasses
+
+    out = []
+    for e in entries:
+        if e.key in tactics and tactics[e.key] != e.tactic:
+            t = tactics[e.key]
+            kernel = next((c.kernel for c in e.candidates if c.tactic == t), None)
+            e = dataclasses.replace(e, tactic=t, kernel=kernel)
+        out.append(e)
+    return out
+
+
+def mark_running(entries: list[LayerEntry], layer_info: str | None) -> list[LayerEntry]:
+    """Each entry of a layer with several keys marked with whether the engine runs it
+    (``runs``, :func:`reprobuild.pinning.running_keys`); the others left as they are."""
+    for key, runs in running_keys(layer_info, entries).items():
+        for e in entries:
+            if e.key == key:
+                e.runs = runs
+    return entries
+
+
 def log_layer_names(log: LogCollector | None) -> dict[str, str]:
     """Each key's layer as a recording build's log (or the backend's own data) names it."""
     if log is None:
@@ -330,6 +365,8 @@ def pinned_build(
     recorded = cache.tactic_map()
     names = {e.key: e.layer for e in entries or []}
     times = {e.key: e.time_ms for e in entries or []}
+    if getattr(backend, "key_rule", False):  # the builder's key choice follows the tie rule
+        times = recorded_key_times(entries or [], expected, settings.tie_band, settings.tie_rule)
     missing = sorted(set(expected) - set(recorded))
     if missing:
         new = sorted(set(recorded) - set(expected))
@@ -362,7 +399,7 @@ def pinned_build(
     timed = [r for r in log.records if r.key is not None and not r.from_cache]
     if entries:
         kernels = cross_check_kernels(output.layer_info, entries)
-        problems += kernels.problems
+        problems += kernels.problems + key_choice_drift(output.layer_info, entries)
         warnings += [w for w in kernels.warnings if w not in warnings]
     if problems and strict:
         raise DriftError(drift_message(problems, names) + (f" ({retry})" if retry else ""))

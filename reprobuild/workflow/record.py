@@ -20,6 +20,7 @@ from reprobuild.workflow.pinned import (
     Recording,
     SavedLog,
     entries_from_records,
+    mark_running,
     pinned_build,
     run_build,
     with_recorded_times,
@@ -97,6 +98,7 @@ def record(
         pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
         output, log_warnings = pb.output, log_warnings + pb.log_warnings
         ties.rebuilt, ties.second_build_timed = True, pb.timed
+    mark_running(new_lock.layers, output.layer_info)  # the key each layer runs
     return Built(
         new_lock,
         output,

@@ -11,7 +11,7 @@ to the same costs while it times, so there it agrees and nothing is written back
 
 With ``tie_records`` N > 1 (``build --records N``) the decision pools N recording builds,
 each from an empty cache: a candidate's runs are its runs in every recording that timed its
-key, so its cost is its fastest time in any of them, and a burst of load in one recording no
+key, so its cost is its fastest sane time in any of them, and a burst of load in one recording no
 longer lifts a candidate out of the band. The engine and the lock's keys stay those of the
 first recording; the others only lend their times. Where one time per candidate is logged
 (TensorRT), the spread between recordings is the measured noise the report gives.
@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reprobuild.lock.model import LayerEntry
-from reprobuild.tiebreak import TieCandidate, TieDecision, decide, describe_policy
+from reprobuild.tiebreak import OUTLIER_BELOW, TieCandidate, TieDecision, decide, describe_policy
 from reprobuild.types import DEFAULT_TIE_BAND, LOG_TIE_BAND, BuildSettings
 
 MEASURED_RUNS = (
     "each candidate's timed runs on the builder's clock (the reference builder: CPU time, in "
     "rounds of up to avg_timing_iterations runs each, then settling rounds for the candidates "
-    "near the band's edge): cost = the fastest run; noise (reported, not used) = median over "
+    "near the band's edge): cost = the fastest run, leaving out runs more than "
+    f"{OUTLIER_BELOW:g}x below the median run; noise (reported, not used) = median over "
     "candidates of (second-fastest - fastest) / fastest"
 )
 MEASURED_LOG = (
@@ -45,7 +46,7 @@ def measured_pooled(text: str, recordings: int) -> str:
     return (
         f"{recordings} recording builds, each from an empty timing cache, pooled: a "
         "candidate's runs are its runs in every recording that timed its key, its cost the "
-        f"fastest of them; noise = the spread between its runs. Per recording: {text}"
+        f"fastest sane one of them; noise = the spread between its runs. Per recording: {text}"
     )
 
 

@@ -3,8 +3,9 @@
 The policy (:class:`AutotunePolicy`, written to the build report under ``autotune``):
 
 - **Runs.** Each candidate runs at most ``reps`` times (``avg_timing_iterations``, default
-  3); its cost is the minimum of its runs, in ms. The minimum is the run least disturbed by
-  anything else on the machine.
+  3); its cost is the fastest of its runs, in ms, leaving out a run impossibly far below
+  the others (:func:`reprobuild.tiebreak.robust_cost`: one reading cannot decide). The
+  fastest sane run is the one least disturbed by anything else on the machine.
 - **Warm-up counted.** A candidate's first run is also its first timed sample: there is no
   untimed warm-up run. A cold first run only raises that one sample, which the minimum
   discards as soon as a warm run is faster.
@@ -15,7 +16,8 @@ The policy (:class:`AutotunePolicy`, written to the build report under ``autotun
   cost so far is more than ``drop_factor`` times the best cost so far runs no more. It
   keeps its cost, stays in the timing table, the log and the lock's candidate list, and is
   listed as dropped in the build report. The best is never dropped (its ratio is 1), and a
-  dropped candidate cannot win later: its cost is frozen while the best's can only fall.
+  dropped candidate wins later only if a run of the best is left out as impossible after
+  the drop (its cost frozen, the best's risen): its output is then computed once more.
 - **Clock.** ``wall`` (elapsed time, with ``--tie-band 0``) or ``cpu`` (this process's CPU
   time, with a tie band): a neighbour that takes the core away mid-run adds its whole
   time slice to the elapsed time (a 2 ms kernel timed at 2 or 12 ms on a loaded machine)
@@ -24,7 +26,7 @@ The policy (:class:`AutotunePolicy`, written to the build report under ``autotun
   a candidate's side of the band edge (:func:`reprobuild.tiebreak.unsure`: the rule's
   choice or a candidate before it in the rule's order lies near the edge), those
   candidates and the best run one more round together, up to ``settle_rounds`` rounds:
-  the minimum over more runs falls to the kernel's undisturbed cost, and running them
+  the fastest sane run over more runs falls to the kernel's undisturbed cost, and running them
   together lets a burst of load fall on all of them.
 - **Choice.** The cheapest; with a tie band, the tie rule's choice among the costs
   (:func:`reprobuild.tiebreak.decide`, on the same costs the workflow reads from the
@@ -53,6 +55,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from reprobuild.tiebreak import OUTLIER_BELOW, robust_cost
+
 DEFAULT_TIMING_REPS = 3
 DROP_AFTER_RUNS = 1
 DROP_FACTOR = 2.0
@@ -79,7 +83,10 @@ class AutotunePolicy:
         return {
             "max_runs_per_candidate": self.reps,
             "warm_up": "counted: a candidate's first run is its first timed run",
-            "cost": "minimum over the candidate's runs, in ms",
+            "cost": (
+                "fastest of the candidate's runs, in ms, leaving out runs more than "
+                f"{OUTLIER_BELOW:g}x below its median run"
+            ),
             "clock": self.clock,
             "settle_rounds": self.settle_rounds,
             "guard_ahead": self.guard_ahead,
@@ -148,8 +155,8 @@ def tune(
     for round_no in range(1, policy.reps + 1):
         for i in racing:
             ms, outputs[i] = measure(i)
-            best_raw[i] = min(best_raw[i], ms)
             samples[i].append(ms)
+            best_raw[i] = robust_cost(samples[i])
             runs[i] += 1
         if round_no >= policy.drop_after and round_no < policy.reps:
             costs = perceive(best_raw)
@@ -172,8 +179,8 @@ def tune(
             break
         for i in again:
             ms, outputs[i] = measure(i)
-            best_raw[i] = min(best_raw[i], ms)
             samples[i].append(ms)
+            best_raw[i] = robust_cost(samples[i])
             runs[i] += 1
             settled += 1
     costs = perceive(best_raw)

@@ -105,6 +105,7 @@ class ReferenceBackend:
     """Builds "engines" on the CPU by really timing numerically different kernels."""
 
     name = "reference"
+    key_rule = True  # layertune chooses between a layer's keys by the tie rule
 
     @property
     def timed_ops(self) -> tuple[str, ...]:

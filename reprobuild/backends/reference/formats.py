@@ -1,4 +1,4 @@
-"""A layer's format combinations: one timing-cache key each, chosen between by cached time.
+"""A layer's format combinations: one timing-cache key each, chosen between by the tie rule.
 
 TensorRT times a layer once per *format combination* (the layouts its inputs and outputs
 are read and written in: kLINEAR, kHWC, kCHW4, ...; a verbose log shows one ``Autotuning
@@ -19,18 +19,21 @@ the layout they read:
 MatMul, Gemm, INT8 layers and pointwise Convs (no ``direct`` kernel: it would be ``blas``)
 have one format, ``linear``, and so one key, as before.
 
-The rule (:func:`fastest`): the key with the lowest time wins; equal times go to the
-earlier format (``linear`` before ``hwc``), as a builder that keeps the first best it saw.
-Times come from the cache when the key is there (a locked build: ``update(key, tactic,
-time)`` with other times flips the choice) and from timing otherwise. When one key is
-cached and the other is not, the missing one is timed (a cache miss, as TensorRT times a
-combination it has no entry for) and its fresh time is compared with the other's cached
-one; a locked build reports that miss as drift, since the new key is added to the cache.
+The rule (:func:`reprobuild.tiebreak.choose_key`, the same band and rule as within a key):
+among the keys whose time is within ``tie_band`` x the best key's time, the key whose
+kernel is numerically steadier (wide accumulation, then the fewest partial sums), then the
+lowest key hash; with ``tie_band`` 0 the fastest, equal times going to the lowest key hash.
+No step reads the order the keys were timed in. Times come from the cache when the key is
+there (a locked build writes back the recorded times, so it runs the recorded key;
+``update(key, tactic, time)`` with other times can flip the choice) and from timing
+otherwise. When one key is cached and the other is not, the missing one is timed (a cache
+miss, as TensorRT times a combination it has no entry for) and its fresh time is compared
+with the other's cached one; a locked build reports that miss as drift, since the new key
+is added to the cache.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from reprobuild.backends.reference.kernels import KernelSpec
@@ -38,7 +41,7 @@ from reprobuild.backends.reference.kernels import KernelSpec
 LINEAR = "linear"
 HWC = "hwc"
 FORMATS = (LINEAR, HWC)
-"""Every format, in the order a layer's keys are timed and ties are broken."""
+"""Every format, in the order a layer's keys are timed (which never decides the choice)."""
 
 
 def format_of(spec: KernelSpec) -> str:
@@ -51,11 +54,3 @@ def by_format(specs: Sequence[KernelSpec]) -> list[tuple[str, list[KernelSpec]]]
     each group keeps the candidates' declaration order (their ``tactic_id``)."""
     groups = [(fmt, [s for s in specs if format_of(s) == fmt]) for fmt in FORMATS]
     return [(fmt, group) for fmt, group in groups if group]
-
-
-def fastest(times: Sequence[float]) -> int:
-    """Index of the lowest time; ties go to the first. A NaN never wins (the timing cache
-    deletes a key on a NaN, so one can only come from a broken measurement)."""
-    if not times:
-        raise ValueError("a layer needs at least one key")
-    return min(range(len(times)), key=lambda i: (math.inf if math.isnan(times[i]) else times[i], i))

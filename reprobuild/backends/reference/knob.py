@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reprobuild.errors import UsageError
+from reprobuild.tiebreak import robust_cost
 
 _SEED_STEP = 1000.0  # each rank costs this many times the previous one: far outside any band
 _TIE_STEP = 0.004  # "tie": each rank costs 0.4 % more than the previous: inside any band
@@ -105,9 +106,10 @@ class TimingKnob:
 
         Inactive: the measured runs. "tie": injected runs, the first at the candidate's
         cost and each later one up to 3 % above it by sha256(seed, key, kernel, run).
-        Otherwise the measured runs scaled so that their fastest is the injected cost: the
+        Otherwise the measured runs scaled so that their cost (:func:`robust_cost`) is the
+        injected cost: the
         spread stays measured, the costs are the knob's."""
-        mins = [min(s) if len(s) else float("inf") for s in samples]
+        mins = [robust_cost(s) for s in samples]
         costs = self.apply(key, names, mins)
         if self.mode == "tie":
             out = []

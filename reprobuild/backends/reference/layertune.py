@@ -5,9 +5,10 @@ Per key (:func:`layer_key`: ``"0x"`` + 32 hex hashing the layer's identity, its 
 environment and the build settings): if the timing cache holds the key, its tactic is used
 without timing (it must be one of the key's candidates, else ``BuildError``) and its cached
 time stands for the key; otherwise the key's candidates are timed by :mod:`.autotune`'s
-policy, the cheapest wins and is written to the cache with its cost. The layer then runs
-the key with the lowest time (:func:`.formats.fastest`; the module docstring of
-:mod:`.formats` says why and what happens when only some keys are cached).
+policy, the tie rule's choice wins and is written to the cache with its cost. The layer then
+runs the key the tie rule chooses between its keys' times (:func:`reprobuild.tiebreak.choose_key`;
+the module docstring of :mod:`.formats` says why and what happens when only some keys are
+cached).
 
 Settings that shape a key's candidates: ``optimization_level`` 0 ignores the timing cache
 and uses the first format's first (BLAS) kernel, as TensorRT's level 0 ignores its cache;
@@ -34,12 +35,12 @@ from reprobuild.backends.reference.buildlog import (
     escape_name,
     tensor_format,
 )
-from reprobuild.backends.reference.formats import HWC, LINEAR, by_format, fastest
+from reprobuild.backends.reference.formats import HWC, LINEAR, by_format
 from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.prepared import Layer, execute_spec
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError
-from reprobuild.tiebreak import TieCandidate, ahead, decide, unsure
+from reprobuild.tiebreak import KeyOption, TieCandidate, ahead, choose_key, decide, unsure
 
 
 def layer_key(
@@ -240,7 +241,7 @@ class LayerTuner:
         clock = CLOCKS[self.stats.policy.clock]
         conv = _ConvOperands(inputs, layer.attrs, clock) if float_conv else None
         results: list[KeyChoice] = []
-        best, best_output = 0, None  # only the output of the fastest key so far is kept
+        outputs: list[Any] = []  # each timed key's output (a float Conv has two keys)
         for (fmt, specs), key in zip(groups, keys, strict=True):
             cached = self.cache.query(key)
             if cached is not None:
@@ -248,9 +249,11 @@ class LayerTuner:
             else:
                 result, output = self._timed(layer, fmt, key, specs, inputs, conv, clock)
             results.append(result)
-            if len(results) == 1 or fastest([results[best].time_ms, result.time_ms]) == 1:
-                best, best_output = len(results) - 1, output
+            outputs.append(output)
+        options = [KeyOption(k.key, k.time_ms, k.spec.name) for k in results]
+        best = choose_key(options, self.settings.tie_band, self.settings.tie_rule)
         choice = LayerChoice(layer.index, layer.name, layer.op, results, best)
+        best_output = outputs[best]
         if best_output is None:
             best_output = execute_spec(layer, choice.spec, inputs)
             self.stats.kernel_runs += 1

@@ -107,6 +107,7 @@ class TensorRTBackend:
     """Builds and runs engines with the real TensorRT; one builder and logger per instance."""
 
     name = "tensorrt"
+    key_rule = False  # TensorRT runs the key with the lowest cached time: recorded, checked
 
     def __init__(self, *, strongly_typed: bool = True) -> None:
         trt = _trt()
