@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -102,11 +103,25 @@ def lock_path(tmp_path: Path) -> Path:
     return path
 
 
+def child_env(
+    pythonpath: Sequence[str | Path] = (), drop: Sequence[str] = (), **values: str
+) -> dict[str, str]:
+    """The environment the suite was started in, for a child process: ``pythonpath`` goes in
+    front of ``PYTHONPATH``, never instead of it (packages may come from there, e.g. a venv
+    layered over another Python with wheels on ``PYTHONPATH``), ``drop`` names variables to
+    leave out and ``values`` sets others."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    paths = [*map(str, pythonpath), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return {**env, **values}
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m reprobuild`` in a subprocess, exactly as a user's shell would."""
-    full_env = {**os.environ, **(env or {})}
+    full_env = child_env(**(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "reprobuild", *args],
         cwd=cwd,
