@@ -50,6 +50,16 @@ def _injected_reference_timings(request: pytest.FixtureRequest, monkeypatch) -> 
     monkeypatch.setattr(TimingKnob, "apply", apply)
 
 
+@pytest.fixture(autouse=True)
+def _no_installed_tensorrt(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """In-process tests see no installed TensorRT (``import tensorrt`` fails, so ``auto``
+    picks the reference backend), so each means the same where TensorRT and a GPU are
+    present; tests of the TensorRT backend inject the stand-in, and tests marked
+    ``tensorrt`` use the real one."""
+    if not request.node.get_closest_marker("tensorrt"):
+        monkeypatch.setitem(sys.modules, "tensorrt", None)
+
+
 def trt_env(
     version: str | None = "10.13.3.9",
     gpu: str | None = "NVIDIA A100-SXM4-80GB",
