@@ -384,7 +384,9 @@ def test_json_fields_kept(outputs: dict[str, Output], name: str) -> None:
         f"stderr: {out.stderr[-1500:]}"
     )
     problems = compare_paths(golden["paths"], key_paths(out.data))
-    assert not problems, f"{where}:\n  " + "\n  ".join(problems)
+    assert not problems, (
+        f"{where}:\n  " + "\n  ".join(problems) + f"\nstderr: {out.stderr[-1500:]}"
+    )  # the command's warnings say why a section is missing (e.g. a precision error)
 
 
 def test_compare_paths_catches_removed_renamed_and_retyped_fields() -> None:
