@@ -206,7 +206,7 @@ def test_merge_refuses_another_model_and_conflicting_sections(fleet, tmp_path: P
     assert p.returncode == EXIT_USAGE and "another model" in p.stderr
     # the same target recorded twice with other tactics: two different sections
     other = load_lock(work / "m0.lock")
-    entry = other.layers[0]
+    entry = next(e for e in other.layers if len(e.candidates) > 1)  # one with a choice
     entry.tactic = next(c.tactic for c in entry.candidates if c.tactic != entry.tactic)
     save_lock(other, tmp_path / "other.lock")
     p = run_cli("merge", str(work / "m0.lock"), str(tmp_path / "other.lock"), "--out",
