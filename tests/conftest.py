@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,16 @@ def _injected_reference_timings(request: pytest.FixtureRequest, monkeypatch) -> 
         return original(self if self.active else stand_in, key, names, costs)
 
     monkeypatch.setattr(TimingKnob, "apply", apply)
+
+
+@pytest.fixture(autouse=True)
+def _no_installed_tensorrt(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """In-process tests see no installed TensorRT (``import tensorrt`` fails, so ``auto``
+    picks the reference backend), so each means the same where TensorRT and a GPU are
+    present; tests of the TensorRT backend inject the stand-in, and tests marked
+    ``tensorrt`` use the real one."""
+    if not request.node.get_closest_marker("tensorrt"):
+        monkeypatch.setitem(sys.modules, "tensorrt", None)
 
 
 def trt_env(
@@ -102,11 +113,25 @@ def lock_path(tmp_path: Path) -> Path:
     return path
 
 
+def child_env(
+    pythonpath: Sequence[str | Path] = (), drop: Sequence[str] = (), **values: str
+) -> dict[str, str]:
+    """The environment the suite was started in, for a child process: ``pythonpath`` goes in
+    front of ``PYTHONPATH``, never instead of it (packages may come from there, e.g. a venv
+    layered over another Python with wheels on ``PYTHONPATH``), ``drop`` names variables to
+    leave out and ``values`` sets others."""
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    paths = [*map(str, pythonpath), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return {**env, **values}
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m reprobuild`` in a subprocess, exactly as a user's shell would."""
-    full_env = {**os.environ, **(env or {})}
+    full_env = child_env(**(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "reprobuild", *args],
         cwd=cwd,

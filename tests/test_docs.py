@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, INJECTED_SEED, ROOT
+from tests.conftest import EXAMPLES, INJECTED_SEED, ROOT, child_env
 
 DOCS = ROOT / "docs"
 TRT_LOGS = ROOT / "tests" / "fixtures" / "trt-logs"
@@ -146,12 +146,11 @@ def run_page(page: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
         wrapper = tools / "bin" / name
         wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" {run} "$@"\n', encoding="utf-8")
         wrapper.chmod(0o755)
-    env = {
-        **os.environ,
-        "PATH": f"{tools / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(tools),
-        "REPROBUILD_CRASH_DIR": str(tmp_path / "crashes"),
-    }
+    env = child_env(
+        [tools],
+        PATH=f"{tools / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        REPROBUILD_CRASH_DIR=str(tmp_path / "crashes"),
+    )
     return subprocess.run(
         ["bash", "-c", script(page)],
         cwd=work,

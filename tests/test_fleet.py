@@ -22,7 +22,7 @@ import pytest
 
 from reprobuild.errors import EXIT_DIFFERENT, EXIT_ENV, EXIT_USAGE
 from reprobuild.lock.yamlio import load_lock, save_lock
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, child_env, run_cli
 
 CANDIDATE_FAMILIES = ("Haswell", "Sandybridge", "Nehalem", "Penryn", "Prescott")
 KNOB = ("--ref-timing", "seed:3")
@@ -36,7 +36,7 @@ def kernel_families() -> list[str]:
     code = "import numpy, threadpoolctl; print(threadpoolctl.threadpool_info()[0]['architecture'])"
     seen: dict[str, str] = {}
     for coretype in ("", *CANDIDATE_FAMILIES):
-        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+        env = child_env(drop=("OPENBLAS_CORETYPE",))
         if coretype:
             env["OPENBLAS_CORETYPE"] = coretype
         proc = subprocess.run(
@@ -259,7 +259,7 @@ def test_pin_edits_one_target_only(fleet, tmp_path: Path) -> None:
 @functools.lru_cache(maxsize=8)
 def _arch(coretype: str) -> str:
     code = "import numpy, threadpoolctl; print(threadpoolctl.threadpool_info()[0]['architecture'])"
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env = child_env(drop=("OPENBLAS_CORETYPE",))
     if coretype:
         env["OPENBLAS_CORETYPE"] = coretype
     return subprocess.run(

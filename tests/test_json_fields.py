@@ -202,8 +202,10 @@ def run_scenarios(work: Path, root: Path) -> dict[str, Output]:
     )
     _replace_line(work / "ref_b.log", "0x" + "2" * 32, "0x" + "5" * 32)
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(root)
+    # ``root`` in front of PYTHONPATH, never instead of it: packages may come from there
+    # (conftest's child_env does this; scripts/capture_json_fields.py loads this file alone).
+    paths = [str(root), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     outputs: dict[str, Output] = {}
 
     def run(
@@ -384,7 +386,9 @@ def test_json_fields_kept(outputs: dict[str, Output], name: str) -> None:
         f"stderr: {out.stderr[-1500:]}"
     )
     problems = compare_paths(golden["paths"], key_paths(out.data))
-    assert not problems, f"{where}:\n  " + "\n  ".join(problems)
+    assert not problems, (
+        f"{where}:\n  " + "\n  ".join(problems) + f"\nstderr: {out.stderr[-1500:]}"
+    )  # the command's warnings say why a section is missing (e.g. a precision error)
 
 
 def test_compare_paths_catches_removed_renamed_and_retyped_fields() -> None:

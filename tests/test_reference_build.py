@@ -23,6 +23,7 @@ from reprobuild.backends.reference import ReferenceBackend, kernels
 from reprobuild.backends.reference.engine import read_engine, write_engine
 from reprobuild.backends.reference.knob import key_factor, parse_timing_knob
 from reprobuild.errors import BuildError, EngineError, UsageError
+from tests.conftest import child_env
 
 PREFIX = r"\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[V\] \[REF\] "
 AUTOTUNE_RE = re.compile(
@@ -561,7 +562,7 @@ def test_run_is_bit_deterministic_across_processes_and_threads(backend, tmp_path
         "print(h.hexdigest())\n"
     )
     for threads in ("1", "3"):
-        env = {"OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "PATH": "/usr/bin:/bin"}
+        env = child_env(OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
         proc = subprocess.run(
             [sys.executable, "-c", script, str(engine_file), str(tmp_path / "x.npy")],
             capture_output=True,

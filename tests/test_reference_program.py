@@ -223,13 +223,14 @@ def test_conv_step_computes_every_float32_conv_kernel_bit_for_bit() -> None:
 def test_building_and_running_an_mlp_never_imports_onnx_reference(tmp_path: Path) -> None:
     """Every op of the example MLP (MatMul, Add, Relu) has a numpy path, so the build path
     does not pay for importing onnx.reference (its op table imports ~200 modules)."""
-    import os
     import subprocess
     import sys
 
+    from tests.conftest import child_env
+
     root = Path(__file__).resolve().parent.parent
     model = root / "reprobuild" / "examples" / "mlp.onnx"
-    env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout, whatever the cwd
+    env = child_env([root])  # this checkout first, whatever the cwd
     code = (
         "import sys, numpy as np\n"
         "from reprobuild.backends.reference import ReferenceBackend\n"

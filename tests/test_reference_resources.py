@@ -59,19 +59,21 @@ def test_threads_are_part_of_the_target(tmp_path: Path) -> None:
     """The BLAS thread count changes bits (OpenBLAS splits a GEMM among its threads), so
     it is identity: another count is another target, with its own keys and cache."""
     model = cnn_model(tmp_path)
-    one, many = ReferenceBackend(threads=1), ReferenceBackend(threads=0)
+    # Two threads, not the BLAS default (threads=0): the default is the machine's core count,
+    # which may be one; two threads are two on any machine.
+    one, many = ReferenceBackend(threads=1), ReferenceBackend(threads=2)
+    default = ReferenceBackend(threads=0).environment().identity_dict()["blas_threads"]
+    assert default == str(_blas_threads())
     out1, cache1 = _build(one, model)
     assert out1.extra["blas_threads"] == 1
     assert one.environment().identity_dict()["blas_threads"] == "1"
-    assert many.environment().identity_dict()["blas_threads"] == str(_blas_threads())
-    if _blas_threads() == 1:
-        pytest.skip("one BLAS thread here: the two settings are the same target")
+    assert many.environment().identity_dict()["blas_threads"] == "2"
     assert one.environment().fingerprint() != many.environment().fingerprint()
     with pytest.raises(CacheError, match="another environment"):
         many.create_timing_cache(cache1.serialize())
-    out0, cache0 = _build(many, model)
-    assert out0.extra["blas_threads"] == _blas_threads()
-    assert set(cache0.tactic_map()).isdisjoint(cache1.tactic_map())  # other keys
+    out2, cache2 = _build(many, model)
+    assert out2.extra["blas_threads"] == 2
+    assert set(cache2.tactic_map()).isdisjoint(cache1.tactic_map())  # other keys
 
 
 # -- memory -----------------------------------------------------------------------------------

@@ -36,15 +36,10 @@ from reprobuild.errors import (
 )
 from reprobuild.lock.model import LayerEntry, Lock, LockCandidate, ModelInfo
 from reprobuild.lock.yamlio import save_lock
+from tests import fake_cuda
 from tests.conftest import EXAMPLES, ROOT, trt_env
-from tests.trt_standin import make_module
+from tests.test_trt_variants import A100, install_standin
 
-A100 = cuda_probe.CudaInfo(
-    gpus=(cuda_probe.GpuInfo(0, "NVIDIA A100-SXM4-80GB", "8.0"),),
-    driver_version="550.54.14",
-    driver_api_version="12.4",
-    runtime_version="12.4",
-)
 NO_GPU = cuda_probe.CudaInfo(problems=("cuInit failed: CUDA_ERROR_NO_DEVICE",))
 PREFIX_RE = re.compile(r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[([FEWIV])\] \[TRT\] ")
 MLP = EXAMPLES / "mlp.onnx"
@@ -57,7 +52,8 @@ KEY_RE = re.compile(r"0x[0-9a-f]{32}")
 
 @pytest.fixture
 def install(monkeypatch: pytest.MonkeyPatch) -> Callable[..., ModuleType]:
-    """Inject a stand-in TensorRT of some version, and a fake GPU probe."""
+    """Inject a stand-in TensorRT of some version, a fake GPU probe and the stand-in's
+    device memory (``install_standin``)."""
 
     def _install(
         version: str = "10.13.3.9",
@@ -65,10 +61,7 @@ def install(monkeypatch: pytest.MonkeyPatch) -> Callable[..., ModuleType]:
         cuda: cuda_probe.CudaInfo = A100,
         device: str = "NVIDIA A100-SXM4-80GB",
     ) -> ModuleType:
-        module = make_module(version, device=device)
-        monkeypatch.setitem(sys.modules, "tensorrt", module)
-        monkeypatch.setattr(cuda_probe, "probe_cuda", lambda: cuda)
-        return module
+        return install_standin(monkeypatch, version=version, cuda=cuda, gpu=device)
 
     return _install
 
@@ -985,19 +978,55 @@ def test_real_tensorrt_records_and_pins(tmp_path: Path) -> None:
     assert all(np.array_equal(a[k], b[k]) for k in a)
 
 
-def test_cuda_probe_never_raises_and_explains_a_missing_gpu() -> None:
-    info = cuda_probe.probe_cuda()  # the real probe, on whatever machine runs the tests
-    if info.gpus:
-        assert info.no_gpu_reason is None
-        assert all(re.fullmatch(r"\d+\.\d+", g.compute_capability) for g in info.gpus)
+@pytest.mark.parametrize(
+    ("libraries", "problem"),
+    [
+        ({}, "the CUDA driver library (libcuda) is not installed or not loadable"),
+        ({"libcuda.so.1": fake_cuda.driver(init=100)}, "cuInit failed: CUDA_ERROR_NO_DEVICE"),
+        ({"libcuda.so.1": fake_cuda.driver()}, None),  # a driver that counts 0 devices
+    ],
+    ids=["no-driver", "no-device", "zero-devices"],
+)
+def test_cuda_probe_never_raises_and_explains_a_missing_gpu(
+    monkeypatch: pytest.MonkeyPatch, libraries: dict, problem: str | None
+) -> None:
+    """No GPU, made so here (the driver libraries the probe loads are injected), whatever
+    the machine running the tests has."""
+    monkeypatch.setattr(cuda_probe, "ctypes", fake_cuda.loader(libraries))
+    info = cuda_probe.probe_cuda()
+    assert info.gpus == () and info.runtime_version is None
+    assert info.no_gpu_reason is not None
+    assert info.no_gpu_reason.startswith("no NVIDIA GPU visible (")
+    if problem is None:
+        assert "0 devices" in info.no_gpu_reason and info.problems == ()
     else:
-        assert info.no_gpu_reason is not None
-        assert info.no_gpu_reason.startswith("no NVIDIA GPU visible (")
-        assert info.problems or "0 devices" in info.no_gpu_reason
-    assert json.loads(json.dumps(info.to_dict()))["gpus"] == [
-        {"index": g.index, "name": g.name, "compute_capability": g.compute_capability}
-        for g in info.gpus
-    ]
+        assert info.problems == (problem,) and problem in info.no_gpu_reason
+    assert json.loads(json.dumps(info.to_dict()))["gpus"] == []
+
+
+def test_cuda_probe_reads_each_gpu_from_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU, made so here: name, compute capability, SM count and UUID per device, the
+    driver API version (no NVML: it stands for the driver version) and the runtime's."""
+    libraries = {
+        "libcuda.so.1": fake_cuda.driver(("NVIDIA H200", 9, 0, 132), ("NVIDIA A100", 8, 0, 108)),
+        "libcudart.so.13": fake_cuda.cudart(),
+    }
+    monkeypatch.setattr(cuda_probe, "ctypes", fake_cuda.loader(libraries))
+    info = cuda_probe.probe_cuda()
+    uuid = "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert json.loads(json.dumps(info.to_dict())) == {
+        "gpus": [
+            {"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132,
+             "uuid": uuid},
+            {"index": 1, "name": "NVIDIA A100", "compute_capability": "8.0", "sm_count": 108,
+             "uuid": uuid},
+        ],
+        "driver_version": "13.0",
+        "cuda_driver_api_version": "13.0",
+        "cuda_runtime_version": "13.0",
+        "problems": [],
+    }  # fmt: skip
+    assert info.no_gpu_reason is None
 
 
 # ---------------------------------------------------------------- constructors that fail

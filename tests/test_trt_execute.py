@@ -68,8 +68,8 @@ def test_the_install_hint_names_the_cuda_13_runtime_wheel(monkeypatch) -> None:
     import sys
 
     monkeypatch.setattr(device_mod.cuda_probe, "cudart_candidates", lambda: [])
-    monkeypatch.setitem(sys.modules, "cuda", None)
-    monkeypatch.setitem(sys.modules, "cupy", None)
+    for name in ("cuda", "cuda.bindings", "cupy", "cupy.cuda"):  # even if imported already
+        monkeypatch.setitem(sys.modules, name, None)
     _, why = device_mod.find_device()
     assert "nvidia-cuda-runtime (CUDA 13)" in why and "-cu13" not in why
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reprobuild.workflow.probe import probe
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, child_env
 from tests.test_trt_variants import install_standin
 
 _PACKAGE = '''"""A stand-in ``tensorrt`` for the probe's other process (tests only)."""
@@ -42,7 +42,7 @@ def _other_process_standin(
     package.mkdir(parents=True)
     init = package / "__init__.py"
     init.write_text(_PACKAGE.format(behaviours=behaviours))
-    monkeypatch.setenv("PYTHONPATH", f"{package.parent}:{ROOT}")
+    monkeypatch.setenv("PYTHONPATH", child_env([package.parent, ROOT])["PYTHONPATH"])
     return init
 
 

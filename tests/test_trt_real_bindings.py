@@ -18,7 +18,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, child_env
 from tests.real_bindings import stubs
 from tests.tools import trt_names
 
@@ -49,8 +49,7 @@ def observed(request, tmp_path_factory) -> dict:
         zf.extractall(root / "site")
     major = int(spec.version.split(".")[0])
     libs = stubs.build_stubs(root / "libs", major)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(root / "site"), str(ROOT)])
+    env = child_env([root / "site", ROOT])
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(libs), env.get("LD_LIBRARY_PATH")]))
     proc = subprocess.run(
         [sys.executable, "-m", "tests.real_bindings.probe_script"],

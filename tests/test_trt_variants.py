@@ -35,11 +35,19 @@ A100 = cuda_probe.CudaInfo(
 
 
 def install_standin(
-    monkeypatch: pytest.MonkeyPatch, behaviours: tuple[str, ...] = (), version: str = "10.13.3.9"
+    monkeypatch: pytest.MonkeyPatch,
+    behaviours: tuple[str, ...] = (),
+    version: str = "10.13.3.9",
+    *,
+    cuda: cuda_probe.CudaInfo = A100,
+    gpu: str = "NVIDIA A100-SXM4-80GB",
 ) -> ModuleType:
-    module = make_module(version, behaviours=behaviours)
+    """The stand-in as ``tensorrt``, a fake GPU probe, and the stand-in's host memory as the
+    backend's device: chosen here, never what the machine has (a real ``libcudart`` would
+    hand out device pointers the stand-in cannot read; see ``host_device``)."""
+    module = make_module(version, device=gpu, behaviours=behaviours)
     monkeypatch.setitem(sys.modules, "tensorrt", module)
-    monkeypatch.setattr(cuda_probe, "probe_cuda", lambda: A100)
+    monkeypatch.setattr(cuda_probe, "probe_cuda", lambda: cuda)
     device = host_device()
     monkeypatch.setattr(device_mod, "find_device", lambda: (device, device.how))
     module._test_device = device

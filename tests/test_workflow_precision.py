@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +191,29 @@ def test_report_has_precision_summary(cli, tmp: Path) -> None:
     assert r.code == 0, r
     assert json.loads((tmp / "plain.report.json").read_text())["precision"] is None
     assert load_lock(tmp / "plain.lock").precision is None
+
+
+def test_without_onnx_runtime_the_report_says_why_it_has_no_precision_error(
+    cli, tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNX Runtime made unimportable here: a locked FP16 build still builds, and its report
+    and its warnings say why the plan's error was not measured; a recording, which needs ONNX
+    Runtime to derive the plan, refuses in one line (exit 3), not with a crash."""
+    assert _build(cli, tmp, FP16_MIDDLE, "--precision", "fp16", lock="h", out="h").code == 0
+    measured = json.loads((tmp / "h.report.json").read_text())["precision_error"]
+    assert {"max_abs", "cosine", "runtime"} <= measured.keys()
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime now fails
+    why = "ONNX Runtime cannot be imported (ModuleNotFoundError: "
+    r = _build(cli, tmp, FP16_MIDDLE, lock="h", out="h2")
+    assert r.code == 0, r
+    error = json.loads((tmp / "h2.report.json").read_text())["precision_error"]
+    assert error["error"].startswith(why) and error["inputs"] == measured["inputs"]
+    assert error["error"].endswith("reinstall it: pip install --force-reinstall onnxruntime")
+    assert f"precision error not measured: {why}" in r.err
+    r = _build(cli, tmp, FP16_MIDDLE, "--precision", "fp16", lock="new", out="new")
+    assert r.code == 3, r
+    assert r.err.startswith(f"error: {why}") and len(r.err.strip().splitlines()) == 1
+    assert not (tmp / "new.lock").exists()
 
 
 def test_show_precision_without_plan(cli, tmp: Path) -> None:

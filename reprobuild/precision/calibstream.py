@@ -40,6 +40,9 @@ def histogram_ranges(
     """Each calibrated tensor's symmetric (rmin, rmax) by ``method`` (entropy or
     percentile), in ``TensorQuantOverrides`` form; ``batches()`` yields the batches afresh
     on each call (it is called twice)."""
+    from reprobuild.precision.measure import import_onnxruntime
+
+    import_onnxruntime()
     from onnxruntime.quantization import CalibrationMethod, create_calibrator
 
     if method == "entropy":

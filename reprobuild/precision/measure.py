@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from reprobuild.errors import UsageError
+from reprobuild.errors import BackendUnavailable, UsageError
 from reprobuild.precision.analysis import Analysis, np_dtype, real_inputs, round_to
 from reprobuild.precision.ops import BFLOAT16, FLOAT16
 
@@ -37,13 +37,26 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def import_onnxruntime() -> Any:
+    """The ``onnxruntime`` module; where it cannot be imported (not installed, or a wheel
+    built for another numpy or Python), an environment error (exit 3) that says why, so a
+    build report can carry the reason and a command that needs it refuses in one line."""
+    try:
+        import onnxruntime
+    except Exception as err:  # noqa: BLE001 - ImportError, or a broken install failing inside
+        raise BackendUnavailable(
+            f"ONNX Runtime cannot be imported ({type(err).__name__}: {_first_line(err)[:200]}); "
+            "reinstall it: pip install --force-reinstall onnxruntime"
+        ) from None
+    return onnxruntime
+
+
 def ort_session(model: bytes | str | os.PathLike[str], what: str) -> Any:
     """A CPU ``InferenceSession`` with graph optimizations off; a load failure is exit 2.
 
     ``model`` is serialized model bytes or a path; ``what`` names it in the error message.
     """
-    import onnxruntime as ort
-
+    ort = import_onnxruntime()
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3

@@ -82,7 +82,9 @@ def calibrate(
     ``float_precision`` fp16/bf16: what stays float is decided by those rules on the same
     batches (:mod:`.int8float`); ``opset``: the conversion ``model`` already went through,
     recorded in the plan."""
-    import onnxruntime
+    from reprobuild.precision.measure import import_onnxruntime
+
+    onnxruntime = import_onnxruntime()
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,

@@ -202,6 +202,8 @@ def _build(
         if built_model != model_path:
             progress(Step("measuring the precision plan's error against FP32 (ONNX Runtime)"))
             precision_error = plan_error_report(model_path, built_model)
+            if "error" in precision_error:  # the report says why; so does the build
+                warnings.append(f"precision error not measured: {precision_error['error']}")
         built_sha = info.sha256 if built_model == model_path else sha256_file(built_model)
         cfile = cache_path(cache_dir, env, settings, built_sha)
         if existing is None or rerecord:

@@ -30,8 +30,10 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="splitting needs
 
 @pytest.fixture(autouse=True)
 def small_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """1 KiB reads: a fixture of a few KB becomes many blocks to join between."""
+    """1 KiB reads: a fixture of a few KB becomes many blocks to join between; two usable
+    CPUs, whatever the machine running the tests has (one CPU reads alone)."""
     monkeypatch.setattr(source, "CHUNK", 1024)
+    monkeypatch.setattr(split, "_cpus", lambda: 2)
     monkeypatch.delenv("REPROBUILD_LOG_PROCESSES", raising=False)
 
 
@@ -155,6 +157,10 @@ def test_small_files_pipes_and_the_switch_are_read_alone(
     split_size = log.stat().st_size
     list(split.iter_pieces(open_log(log), LogParser(), render, min_bytes=split_size + 1))
     assert split.REPORT.split_at is None
+    monkeypatch.setattr(split, "_cpus", lambda: 1)
+    list(split.iter_pieces(open_log(log), LogParser(), render, min_bytes=0))
+    assert split.REPORT.split_at is None
+    monkeypatch.setattr(split, "_cpus", lambda: 2)
     monkeypatch.setenv("REPROBUILD_LOG_PROCESSES", "1")
     list(split.iter_pieces(open_log(log), LogParser(), render, min_bytes=0))
     assert split.REPORT.split_at is None

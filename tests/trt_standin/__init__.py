@@ -52,7 +52,11 @@ changes every build: ``ERROR_ON_TIMING_CACHE_MISS`` really fails on it, and with
 it is a new key).
 
 Always on: JIT-compiled Myelin kernels are kept with the timing cache object and reused
-by later builds unless ``BuilderFlag.DISABLE_COMPILATION_CACHE`` is set.
+by later builds unless ``BuilderFlag.DISABLE_COMPILATION_CACHE`` is set. ``execute_async_v3``
+reads and writes only stand-in device memory (``host_device``, which tests choose as the
+backend's device); any other address fails the run with the error TensorRT logs for
+``cudaErrorIllegalAddress`` and is never read, so a real CUDA runtime on the machine running
+the tests cannot reach the stand-in.
 """
 
 import types as _types

@@ -52,6 +52,7 @@ import random as _random
 import re as _re
 
 from tests.trt_standin import dynamic_io as _dynamic_io
+from tests.trt_standin import host_device as _host_device
 from tests.trt_standin import keysets as _keysets
 
 _CACHE_MAGIC = b"STANDIN-TRT-TIMING-CACHE\x00"
@@ -1075,9 +1076,10 @@ def _np_type(data, name):
 
 
 class ICudaEngine(_Strict):
-    def __init__(self, state, data):
+    def __init__(self, state, data, logger=None):
         self._state = state
         self._data = data
+        self._logger = logger  # the runtime's: errors while running are logged there
 
     @property
     def num_layers(self):
@@ -1185,22 +1187,37 @@ class IExecutionContext(_Strict):
         self._addresses[name] = int(memory)
         return True
 
-    def execute_async_v3(self, stream_handle):
-        import ctypes as _ctypes
+    def _device_memory(self, name, nbytes):
+        """The stand-in device buffer at the tensor's address, or None (after logging the
+        CUDA error TensorRT reports) when the address is not one: see ``host_device``."""
+        buf = _host_device.buffer(self._addresses.get(name, 0), nbytes)
+        if buf is None and self._engine._logger is not None:
+            # cudaErrorIllegalAddress (700), as cudaGetErrorString words it.
+            _say(
+                self._engine._logger,
+                "ERROR",
+                "IExecutionContext::enqueueV3: Error Code 1: Cuda Runtime (an illegal memory "
+                f"access was encountered) [tensor {name}: not stand-in device memory]",
+            )
+        return buf
 
+    def execute_async_v3(self, stream_handle):
         import numpy as _np
 
         data = self._engine._data
         feeds = {}
-        device = getattr(self._engine._state.module, "_test_device", None)
         for name in data["inputs"]:
             shape, dtype = self._shapes[name], _np_type(data, name)
-            if name in data.get("shape_inputs", ()) and device is not None:
-                if self._addresses[name] in device.live:
-                    return False  # a shape tensor in device memory: TensorRT needs host
             nbytes = int(_np.prod(shape, dtype=_np.int64)) * dtype.itemsize
-            raw = (_ctypes.c_char * nbytes).from_address(self._addresses[name])
-            feeds[name] = _np.frombuffer(bytes(raw), dtype).reshape(shape)
+            if name in data.get("shape_inputs", ()):
+                if _host_device.buffer(self._addresses[name], 0) is not None:
+                    return False  # a shape tensor in device memory: TensorRT needs host
+                feeds[name] = _dynamic_io.read_host(self._addresses[name], shape, dtype)
+                continue
+            raw = self._device_memory(name, nbytes)
+            if raw is None:
+                return False
+            feeds[name] = raw[:nbytes].view(dtype).reshape(shape).copy()
         outputs = self._evaluate(feeds)
         seed = _hex_digest(*sorted(data["tactics"].items()))
         rng = _np.random.default_rng(int(seed, 16))
@@ -1214,7 +1231,10 @@ class IExecutionContext(_Strict):
                 if not _dynamic_io.deliver(self._allocators[name], name, out, stream_handle):
                     return False
                 continue
-            _ctypes.memmove(self._addresses[name], out.ctypes.data, out.nbytes)
+            raw = self._device_memory(name, out.nbytes)
+            if raw is None:
+                return False
+            raw[: out.nbytes] = out.reshape(-1).view(_np.uint8)
         return True
 
 
@@ -1245,7 +1265,7 @@ class Runtime(_Strict):
                 "it cannot run here.",
             )
             return None
-        return ICudaEngine(self._state, info)
+        return ICudaEngine(self._state, info, self._logger)
 
 
 # --------------------------------------------------------------------------- module variants

@@ -65,9 +65,12 @@ def output_shapes(evaluate, feeds_with):
 
 def deliver(allocator, name, out, stream):
     """Hand one data-dependent output to the application's allocator, as TensorRT does."""
+    from tests.trt_standin.host_device import buffer
+
     ptr = int(allocator.reallocate_output_async(name, 0, max(1, out.nbytes), 256, stream))
-    if not ptr:
+    raw = buffer(ptr, out.nbytes) if ptr else None
+    if raw is None:  # no memory, or memory that is not the stand-in's device memory
         return False
     allocator.notify_shape(name, tuple(out.shape))
-    _ctypes.memmove(ptr, out.ctypes.data, out.nbytes)
+    raw[: out.nbytes] = out.reshape(-1).view("uint8")
     return True
