@@ -18,6 +18,7 @@ from reprobuild.words import count
 
 if TYPE_CHECKING:
     from reprobuild.lock.diff import LockDiff
+    from reprobuild.lock.edit import Edit
     from reprobuild.lock.model import Lock
     from reprobuild.types import Environment
 
@@ -74,13 +75,14 @@ def pin(
     with paused_gc():
         from reprobuild.lock.edit import edit_lock
 
-        changes = edit_lock(lock, selections, force=force, target=target, here=this_machine)
+        done = edit_lock(lock, selections, force=force, target=target, here=this_machine)
         if as_json:
-            print_json({"lock": str(lock), "pinned": [c.to_json() for c in changes]})
+            print_json({"lock": str(lock), **done.to_json("pinned")})
             return
-        for c in changes:
+        for c in done.changes:
             was = "" if c.old_tactic == c.new_tactic else f" (was 0x{c.old_tactic:x})"
             echo(f"pinned {c.layer} [{c.key}] -> 0x{c.new_tactic:x} {c.kernel or ''}{was}")
+        _say_cleared(lock, done)
 
 
 def unpin(
@@ -101,15 +103,31 @@ def unpin(
     with paused_gc():
         from reprobuild.lock.edit import edit_lock
 
-        changes = edit_lock(lock, selections, unpin=True, target=target, here=this_machine)
+        done = edit_lock(lock, selections, unpin=True, target=target, here=this_machine)
         if as_json:
-            print_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
+            print_json({"lock": str(lock), **done.to_json("unpinned")})
             return
-        for c in changes:
+        for c in done.changes:
             if c.was_pinned:
                 echo(f"unpinned {c.layer} [{c.key}] (tactic 0x{c.new_tactic:x} kept)")
             else:
                 echo(f"{c.layer} [{c.key}] was not pinned; nothing to unpin")
+        _say_cleared(lock, done)
+
+
+def _say_cleared(lock: Path, done: Edit) -> None:
+    """Which target's expected bits an edit cleared, and the commands that record them
+    again (until then, ``verify`` has no bits to compare across machines)."""
+    if not done.cleared:
+        echo(f"target {done.target}: expected bits kept")
+        return
+    inputs = ", ".join(o.inputs for o in done.cleared)
+    echo(
+        f"target {done.target}: cleared its expected bits for {inputs} (the old tactics' "
+        f"bits); record them again on a machine of this target: `reprobuild build MODEL "
+        f"--lock {lock}` (without --frozen) records seeded:0, `reprobuild verify --lock "
+        f"{lock} --record-digests [--inputs FILE]` any inputs"
+    )
 
 
 def show(

@@ -79,6 +79,12 @@ def verify(
         "--record-digests",
         help="Add the outputs' digest for these --inputs to the lock's target (else read-only).",
     ),
+    require_digest: bool = typer.Option(
+        False,
+        "--require-digest",
+        help="Exit 1 when the lock records no expected bits for this target and these "
+        "inputs (for CI gates: the check across machines must run).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
@@ -88,7 +94,8 @@ def verify(
 
     The bits must also equal the ones the lock records for this machine's target (what the
     recording machine's engine gave): other bits are exit 1, naming the target and both
-    digests; a machine of no recorded target is exit 3.
+    digests; a machine of no recorded target is exit 3. With --require-digest, a lock
+    that records no bits for this target and these inputs is exit 1 too.
 
     A positive control then switches one layer at a time to another recorded candidate (the
     ones most likely to show first: another accumulation precision, another algorithm
@@ -102,7 +109,7 @@ def verify(
     \b
     Example:
       reprobuild verify --lock tactics.lock --rebuilds 3 --report verify.json
-      reprobuild verify --lock tactics.lock --require-power      # in CI
+      reprobuild verify --lock tactics.lock --require-power --require-digest   # in CI
       reprobuild verify --lock tactics.lock --sensitivity        # which layers matter
       reprobuild verify --lock tactics.lock --inputs batch.npz --outputs logits
     """
@@ -110,6 +117,11 @@ def verify(
 
     if no_control and require_power:
         raise UsageError("--require-power needs the control: drop --no-control")
+    if require_digest and (outputs or record_digests):
+        other = "--outputs" if outputs else "--record-digests"
+        raise UsageError(
+            f"--require-digest compares every output with the lock's recorded digest: drop {other}"
+        )
     result = with_progress(
         run,
         quiet or as_json,
@@ -146,6 +158,16 @@ def verify(
                 else "the check has no power on these inputs"
             )
             typer.echo(f"error: --require-power: {why}", err=True)
+        raise typer.Exit(1)
+    if require_digest and result.matches_recorded is None:
+        if not as_json:
+            typer.echo(
+                f"error: --require-digest: {result.lock_path} records no expected bits for "
+                f"target {result.target} and inputs {result.inputs_label}; record them on a "
+                f"machine of this target (reprobuild verify --lock {result.lock_path} "
+                "--record-digests, with the same --inputs)",
+                err=True,
+            )
         raise typer.Exit(1)
 
 

@@ -172,6 +172,23 @@ class Change:
         return d
 
 
+@dataclass
+class Edit:
+    """What ``pin``/``unpin`` did to one target: the layers changed and the expected bits
+    (output digests) cleared, which a later build or ``verify --record-digests`` restores."""
+
+    target: str
+    changes: list[Change]
+    cleared: list[OutputDigest]
+
+    def to_json(self, verb: str) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            verb: [c.to_json() for c in self.changes],
+            "cleared_digests": [o.inputs for o in self.cleared],
+        }
+
+
 def apply_pins(lock: Lock, sels: list[Selection], force: bool, lock_path: str) -> list[Change]:
     """Pin every selection; one layer selected twice with different tactics is refused
     (keeping the last would silently drop what the user asked for first)."""
@@ -219,7 +236,7 @@ def edit_lock(
     force: bool = False,
     target: str | None = None,
     here: Callable[[Lock], Environment | None] | None = None,
-) -> list[Change]:
+) -> Edit:
     """Read-modify-write under an inter-process lock; any error leaves the file as it was.
     Edits one target (:func:`reprobuild.lock.targets.choose`); the others keep their bytes."""
     from reprobuild.lock.targets import choose
@@ -228,13 +245,14 @@ def edit_lock(
     check_output_path(lock_target(path), "lock")
     with exclusive(path):
         lock = choose(load_lock(path), str(path), target, here)
+        before = list(lock.outputs)
         changes = (
             apply_unpins(lock, sels, str(path))
             if unpin
             else apply_pins(lock, sels, force, str(path))
         )
         save_lock(lock, path)
-    return changes
+    return Edit(lock.target_name, changes, [o for o in before if o not in lock.outputs])
 
 
 def record_digest(path: str | Path, target: str, digest: OutputDigest) -> None:
