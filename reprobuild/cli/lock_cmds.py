@@ -139,6 +139,12 @@ def show(
     candidates: bool = typer.Option(
         False, "--candidates", help="List every recorded candidate of each layer (what pin takes)."
     ),
+    report: Path | None = typer.Option(
+        None,
+        "--report",
+        help="With --candidates: the recording build's ENGINE.report.json, for every "
+        "candidate's time [default: the locked candidate's time only, from the lock].",
+    ),
 ) -> None:
     """Show the locked layers of one target: layer, key, tactic, kernel, pinned.
 
@@ -146,6 +152,7 @@ def show(
     Example:
       reprobuild show --lock tactics.lock --json
       reprobuild show --candidates          # the tactics `reprobuild pin` can choose
+      reprobuild show --candidates --report model.engine.report.json   # with their times
       reprobuild show --targets
     """
     with paused_gc():
@@ -158,8 +165,12 @@ def show(
         if precision:
             _show_precision(lock, data, as_json)
             return
+        if report is not None and not candidates:
+            from reprobuild.errors import UsageError
+
+            raise UsageError("--report gives the candidates' times: use it with --candidates")
         if candidates:
-            _show_candidates(lock, data, as_json)
+            _show_candidates(lock, data, as_json, report)
             return
         if as_json:
             from reprobuild.lock.edit import show_rows
@@ -242,16 +253,15 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
         for ea, eb in d.changed
     ]
     head = ["", "layer", "key", str(a), str(b)]
-    from reprobuild.lock.diff import in_band
+    from reprobuild.lock.diff import change_label
 
-    verdicts = [in_band(ea, eb) for ea, eb in d.changed]
-    if any(v is not None for v in verdicts):  # a column only where a band was recorded
+    labels = [change_label(ea, eb) for ea, eb in d.changed]
+    if any(labels):  # a column only where a band was recorded or a layer is pinned
         head.append("change")
-        words = {True: "noise (in band)", False: "real", None: "real"}
         for row in rows:
             row.append("")
-        for row, v in zip(rows[len(rows) - len(verdicts) :], verdicts, strict=True):
-            row[-1] = words[v]
+        for row, label in zip(rows[len(rows) - len(labels) :], labels, strict=True):
+            row[-1] = label or "real"
     if rows:
         echo_lines(table_lines(head, rows))
     if d.precision_changed:
@@ -263,46 +273,41 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
             ]
         )
     summary = f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
-    noise = sum(1 for v in verdicts if v)
-    if noise:
-        summary += f" ({noise} inside the tie band: noise)"
+    pinned, noise = labels.count("pinned"), labels.count("noise (in band)")
+    notes = [f"{pinned} pinned"] * bool(pinned) + [f"{noise} inside the tie band: noise"] * bool(
+        noise
+    )
+    if notes:
+        summary += f" ({'; '.join(notes)})"
     if d.precision_changed:
-        summary += f", {len(d.precision_changed)} precision plan changes"
+        summary += f", {count(len(d.precision_changed), 'precision plan change')}"
     echo(summary if d.differs else "locks are equivalent")
 
 
-def _show_candidates(lock: Path, data: Lock, as_json: bool) -> None:
-    """One row per recorded candidate; the locked one is marked, as ``pin`` needs a
-    candidate's tactic or kernel name."""
+def _show_candidates(lock: Path, data: Lock, as_json: bool, report: Path | None) -> None:
+    """One row per recorded candidate with its recorded time where known; the locked one
+    is marked, as ``pin`` needs a candidate's tactic or kernel name."""
+    from reprobuild.lock.edit import candidate_rows, report_times
+
+    layers = candidate_rows(data, {} if report is None else report_times(report))
     if as_json:
-        layers = [
-            {
-                "layer": e.layer,
-                "key": e.key,
-                "tactic": f"0x{e.tactic:x}",
-                "pinned": e.pinned,
-                "candidates": [
-                    {"tactic": f"0x{c.tactic:x}", "kernel": c.kernel} for c in e.candidates
-                ],
-            }
-            for e in data.layers
-        ]
         print_json({"lock": str(lock), "target": data.target_name, "layers": layers})
         return
     rows = [
         [
-            e.layer,
-            e.key,
-            f"0x{c.tactic:x}",
-            c.kernel or "-",
-            "yes" if c.tactic == e.tactic else "no",
+            e["layer"],
+            e["key"],
+            c["tactic"],
+            c["kernel"] or "-",
+            "-" if c["time_ms"] is None else f"{c['time_ms']:.4g}",
+            "yes" if c["tactic"] == e["tactic"] else "no",
         ]
-        for e in data.layers
-        for c in e.candidates
+        for e in layers
+        for c in e["candidates"]
     ]
-    echo_lines(table_lines(["layer", "key", "tactic", "kernel", "locked"], rows))
-    total = sum(len(e.candidates) for e in data.layers)
-    echo(f"{count(total, 'candidate')} of {count(len(data.layers), 'layer')}")
+    echo_lines(table_lines(["layer", "key", "tactic", "kernel", "time (ms)", "locked"], rows))
+    total = sum(len(e["candidates"]) for e in layers)
+    echo(f"{count(total, 'candidate')} of {count(len(layers), 'layer')}")
 
 
 def _show_targets(lock: Path, data: Lock, as_json: bool) -> None:

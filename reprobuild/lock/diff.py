@@ -24,6 +24,16 @@ def in_band(a: LayerEntry, b: LayerEntry) -> bool | None:
     return b.tactic in a.ties or a.tactic in b.ties
 
 
+def change_label(a: LayerEntry, b: LayerEntry) -> str | None:
+    """What a changed row is: ``pinned`` (B pins it: a deliberate choice, whatever the
+    band says), else ``noise (in band)`` or ``real``; None where neither recorded a band
+    and nothing is pinned (the table then has no such column)."""
+    if b.pinned:
+        return "pinned"
+    band = in_band(a, b)
+    return None if band is None else "noise (in band)" if band else "real"
+
+
 @dataclass
 class LockDiff:
     added: list[LayerEntry]
@@ -65,6 +75,7 @@ class LockDiff:
                     "kernel_a": a.kernel,
                     "kernel_b": b.kernel,
                     "pinned_b": b.pinned,
+                    "change": change_label(a, b) or "real",
                     # only where either side recorded near-ties (docs/stability.md)
                     **({} if (v := in_band(a, b)) is None else {"in_band": v}),
                 }

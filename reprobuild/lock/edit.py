@@ -283,3 +283,52 @@ def show_rows(lock: Lock) -> list[dict[str, Any]]:
         }
         for e in lock.layers
     ]
+
+
+MAX_REPORT_BYTES = 256 << 20  # a build report of a 10,000-layer model is far smaller
+
+
+def report_times(path: str | Path) -> dict[tuple[str, int], float]:
+    """Every candidate's time as the build that wrote ``path`` (``ENGINE.report.json``)
+    recorded it, by timing-cache key and tactic: the lock keeps only the chosen one's."""
+    import json
+
+    from reprobuild.fileio import read_regular
+
+    try:
+        records = json.loads(read_regular(path, MAX_REPORT_BYTES, "build report"))["records"]
+        return {
+            (str(r["key"]), int(str(c["tactic_hash"]), 16)): float(c["cost_ms"])
+            for r in records
+            for c in r.get("candidates") or []
+            if c.get("cost_ms") is not None
+        }
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise UsageError(
+            f"{path}: not a `reprobuild build` report with the recorded candidates; give the "
+            "ENGINE.report.json the recording build wrote"
+        ) from None
+
+
+def candidate_rows(lock: Lock, times: dict[tuple[str, int], float]) -> list[dict[str, Any]]:
+    """``show --candidates``: every layer's candidates, each with its recorded time where
+    known (the locked one's from the lock, the others' from a build report's ``times``)."""
+
+    def time_of(e: LayerEntry, tactic: int) -> float | None:
+        if (e.key, tactic) in times:
+            return times[e.key, tactic]
+        return e.time_ms if tactic == e.tactic else None
+
+    return [
+        {
+            "layer": e.layer,
+            "key": e.key,
+            "tactic": f"0x{e.tactic:x}",
+            "pinned": e.pinned,
+            "candidates": [
+                {"tactic": f"0x{c.tactic:x}", "kernel": c.kernel, "time_ms": time_of(e, c.tactic)}
+                for c in e.candidates
+            ],
+        }
+        for e in lock.layers
+    ]
