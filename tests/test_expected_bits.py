@@ -81,3 +81,37 @@ def test_require_digest_fails_until_the_bits_are_recorded(cli, cnn: Path) -> Non
     assert r.code == 2 and "drop --outputs" in r.err
     assert cli("build", "cnn.onnx", "--lock", "t.lock", *BASE).code == 0  # records them
     assert cli(*verify, *BASE).code == 0
+
+
+def test_atol_rtol_gate_accuracy_against_onnxruntime(cli, cnn: Path) -> None:
+    assert cli("build", "cnn.onnx", "--lock", "t.lock", *BASE).code == 0
+    verify = ("verify", "--lock", "t.lock", "-n", "1", "--no-control", *BASE)
+    r = cli(*verify, "--json")
+    assert r.code == 0 and json.loads(r.out)["within_tolerance"] is None  # reported only
+    r = cli(*verify, "--atol", "1e-3", "--rtol", "1e-3", "--json")
+    doc = json.loads(r.out)
+    assert r.code == 0 and doc["within_tolerance"] is True, r
+    assert doc["accuracy"]["tolerance"] == {
+        "atol": 1e-3, "rtol": 1e-3, "elements_beyond": 0, "within": True,
+    }  # fmt: skip
+    # --atol 0: exit 1 exactly where some element differs from ONNX Runtime's at all
+    r = cli(*verify, "--atol", "0", "--json")
+    doc = json.loads(r.out)
+    beyond = doc["accuracy"]["tolerance"]["elements_beyond"]
+    assert (beyond > 0) == (doc["accuracy"]["max_abs"] > 0)
+    assert r.code == (1 if beyond else 0) and doc["within_tolerance"] is (beyond == 0), r
+    r = cli(*verify, "--rtol", "-1")
+    assert r.code == 2 and "--rtol must be a finite number >= 0" in r.err, r
+
+
+def test_tolerance_is_polygraphys_check() -> None:
+    import numpy as np
+
+    from reprobuild.accuracy import Tolerance
+
+    want = np.array([1.0, 100.0, 0.0, np.nan, np.inf])
+    got = np.array([1.04, 101.0, 0.0, np.nan, np.inf])
+    assert Tolerance(atol=0.1, rtol=0.0).beyond(got, want) == 1  # 100 -> 101
+    assert Tolerance(atol=0.0, rtol=0.05).beyond(got, want) == 0  # 0.04 <= 0.05 * 1
+    assert Tolerance(atol=0.0, rtol=0.0).beyond(got, want) == 2
+    assert Tolerance(1.0, 1.0).beyond(np.array([np.nan]), np.array([0.0])) == 1

@@ -23,6 +23,7 @@ from reprobuild.cli.build_cmds import (
 from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
+from reprobuild.words import count
 
 
 def verify(
@@ -79,6 +80,16 @@ def verify(
         "--record-digests",
         help="Add the outputs' digest for these --inputs to the lock's target (else read-only).",
     ),
+    atol: float | None = typer.Option(
+        None,
+        "--atol",
+        help="Absolute tolerance against ONNX Runtime: exit 1 when an element has "
+        "|engine - onnxruntime| > atol + rtol * |onnxruntime| (Polygraphy's check) [default: "
+        "accuracy reported, not decisive].",
+    ),
+    rtol: float | None = typer.Option(
+        None, "--rtol", help="Relative tolerance against ONNX Runtime (with --atol, or alone)."
+    ),
     require_digest: bool = typer.Option(
         False,
         "--require-digest",
@@ -104,7 +115,7 @@ def verify(
     nothing about the tactics (a saturated or argmax output, constant inputs), and the
     verdict says how many of the possible changes were tried. A lock with no layers says
     that nothing is locked (exit 0; 1 with --require-power). Accuracy against ONNX Runtime
-    in float32 is reported, never decisive.
+    in float32 is reported, and decisive only with --atol/--rtol (exit 1 beyond them).
 
     \b
     Example:
@@ -117,6 +128,7 @@ def verify(
 
     if no_control and require_power:
         raise UsageError("--require-power needs the control: drop --no-control")
+    tolerance = _tolerance(atol, rtol)
     if require_digest and (outputs or record_digests):
         other = "--outputs" if outputs else "--record-digests"
         raise UsageError(
@@ -141,6 +153,7 @@ def verify(
         target=target,
         record_digests=record_digests,
         outputs=[n for o in outputs or () for n in o.split(",") if n] or None,
+        tolerance=tolerance,
     )
     if as_json:
         print_json(result.to_json())
@@ -148,7 +161,7 @@ def verify(
         _print_verify(result)
         if result.report_path:  # as build does: the file a reader opens next
             typer.echo(f"report: {result.report_path}")
-    if not result.reproducible or not result.follows_plan:
+    if not result.reproducible or not result.follows_plan or result.within_tolerance is False:
         raise typer.Exit(1)
     if require_power and not result.power:
         if not as_json:
@@ -169,6 +182,36 @@ def verify(
                 err=True,
             )
         raise typer.Exit(1)
+
+
+def _tolerance(atol: float | None, rtol: float | None) -> Any:
+    """``--atol``/``--rtol`` as a :class:`~reprobuild.accuracy.Tolerance` (None: neither
+    given); an unset one of the two is 0, as in Polygraphy's check."""
+    import math
+
+    if atol is None and rtol is None:
+        return None
+    for flag, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{flag} must be a finite number >= 0, got {value}")
+    from reprobuild.accuracy import Tolerance
+
+    return Tolerance(atol or 0.0, rtol or 0.0)
+
+
+def _tolerance_line(result: Any) -> str | None:
+    """The accuracy verdict under --atol/--rtol (None without them)."""
+    if result.tolerance is None:
+        return None
+    t = result.tolerance
+    rule = f"|engine - onnxruntime| <= {t['atol']:g} + {t['rtol']:g} * |onnxruntime|"
+    measured = result.accuracy.get("tolerance")
+    if measured is None:
+        return f"ACCURACY NOT CHECKED: {rule} could not be measured (see the accuracy line)"
+    if measured["within"]:
+        return f"accuracy: every element within {rule}"
+    n = measured["elements_beyond"]
+    return f"ACCURACY BEYOND TOLERANCE: {count(n, 'element')} not within {rule}"
 
 
 def _print_verify(result: Any) -> None:
@@ -200,6 +243,9 @@ def _print_verify(result: Any) -> None:
         )
     else:
         typer.echo(f"accuracy vs onnxruntime: not measured ({acc.get('error')})")
+    tol = _tolerance_line(result)
+    if tol:
+        typer.echo(tol)
     print_sample_accuracy(result.sample_accuracy)
     if result.control is not None:
         typer.echo(f"control: {result.control.message()}")
