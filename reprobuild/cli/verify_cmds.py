@@ -20,6 +20,7 @@ from reprobuild.cli.build_cmds import (
     backend_arg,
     print_sample_accuracy,
 )
+from reprobuild.cli.groups import ModelArg, ModelOpt, model_of
 from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
@@ -27,7 +28,8 @@ from reprobuild.words import count
 
 
 def verify(
-    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
+    model: Path | None = ModelArg,
+    model_opt: Path | None = ModelOpt,
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to verify."),
     rebuilds: int = typer.Option(3, "--rebuilds", "-n", help="How many times to rebuild."),
     inputs: Path | None = typer.Option(
@@ -137,7 +139,7 @@ def verify(
     result = with_progress(
         run,
         quiet or as_json,
-        model,
+        model_of(model, model_opt),
         lock=lock,
         rebuilds=rebuilds,
         inputs=inputs,
@@ -328,7 +330,8 @@ def _print_sensitivity(probes: list[Any]) -> None:
 
 
 def bisect(
-    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
+    model: Path | None = ModelArg,
+    model_opt: Path | None = ModelOpt,
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lock A (the baseline)."),
     against: Path = typer.Option(..., "--against", help="Lock B, whose outputs differ."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
@@ -358,7 +361,7 @@ def bisect(
     result = with_progress(
         run,
         quiet or as_json,
-        model,
+        model_of(model, model_opt),
         lock=lock,
         against=against,
         backend=backend_arg(backend, ref_timing, threads),
