@@ -66,7 +66,8 @@ def pin(
 
     TACTIC is a tactic hash (0x..., compared as an integer) or a kernel name, and must be
     one of the layer's recorded candidates unless --force. A layer name that appears
-    more than once is selected with key=0x... instead.
+    more than once is selected by the tactic where it is a candidate of one of its keys
+    only, else with key=0x... instead.
 
     \b
     Example:

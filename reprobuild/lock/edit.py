@@ -102,11 +102,28 @@ def find_entry(lock: Lock, sel: Selection, lock_path: str) -> LayerEntry:
             else "`reprobuild show` lists the layers"
         )
         raise UsageError(f"{lock_path}: no layer named {sel.layer!r}; {hint}")
+    having = _with_candidate(matches, sel.tactic)
+    if len(having) == 1:  # the tactic names a candidate of one of the layer's keys only
+        return having[0]
     keys = ", ".join(e.key for e in matches)
+    also = f"; tactic {sel.tactic} is a candidate of {len(having)} of them" if having else ""
     raise UsageError(
-        f"{lock_path}: layer name {sel.layer!r} is ambiguous ({len(matches)} layers: {keys}); "
-        f"select one with key=0x..."
+        f"{lock_path}: layer name {sel.layer!r} is ambiguous ({len(matches)} layers: {keys})"
+        f"{also}; select one with key=0x..."
     )
+
+
+def _with_candidate(entries: list[LayerEntry], tactic: str | None) -> list[LayerEntry]:
+    """The entries with a recorded candidate that ``tactic`` (a kernel name or a hash, as
+    ``pin`` takes it) names."""
+    if tactic is None:
+        return []
+    value = None
+    if HEX_RE.fullmatch(tactic) or tactic.isdigit():
+        value = int(tactic, 16) if tactic.lower().startswith("0x") else int(tactic)
+    return [
+        e for e in entries if any(c.kernel == tactic or c.tactic == value for c in e.candidates)
+    ]
 
 
 def resolve_tactic(
