@@ -219,7 +219,7 @@ def _tolerance_line(result: Any) -> str | None:
 def _print_verify(result: Any) -> None:
     for b in result.builds:
         hashes = ", ".join(f"{n}={h[:16]}" for n, h in b.output_sha256.items())
-        typer.echo(f"build {b.index + 1}: {hashes}  ({b.duration_s:.1f}s)")
+        typer.echo(f"build {b.index + 1}: sha256 per output {hashes}  ({b.duration_s:.1f}s)")
     rows = [
         [d["layer"], d["key"], str(d["locked"]), str(d["built"]), str(b.index + 1)]
         for b in result.builds
@@ -258,7 +258,8 @@ def _print_verify(result: Any) -> None:
         else ""
     )
     summary = (
-        f"{result.rebuilds} rebuilds of {result.layers} layers of target {result.target}, "
+        f"{count(result.rebuilds, 'rebuild')} of {count(result.layers, 'layer')} of target "
+        f"{result.target}, "
         f"inputs {result.inputs}{diff}"
     )
     if not result.reproducible:
@@ -280,11 +281,12 @@ def _print_verify(result: Any) -> None:
 
 
 def _recorded_line(result: Any) -> str:
-    """What the bits were compared with across machines: the target's recorded digest."""
+    """What the bits were compared with across machines: the target's recorded digest (one
+    hash over every output, not any one output's sha256 the build lines show)."""
     new = result.outputs_sha256[:16]
     if result.outputs_chosen is not None:
         return (
-            f"bits: outputs {new} of {', '.join(result.outputs_chosen)} only (--outputs), not "
+            f"bits: digest {new} of {', '.join(result.outputs_chosen)} only (--outputs), not "
             "compared with the lock's digests, which cover every output"
         )
     if result.matches_recorded is None:
@@ -294,12 +296,14 @@ def _recorded_line(result: Any) -> str:
             else "the lock records none for these inputs, so only rebuilds on this machine "
             "were compared (--record-digests adds it)"
         )
-        return f"bits: outputs {new}; {tail}"
+        return f"bits: digest of all outputs {new}; {tail}"
     if result.matches_recorded:
-        return f"bits: outputs {new} equal the digest recorded for target {result.target}"
+        return (
+            f"bits: digest of all outputs {new} equals the one recorded for target {result.target}"
+        )
     return (
-        f"bits: OTHER BITS than recorded for target {result.target}: recorded "
-        f"{result.recorded_sha256[:16]}, here {new}"
+        f"bits: OTHER BITS than recorded for target {result.target}: digest of all outputs "
+        f"recorded {result.recorded_sha256[:16]}, here {new}"
     )
 
 
@@ -386,7 +390,9 @@ def bisect(
             )
             typer.echo(format_table(head, [r + [""] * (len(head) - len(r)) for r in rows]))
         typer.echo(
-            f"{result.message} ({result.differing_layers} layers differ, {result.builds} builds)"
+            f"{result.message} ({count(result.differing_layers, 'layer')} "
+            f"{'differs' if result.differing_layers == 1 else 'differ'}, "
+            f"{count(result.builds, 'build')})"
         )
     if result.outputs_differ:
         raise typer.Exit(1)
