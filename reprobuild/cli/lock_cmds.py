@@ -119,8 +119,7 @@ def unpin(
 def _say_cleared(lock: Path, done: Edit) -> None:
     """Which target's expected bits an edit cleared, and the commands that record them
     again (until then, ``verify`` has no bits to compare across machines)."""
-    if not done.cleared:
-        echo(f"target {done.target}: expected bits kept")
+    if not done.cleared:  # nothing to say: verify still compares with the recorded bits
         return
     inputs = ", ".join(o.inputs for o in done.cleared)
     echo(
