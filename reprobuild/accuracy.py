@@ -18,12 +18,36 @@ A precision plan's error (mixed model vs FP32 in ONNX Runtime) and an engine's e
 Aggregates are the worst output's: largest errors, smallest cosine and agreement.
 
 Accuracy is reported beside reproducibility, never mixed with it: bits decide ``verify``.
+A :class:`Tolerance` (``verify --atol/--rtol``) adds a verdict as Polygraphy gives one:
+every element within ``|got - want| <= atol + rtol * |want|``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Polygraphy's element-wise check: ``|got - want| <= atol + rtol * |want|``."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+    def beyond(self, got: Any, want: Any) -> int:
+        """How many elements are outside the tolerance (equal values, NaN == NaN and equal
+        infinities included, are inside; a NaN or infinity where the reference differs is
+        outside)."""
+        import numpy as np
+
+        a = np.asarray(got, dtype=np.float64)
+        b = np.asarray(want, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            same = (a == b) | (np.isnan(a) & np.isnan(b))
+            close = np.abs(a - b) <= self.atol + self.rtol * np.abs(b)
+        return int((~(same | close)).sum())
 
 
 def output_error(got: Any, want: Any) -> tuple[float, float, bool]:
@@ -98,8 +122,11 @@ def top1_agreement(got: Any, want: Any) -> float | None:
     return float((a.argmax(axis=axis) == b.argmax(axis=axis)).mean())
 
 
-def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str, Any]:
-    """The metric over every reference output that ``got`` has (shapes must agree)."""
+def compare_outputs(
+    got: Mapping[str, Any], want: Mapping[str, Any], tolerance: Tolerance | None = None
+) -> dict[str, Any]:
+    """The metric over every reference output that ``got`` has (shapes must agree), and
+    with ``tolerance`` how many elements are outside it."""
     per: dict[str, dict[str, Any]] = {}
     max_abs = max_rel = 0.0
     cosines: list[float] = []
@@ -112,13 +139,15 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
         cos = cosine_similarity(got[name], ref)
         top1 = top1_agreement(got[name], ref)
         per[name] = {"max_abs": e_abs, "max_rel": e_rel, "cosine": cos, "top1_agreement": top1}
+        if tolerance is not None:
+            per[name]["beyond_tolerance"] = tolerance.beyond(got[name], ref)
         max_abs, max_rel = max(max_abs, e_abs), max(max_rel, e_rel)
         cosines.append(cos)
         if top1 is not None:
             agreements.append(top1)
         if bad:
             non_finite.append(name)
-    return {
+    out = {
         "max_abs": max_abs,
         "max_rel": max_rel,
         "cosine": _worst(cosines),
@@ -126,6 +155,15 @@ def compare_outputs(got: Mapping[str, Any], want: Mapping[str, Any]) -> dict[str
         "outputs": per,
         "non_finite_outputs": non_finite,
     }
+    if tolerance is not None:
+        beyond = sum(p["beyond_tolerance"] for p in per.values())
+        out["tolerance"] = {
+            "atol": tolerance.atol,
+            "rtol": tolerance.rtol,
+            "elements_beyond": beyond,
+            "within": beyond == 0,
+        }
+    return out
 
 
 def _worst(cosines: list[float]) -> float | None:

@@ -99,7 +99,8 @@ def test_show_candidates_lists_every_candidate_and_marks_the_locked_one(
     assert res.code == 0, res
     rows = [line.split() for line in res.out.splitlines()[2:-1]]
     expected = [
-        [e.layer, e.key, f"0x{c.tactic:x}", c.kernel, "yes" if c.tactic == e.tactic else "no"]
+        [e.layer, e.key, f"0x{c.tactic:x}", c.kernel]
+        + ([f"{e.time_ms:.4g}", "yes"] if c.tactic == e.tactic else ["-", "no"])
         for e in data.layers
         for c in e.candidates
     ]

@@ -59,7 +59,8 @@ def _injected(self, key, names, costs):
     return _apply(self if self.active else _stand_in, key, names, costs)
 
 
-TimingKnob.apply = _injected
+if {injected!r}:
+    TimingKnob.apply = _injected
 if not {standin!r}:
     sys.modules["tensorrt"] = None  # auto picks reference, even where TensorRT is installed
 else:
@@ -131,7 +132,11 @@ def script(page: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_page(page: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def run_page(
+    page: Path, tmp_path: Path, *, injected: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run the page's script in a fresh folder; ``injected=False`` keeps the reference
+    backend's measured timings (what a reader's machine does)."""
     work, tools = tmp_path / "work", tmp_path / "tools"
     shutil.copytree(
         EXAMPLES, work / "reprobuild" / "examples", ignore=shutil.ignore_patterns("*.engine*")
@@ -140,7 +145,8 @@ def run_page(page: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     (tools / "bin").mkdir(parents=True)
     standin = page.name in STANDIN_PAGES and page.parent == DOCS
     (tools / "sitecustomize.py").write_text(
-        SHIM.format(root=str(ROOT), seed=INJECTED_SEED, standin=standin), encoding="utf-8"
+        SHIM.format(root=str(ROOT), seed=INJECTED_SEED, standin=standin, injected=injected),
+        encoding="utf-8",
     )
     for name, run in {"reprobuild": "-m reprobuild", "python": ""}.items():
         wrapper = tools / "bin" / name
@@ -167,6 +173,23 @@ def test_every_documented_command_runs(page: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, (
         f"{page.name}:\n{res.stderr[-6000:]}\n--- stdout:\n{res.stdout[-3000:]}"
     )
+
+
+MEASURED_PAGES = [README, DOCS / "record-and-pin.md", DOCS / "verify-in-ci.md"]
+"""Pages whose documented exit codes depend on which candidates a recording chose (a pin
+must change a tactic for ``diff``/``bisect`` to exit 1): run with measured timings too."""
+
+
+@pytest.mark.measured_timing
+@pytest.mark.parametrize("page", MEASURED_PAGES, ids=lambda p: p.name)
+def test_documented_exit_codes_hold_with_measured_timings(page: Path, tmp_path: Path) -> None:
+    """As a reader runs them: real timings decide every recording, three fresh times."""
+    for i in range(3):
+        res = run_page(page, tmp_path / f"run{i}", injected=False)
+        assert res.returncode == 0, (
+            f"{page.name}, fresh run {i + 1}:\n{res.stderr[-6000:]}\n--- stdout:\n"
+            f"{res.stdout[-3000:]}"
+        )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

@@ -219,7 +219,8 @@ def _flow_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_whole_flow_with_multi_key_layers_on_the_reference_backend(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli
 ) -> None:
-    """record -> pin (by key: a name with two keys is ambiguous) -> locked rebuild ->
+    """record -> pin (by name and kernel, or by key: a name with two keys is otherwise
+    ambiguous) -> locked rebuild ->
     --frozen -> verify with its control -> bisect; a pin in a key the engine does not run
     changes no output bit."""
     model = _flow_lock(tmp_path, monkeypatch)
@@ -245,8 +246,11 @@ def test_the_whole_flow_with_multi_key_layers_on_the_reference_backend(
     }
     shutil.copy("t.lock", "clean.lock")
     other = next(c for c in conv1.candidates if c.tactic != conv1.tactic)
-    r = cli("pin", "layer=conv1", f"tactic={other.kernel}", "--lock", "t.lock")
+    r = cli("pin", "layer=conv1", f"tactic={idle.kernel}x", "--lock", "t.lock")
     assert r.code == 2 and "ambiguous" in r.err and conv1.key in r.err and idle.key in r.err
+    # the kernel is a candidate of the im2col key only: the name and kernel select that key
+    r = cli("pin", "layer=conv1", f"tactic={other.kernel}", "--lock", "t.lock")
+    assert r.code == 0 and f"pinned conv1 [{conv1.key}]" in r.out, r
     r = cli("pin", f"key={conv1.key}", f"tactic={other.kernel}", "--lock", "t.lock")
     assert r.code == 0, r
     locked = reprobuild.build(model, lock="t.lock", out="b.engine", backend="reference")

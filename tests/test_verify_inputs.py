@@ -73,8 +73,8 @@ def test_outputs_chooses_what_is_compared(work: Path, cli) -> None:
     assert set(json.loads(r.out)["builds"][0]["output_sha256"]) == {"output", "gap"}
     r = cli("verify", "--lock", "two.lock", "-n", "1", "--outputs", "gap", *BASE)
     assert r.code == 0, r
-    assert "bits: outputs" in r.out and "of gap only (--outputs)" in r.out
-    assert "build 1: gap=" in r.out and "output=" not in r.out.split("\n")[0]
+    assert "bits: digest" in r.out and "of gap only (--outputs)" in r.out
+    assert "build 1: sha256 per output gap=" in r.out and "output=" not in r.out.split("\n")[0]
     r = cli("verify", "--lock", "two.lock", "-n", "1", "--outputs", "gpa", *BASE)
     assert r.code == 2 and r.err.count("\n") == 1, r
     assert "has no output 'gpa'; did you mean 'gap'?" in r.err

@@ -194,8 +194,8 @@ def build(
         None,
         "--calibration-seed",
         min=0,
-        help="fp16/bf16 without --calibration: seed of the random reference inputs "
-        "[default: 0]; the lock records it.",
+        help="Without --calibration: seed of the random reference inputs (fp16/bf16) or "
+        "calibration samples (int8, for trying only) [default: 0]; the lock records it.",
     ),
     calib_method: str | None = typer.Option(
         None, "--calib-method", help="INT8: entropy (default), minmax or percentile."

@@ -18,6 +18,7 @@ from reprobuild.words import count
 
 if TYPE_CHECKING:
     from reprobuild.lock.diff import LockDiff
+    from reprobuild.lock.edit import Edit
     from reprobuild.lock.model import LayerEntry, Lock
     from reprobuild.types import Environment
 
@@ -65,7 +66,8 @@ def pin(
 
     TACTIC is a tactic hash (0x..., compared as an integer) or a kernel name, and must be
     one of the layer's recorded candidates unless --force. A layer name that appears
-    more than once is selected with key=0x... instead.
+    more than once is selected by the tactic where it is a candidate of one of its keys
+    only, else with key=0x... instead.
 
     \b
     Example:
@@ -74,13 +76,14 @@ def pin(
     with paused_gc():
         from reprobuild.lock.edit import edit_lock
 
-        changes = edit_lock(lock, selections, force=force, target=target, here=this_machine)
+        done = edit_lock(lock, selections, force=force, target=target, here=this_machine)
         if as_json:
-            print_json({"lock": str(lock), "pinned": [c.to_json() for c in changes]})
+            print_json({"lock": str(lock), **done.to_json("pinned")})
             return
-        for c in changes:
+        for c in done.changes:
             was = "" if c.old_tactic == c.new_tactic else f" (was 0x{c.old_tactic:x})"
             echo(f"pinned {c.layer} [{c.key}] -> 0x{c.new_tactic:x} {c.kernel or ''}{was}")
+        _say_cleared(lock, done)
 
 
 def unpin(
@@ -101,15 +104,30 @@ def unpin(
     with paused_gc():
         from reprobuild.lock.edit import edit_lock
 
-        changes = edit_lock(lock, selections, unpin=True, target=target, here=this_machine)
+        done = edit_lock(lock, selections, unpin=True, target=target, here=this_machine)
         if as_json:
-            print_json({"lock": str(lock), "unpinned": [c.to_json() for c in changes]})
+            print_json({"lock": str(lock), **done.to_json("unpinned")})
             return
-        for c in changes:
+        for c in done.changes:
             if c.was_pinned:
                 echo(f"unpinned {c.layer} [{c.key}] (tactic 0x{c.new_tactic:x} kept)")
             else:
                 echo(f"{c.layer} [{c.key}] was not pinned; nothing to unpin")
+        _say_cleared(lock, done)
+
+
+def _say_cleared(lock: Path, done: Edit) -> None:
+    """Which target's expected bits an edit cleared, and the commands that record them
+    again (until then, ``verify`` has no bits to compare across machines)."""
+    if not done.cleared:  # nothing to say: verify still compares with the recorded bits
+        return
+    inputs = ", ".join(o.inputs for o in done.cleared)
+    echo(
+        f"target {done.target}: cleared its expected bits for {inputs} (the old tactics' "
+        f"bits); record them again on a machine of this target: `reprobuild build MODEL "
+        f"--lock {lock}` (without --frozen) records seeded:0, `reprobuild verify --lock "
+        f"{lock} --record-digests [--inputs FILE]` any inputs"
+    )
 
 
 def show(
@@ -121,6 +139,12 @@ def show(
     candidates: bool = typer.Option(
         False, "--candidates", help="List every recorded candidate of each layer (what pin takes)."
     ),
+    report: Path | None = typer.Option(
+        None,
+        "--report",
+        help="With --candidates: the recording build's ENGINE.report.json, for every "
+        "candidate's time [default: the locked candidate's time only, from the lock].",
+    ),
 ) -> None:
     """Show the locked layers of one target: layer, key, tactic, kernel, pinned.
 
@@ -128,6 +152,7 @@ def show(
     Example:
       reprobuild show --lock tactics.lock --json
       reprobuild show --candidates          # the tactics `reprobuild pin` can choose
+      reprobuild show --candidates --report model.engine.report.json   # with their times
       reprobuild show --targets
     """
     with paused_gc():
@@ -140,8 +165,12 @@ def show(
         if precision:
             _show_precision(lock, data, as_json)
             return
+        if report is not None and not candidates:
+            from reprobuild.errors import UsageError
+
+            raise UsageError("--report gives the candidates' times: use it with --candidates")
         if candidates:
-            _show_candidates(lock, data, as_json)
+            _show_candidates(lock, data, as_json, report)
             return
         if as_json:
             from reprobuild.lock.edit import show_rows
@@ -215,12 +244,10 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
             echo(f"{what} changed: {', '.join(keys)}")
     rows = [["+", e.layer, e.key, "", _entry_text(e), ""] for e in d.added]
     rows += [["-", e.layer, e.key, _entry_text(e), "", ""] for e in d.removed]
-    verdicts = [c.tactic_in_band for c in d.changed]
-    words = {True: "; noise (in band)", False: "; real", None: ""}
     rows += [
         ["~", c.b.layer, c.b.key, _entry_text(c.a), _entry_text(c.b)]
-        + [", ".join(c.fields) + words[v]]
-        for c, v in zip(d.changed, verdicts, strict=True)
+        + [", ".join(c.fields) + "; " + c.label]
+        for c in d.changed
     ]
     if rows:
         echo_lines(table_lines(["", "layer", "key", str(a), str(b), "changed"], rows))
@@ -237,16 +264,21 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
             ]
         )
     summary = f"{len(d.added)} added, {len(d.removed)} removed, {len(d.changed)} changed"
-    noise = sum(1 for v in verdicts if v)
-    if noise:
-        summary += f" ({noise} inside the tie band: noise)"
+    labels = [c.label for c in d.changed]
+    pinned, noise = labels.count("pinned"), labels.count("noise (in band)")
+    notes = [f"{pinned} pinned"] * bool(pinned) + [f"{noise} inside the tie band: noise"] * bool(
+        noise
+    )
+    if notes:
+        summary += f" ({'; '.join(notes)})"
     for n, what in (
-        (len(d.key_choice_changed), "key choices"),
-        (len(d.outputs_changed), "output digests"),
-        (len(d.precision_changed), "precision plan changes"),
+        (len(d.key_choice_changed), "key choice"),
+        (len(d.outputs_changed), "output digest"),
     ):
         if n:
-            summary += f", {n} {what}" + ("" if what.endswith("changes") else " changed")
+            summary += f", {count(n, what)} changed"
+    if d.precision_changed:
+        summary += f", {count(len(d.precision_changed), 'precision plan change')}"
     echo(summary if d.differs else "locks are equivalent")
 
 
@@ -260,38 +292,30 @@ def _short(digest: str | None) -> str:
     return "-" if digest is None else digest[:12]
 
 
-def _show_candidates(lock: Path, data: Lock, as_json: bool) -> None:
-    """One row per recorded candidate; the locked one is marked, as ``pin`` needs a
-    candidate's tactic or kernel name."""
+def _show_candidates(lock: Path, data: Lock, as_json: bool, report: Path | None) -> None:
+    """One row per recorded candidate with its recorded time where known; the locked one
+    is marked, as ``pin`` needs a candidate's tactic or kernel name."""
+    from reprobuild.lock.edit import candidate_rows, report_times
+
+    layers = candidate_rows(data, {} if report is None else report_times(report))
     if as_json:
-        layers = [
-            {
-                "layer": e.layer,
-                "key": e.key,
-                "tactic": f"0x{e.tactic:x}",
-                "pinned": e.pinned,
-                "candidates": [
-                    {"tactic": f"0x{c.tactic:x}", "kernel": c.kernel} for c in e.candidates
-                ],
-            }
-            for e in data.layers
-        ]
         print_json({"lock": str(lock), "target": data.target_name, "layers": layers})
         return
     rows = [
         [
-            e.layer,
-            e.key,
-            f"0x{c.tactic:x}",
-            c.kernel or "-",
-            "yes" if c.tactic == e.tactic else "no",
+            e["layer"],
+            e["key"],
+            c["tactic"],
+            c["kernel"] or "-",
+            "-" if c["time_ms"] is None else f"{c['time_ms']:.4g}",
+            "yes" if c["tactic"] == e["tactic"] else "no",
         ]
-        for e in data.layers
-        for c in e.candidates
+        for e in layers
+        for c in e["candidates"]
     ]
-    echo_lines(table_lines(["layer", "key", "tactic", "kernel", "locked"], rows))
-    total = sum(len(e.candidates) for e in data.layers)
-    echo(f"{count(total, 'candidate')} of {count(len(data.layers), 'layer')}")
+    echo_lines(table_lines(["layer", "key", "tactic", "kernel", "time (ms)", "locked"], rows))
+    total = sum(len(e["candidates"]) for e in layers)
+    echo(f"{count(total, 'candidate')} of {count(len(layers), 'layer')}")
 
 
 def _show_targets(lock: Path, data: Lock, as_json: bool) -> None:

@@ -89,6 +89,7 @@ def _main(argv: list[str] | None) -> None:
     COMMITTED.clear()
     try:
         with numeric_warnings(render.echo):
+            _check_kernel_family(args)
             rv = _typer(args)
     except ReprobuildError as err:
         code, message = err.exit_code, str(err)
@@ -109,6 +110,25 @@ def _main(argv: list[str] | None) -> None:
         return
     crash.report(code, message, as_json, stdout_used=render.json_printed)
     sys.exit(code)
+
+
+def _check_kernel_family(args: list[str]) -> None:
+    """Before anything loads numpy: a forced OpenBLAS kernel family this CPU cannot run is
+    exit 3 (OpenBLAS would kill the process with SIGILL, saying nothing); help needs none."""
+    import os
+
+    if (
+        not os.environ.get("OPENBLAS_CORETYPE")
+        or not args
+        or {"-h", "--help", "--version"} & set(args)
+    ):
+        return
+    from reprobuild.backends.reference.coretype import check_coretype
+    from reprobuild.cli import render
+
+    note = check_coretype(os.environ)
+    if note:
+        render.echo(f"warning: {note}", err=True)
 
 
 def _quiet_stdout() -> None:

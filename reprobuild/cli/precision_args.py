@@ -68,14 +68,9 @@ def precision_request(
 
 
 def _check_seed(mode: str, calibration: str | None, seed: int | None) -> None:
-    """The seed picks random reference inputs: only for fp16/bf16 without a data file."""
+    """The seed picks random inputs: only without a data file."""
     if seed is None:
         return
-    if mode == "int8":
-        raise UsageError(
-            f"--calibration-seed {seed}: INT8 calibrates on real samples (--calibration DATA), "
-            "never on random inputs"
-        )
     if calibration is not None:
         raise UsageError(
             f"--calibration-seed {seed}: the seed is for random reference inputs; "

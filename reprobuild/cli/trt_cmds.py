@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from reprobuild.cachedir import DEFAULT_CACHE_DIR
+from reprobuild.cli.groups import ModelArg, ModelOpt, model_of
 from reprobuild.cli.render import print_json
 from reprobuild.lock.model import DEFAULT_LOCK
 
@@ -19,20 +20,19 @@ JsonOpt = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
 def export_cache(
+    model: Path | None = ModelArg,
     output: Path = typer.Option(..., "--output", "-o", help="Timing-cache file to write."),
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile with the tactics."),
     cache_dir: Path = typer.Option(
         Path(DEFAULT_CACHE_DIR), "--cache-dir", help="Where recording timing caches are kept."
     ),
-    model: Path | None = typer.Option(
-        None, "--model", help="ONNX model, if no recording cache exists yet (default: the lock's)."
-    ),
+    model_opt: Path | None = ModelOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Write a standard TensorRT timing cache holding the lock's tactics.
 
     Its keys are made with the editable-cache flag (for a lock with a precision plan: those
-    of the converted model, so --model is needed when the lock's model is not at hand).
+    of the converted model, so the model is needed when the lock's model is not at hand).
     TensorRT's Python API with that flag honours them; trtexec loads the file but cannot set
     the flag, so it may miss and re-time (--errorOnTimingCacheMiss shows it; `reprobuild
     doctor --probe` checks it); Torch-TensorRT does not pin from it (strict attach, its own
@@ -46,7 +46,7 @@ def export_cache(
     """
     from reprobuild.workflow.export import export_pinned_cache
 
-    result = export_pinned_cache(lock, output, cache_dir, model=model)
+    result = export_pinned_cache(lock, output, cache_dir, model=model_of(model, model_opt))
     if as_json:
         print_json(result.to_dict())
         return

@@ -20,13 +20,16 @@ from reprobuild.cli.build_cmds import (
     backend_arg,
     print_sample_accuracy,
 )
+from reprobuild.cli.groups import ModelArg, ModelOpt, model_of
 from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
 from reprobuild.lock.model import DEFAULT_LOCK
+from reprobuild.words import count
 
 
 def verify(
-    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
+    model: Path | None = ModelArg,
+    model_opt: Path | None = ModelOpt,
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to verify."),
     rebuilds: int = typer.Option(3, "--rebuilds", "-n", help="How many times to rebuild."),
     inputs: Path | None = typer.Option(
@@ -79,6 +82,22 @@ def verify(
         "--record-digests",
         help="Add the outputs' digest for these --inputs to the lock's target (else read-only).",
     ),
+    atol: float | None = typer.Option(
+        None,
+        "--atol",
+        help="Absolute tolerance against ONNX Runtime: exit 1 when an element has "
+        "|engine - onnxruntime| > atol + rtol * |onnxruntime| (Polygraphy's check) [default: "
+        "accuracy reported, not decisive].",
+    ),
+    rtol: float | None = typer.Option(
+        None, "--rtol", help="Relative tolerance against ONNX Runtime (with --atol, or alone)."
+    ),
+    require_digest: bool = typer.Option(
+        False,
+        "--require-digest",
+        help="Exit 1 when the lock records no expected bits for this target and these "
+        "inputs (for CI gates: the check across machines must run).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
@@ -88,7 +107,8 @@ def verify(
 
     The bits must also equal the ones the lock records for this machine's target (what the
     recording machine's engine gave): other bits are exit 1, naming the target and both
-    digests; a machine of no recorded target is exit 3.
+    digests; a machine of no recorded target is exit 3. With --require-digest, a lock
+    that records no bits for this target and these inputs is exit 1 too.
 
     A positive control then switches one layer at a time to another recorded candidate (the
     ones most likely to show first: another accumulation precision, another algorithm
@@ -97,12 +117,12 @@ def verify(
     nothing about the tactics (a saturated or argmax output, constant inputs), and the
     verdict says how many of the possible changes were tried. A lock with no layers says
     that nothing is locked (exit 0; 1 with --require-power). Accuracy against ONNX Runtime
-    in float32 is reported, never decisive.
+    in float32 is reported, and decisive only with --atol/--rtol (exit 1 beyond them).
 
     \b
     Example:
       reprobuild verify --lock tactics.lock --rebuilds 3 --report verify.json
-      reprobuild verify --lock tactics.lock --require-power      # in CI
+      reprobuild verify --lock tactics.lock --require-power --require-digest   # in CI
       reprobuild verify --lock tactics.lock --sensitivity        # which layers matter
       reprobuild verify --lock tactics.lock --inputs batch.npz --outputs logits
     """
@@ -110,10 +130,16 @@ def verify(
 
     if no_control and require_power:
         raise UsageError("--require-power needs the control: drop --no-control")
+    tolerance = _tolerance(atol, rtol)
+    if require_digest and (outputs or record_digests):
+        other = "--outputs" if outputs else "--record-digests"
+        raise UsageError(
+            f"--require-digest compares every output with the lock's recorded digest: drop {other}"
+        )
     result = with_progress(
         run,
         quiet or as_json,
-        model,
+        model_of(model, model_opt),
         lock=lock,
         rebuilds=rebuilds,
         inputs=inputs,
@@ -129,6 +155,7 @@ def verify(
         target=target,
         record_digests=record_digests,
         outputs=[n for o in outputs or () for n in o.split(",") if n] or None,
+        tolerance=tolerance,
     )
     if as_json:
         print_json(result.to_json())
@@ -136,7 +163,7 @@ def verify(
         _print_verify(result)
         if result.report_path:  # as build does: the file a reader opens next
             typer.echo(f"report: {result.report_path}")
-    if not result.reproducible or not result.follows_plan:
+    if not result.reproducible or not result.follows_plan or result.within_tolerance is False:
         raise typer.Exit(1)
     if require_power and not result.power:
         if not as_json:
@@ -147,12 +174,52 @@ def verify(
             )
             typer.echo(f"error: --require-power: {why}", err=True)
         raise typer.Exit(1)
+    if require_digest and result.matches_recorded is None:
+        if not as_json:
+            typer.echo(
+                f"error: --require-digest: {result.lock_path} records no expected bits for "
+                f"target {result.target} and inputs {result.inputs_label}; record them on a "
+                f"machine of this target (reprobuild verify --lock {result.lock_path} "
+                "--record-digests, with the same --inputs)",
+                err=True,
+            )
+        raise typer.Exit(1)
+
+
+def _tolerance(atol: float | None, rtol: float | None) -> Any:
+    """``--atol``/``--rtol`` as a :class:`~reprobuild.accuracy.Tolerance` (None: neither
+    given); an unset one of the two is 0, as in Polygraphy's check."""
+    import math
+
+    if atol is None and rtol is None:
+        return None
+    for flag, value in (("--atol", atol), ("--rtol", rtol)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"{flag} must be a finite number >= 0, got {value}")
+    from reprobuild.accuracy import Tolerance
+
+    return Tolerance(atol or 0.0, rtol or 0.0)
+
+
+def _tolerance_line(result: Any) -> str | None:
+    """The accuracy verdict under --atol/--rtol (None without them)."""
+    if result.tolerance is None:
+        return None
+    t = result.tolerance
+    rule = f"|engine - onnxruntime| <= {t['atol']:g} + {t['rtol']:g} * |onnxruntime|"
+    measured = result.accuracy.get("tolerance")
+    if measured is None:
+        return f"ACCURACY NOT CHECKED: {rule} could not be measured (see the accuracy line)"
+    if measured["within"]:
+        return f"accuracy: every element within {rule}"
+    n = measured["elements_beyond"]
+    return f"ACCURACY BEYOND TOLERANCE: {count(n, 'element')} not within {rule}"
 
 
 def _print_verify(result: Any) -> None:
     for b in result.builds:
         hashes = ", ".join(f"{n}={h[:16]}" for n, h in b.output_sha256.items())
-        typer.echo(f"build {b.index + 1}: {hashes}  ({b.duration_s:.1f}s)")
+        typer.echo(f"build {b.index + 1}: sha256 per output {hashes}  ({b.duration_s:.1f}s)")
     rows = [
         [d["layer"], d["key"], str(d["locked"]), str(d["built"]), str(b.index + 1)]
         for b in result.builds
@@ -178,6 +245,9 @@ def _print_verify(result: Any) -> None:
         )
     else:
         typer.echo(f"accuracy vs onnxruntime: not measured ({acc.get('error')})")
+    tol = _tolerance_line(result)
+    if tol:
+        typer.echo(tol)
     print_sample_accuracy(result.sample_accuracy)
     if result.control is not None:
         typer.echo(f"control: {result.control.message()}")
@@ -188,7 +258,8 @@ def _print_verify(result: Any) -> None:
         else ""
     )
     summary = (
-        f"{result.rebuilds} rebuilds of {result.layers} layers of target {result.target}, "
+        f"{count(result.rebuilds, 'rebuild')} of {count(result.layers, 'layer')} of target "
+        f"{result.target}, "
         f"inputs {result.inputs}{diff}"
     )
     if not result.reproducible:
@@ -210,11 +281,12 @@ def _print_verify(result: Any) -> None:
 
 
 def _recorded_line(result: Any) -> str:
-    """What the bits were compared with across machines: the target's recorded digest."""
+    """What the bits were compared with across machines: the target's recorded digest (one
+    hash over every output, not any one output's sha256 the build lines show)."""
     new = result.outputs_sha256[:16]
     if result.outputs_chosen is not None:
         return (
-            f"bits: outputs {new} of {', '.join(result.outputs_chosen)} only (--outputs), not "
+            f"bits: digest {new} of {', '.join(result.outputs_chosen)} only (--outputs), not "
             "compared with the lock's digests, which cover every output"
         )
     if result.matches_recorded is None:
@@ -224,12 +296,14 @@ def _recorded_line(result: Any) -> str:
             else "the lock records none for these inputs, so only rebuilds on this machine "
             "were compared (--record-digests adds it)"
         )
-        return f"bits: outputs {new}; {tail}"
+        return f"bits: digest of all outputs {new}; {tail}"
     if result.matches_recorded:
-        return f"bits: outputs {new} equal the digest recorded for target {result.target}"
+        return (
+            f"bits: digest of all outputs {new} equals the one recorded for target {result.target}"
+        )
     return (
-        f"bits: OTHER BITS than recorded for target {result.target}: recorded "
-        f"{result.recorded_sha256[:16]}, here {new}"
+        f"bits: OTHER BITS than recorded for target {result.target}: digest of all outputs "
+        f"recorded {result.recorded_sha256[:16]}, here {new}"
     )
 
 
@@ -260,7 +334,8 @@ def _print_sensitivity(probes: list[Any]) -> None:
 
 
 def bisect(
-    model: Path | None = typer.Argument(None, help="ONNX model [default: the lock's model]."),
+    model: Path | None = ModelArg,
+    model_opt: Path | None = ModelOpt,
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lock A (the baseline)."),
     against: Path = typer.Option(..., "--against", help="Lock B, whose outputs differ."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
@@ -290,7 +365,7 @@ def bisect(
     result = with_progress(
         run,
         quiet or as_json,
-        model,
+        model_of(model, model_opt),
         lock=lock,
         against=against,
         backend=backend_arg(backend, ref_timing, threads),
@@ -315,7 +390,9 @@ def bisect(
             )
             typer.echo(format_table(head, [r + [""] * (len(head) - len(r)) for r in rows]))
         typer.echo(
-            f"{result.message} ({result.differing_layers} layers differ, {result.builds} builds)"
+            f"{result.message} ({count(result.differing_layers, 'layer')} "
+            f"{'differs' if result.differing_layers == 1 else 'differ'}, "
+            f"{count(result.builds, 'build')})"
         )
     if result.outputs_differ:
         raise typer.Exit(1)

@@ -127,6 +127,15 @@ class EntryChange:
         """:func:`in_band` for a changed tactic; None where the tactic did not change."""
         return in_band(self.a, self.b) if "tactic" in self.fields else None
 
+    @property
+    def label(self) -> str:
+        """What the change is: ``pinned`` (B pins it: a deliberate choice, whatever the
+        band says), else ``noise (in band)`` for a tactic moved inside the recorded tie
+        band, else ``real``."""
+        if self.b.pinned:
+            return "pinned"
+        return "noise (in band)" if self.tactic_in_band else "real"
+
 
 @dataclass
 class LockDiff:
@@ -178,6 +187,7 @@ class LockDiff:
                     "time_ms_a": c.a.time_ms,
                     "time_ms_b": c.b.time_ms,
                     "pinned_b": c.b.pinned,
+                    "change": c.label,
                     # only for a tactic change where either side recorded near-ties
                     # (docs/stability.md)
                     **({} if (v := c.tactic_in_band) is None else {"in_band": v}),

@@ -102,11 +102,28 @@ def find_entry(lock: Lock, sel: Selection, lock_path: str) -> LayerEntry:
             else "`reprobuild show` lists the layers"
         )
         raise UsageError(f"{lock_path}: no layer named {sel.layer!r}; {hint}")
+    having = _with_candidate(matches, sel.tactic)
+    if len(having) == 1:  # the tactic names a candidate of one of the layer's keys only
+        return having[0]
     keys = ", ".join(e.key for e in matches)
+    also = f"; tactic {sel.tactic} is a candidate of {len(having)} of them" if having else ""
     raise UsageError(
-        f"{lock_path}: layer name {sel.layer!r} is ambiguous ({len(matches)} layers: {keys}); "
-        f"select one with key=0x..."
+        f"{lock_path}: layer name {sel.layer!r} is ambiguous ({len(matches)} layers: {keys})"
+        f"{also}; select one with key=0x..."
     )
+
+
+def _with_candidate(entries: list[LayerEntry], tactic: str | None) -> list[LayerEntry]:
+    """The entries with a recorded candidate that ``tactic`` (a kernel name or a hash, as
+    ``pin`` takes it) names."""
+    if tactic is None:
+        return []
+    value = None
+    if HEX_RE.fullmatch(tactic) or tactic.isdigit():
+        value = int(tactic, 16) if tactic.lower().startswith("0x") else int(tactic)
+    return [
+        e for e in entries if any(c.kernel == tactic or c.tactic == value for c in e.candidates)
+    ]
 
 
 def resolve_tactic(
@@ -172,6 +189,23 @@ class Change:
         return d
 
 
+@dataclass
+class Edit:
+    """What ``pin``/``unpin`` did to one target: the layers changed and the expected bits
+    (output digests) cleared, which a later build or ``verify --record-digests`` restores."""
+
+    target: str
+    changes: list[Change]
+    cleared: list[OutputDigest]
+
+    def to_json(self, verb: str) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            verb: [c.to_json() for c in self.changes],
+            "cleared_digests": [o.inputs for o in self.cleared],
+        }
+
+
 def apply_pins(lock: Lock, sels: list[Selection], force: bool, lock_path: str) -> list[Change]:
     """Pin every selection; one layer selected twice with different tactics is refused
     (keeping the last would silently drop what the user asked for first)."""
@@ -219,7 +253,7 @@ def edit_lock(
     force: bool = False,
     target: str | None = None,
     here: Callable[[Lock], Environment | None] | None = None,
-) -> list[Change]:
+) -> Edit:
     """Read-modify-write under an inter-process lock; any error leaves the file as it was.
     Edits one target (:func:`reprobuild.lock.targets.choose`); the others keep their bytes."""
     from reprobuild.lock.targets import choose
@@ -228,13 +262,14 @@ def edit_lock(
     check_output_path(lock_target(path), "lock")
     with exclusive(path):
         lock = choose(load_lock(path), str(path), target, here)
+        before = list(lock.outputs)
         changes = (
             apply_unpins(lock, sels, str(path))
             if unpin
             else apply_pins(lock, sels, force, str(path))
         )
         save_lock(lock, path)
-    return changes
+    return Edit(lock.target_name, changes, [o for o in before if o not in lock.outputs])
 
 
 def record_digest(path: str | Path, target: str, digest: OutputDigest) -> None:
@@ -264,6 +299,55 @@ def show_rows(lock: Lock) -> list[dict[str, Any]]:
             **({"near_tie": True, "ties": len(e.ties)} if e.near_tie else {}),
             # only on a layer with several keys: whether the engine runs this one
             **({"runs": e.runs} if e.runs is not None else {}),
+        }
+        for e in lock.layers
+    ]
+
+
+MAX_REPORT_BYTES = 256 << 20  # a build report of a 10,000-layer model is far smaller
+
+
+def report_times(path: str | Path) -> dict[tuple[str, int], float]:
+    """Every candidate's time as the build that wrote ``path`` (``ENGINE.report.json``)
+    recorded it, by timing-cache key and tactic: the lock keeps only the chosen one's."""
+    import json
+
+    from reprobuild.fileio import read_regular
+
+    try:
+        records = json.loads(read_regular(path, MAX_REPORT_BYTES, "build report"))["records"]
+        return {
+            (str(r["key"]), int(str(c["tactic_hash"]), 16)): float(c["cost_ms"])
+            for r in records
+            for c in r.get("candidates") or []
+            if c.get("cost_ms") is not None
+        }
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise UsageError(
+            f"{path}: not a `reprobuild build` report with the recorded candidates; give the "
+            "ENGINE.report.json the recording build wrote"
+        ) from None
+
+
+def candidate_rows(lock: Lock, times: dict[tuple[str, int], float]) -> list[dict[str, Any]]:
+    """``show --candidates``: every layer's candidates, each with its recorded time where
+    known (the locked one's from the lock, the others' from a build report's ``times``)."""
+
+    def time_of(e: LayerEntry, tactic: int) -> float | None:
+        if (e.key, tactic) in times:
+            return times[e.key, tactic]
+        return e.time_ms if tactic == e.tactic else None
+
+    return [
+        {
+            "layer": e.layer,
+            "key": e.key,
+            "tactic": f"0x{e.tactic:x}",
+            "pinned": e.pinned,
+            "candidates": [
+                {"tactic": f"0x{c.tactic:x}", "kernel": c.kernel, "time_ms": time_of(e, c.tactic)}
+                for c in e.candidates
+            ],
         }
         for e in lock.layers
     ]

@@ -55,14 +55,20 @@ def lock_from_data(doc: Doc, raw: Any) -> Lock:
     schema = raw["schema"]
     if not isinstance(schema, int) or isinstance(schema, bool):
         doc.fail(("schema",), f"expected an integer schema version, got {schema!r}")
-    if schema > SCHEMA_VERSION:
+    # a 4000-digit hex number is a number too: shown by its size, never converted to decimal
+    shown = (
+        str(schema)
+        if abs(schema) < 2**64
+        else f"{hex(schema)[:12]}... ({schema.bit_length()} bits)"
+    )
+    if schema > SCHEMA_VERSION and abs(schema) < 2**64:
         doc.fail(
             ("schema",),
-            f"schema {schema} is newer than this reprobuild understands ({SCHEMA_VERSION})",
+            f"schema {shown} is newer than this reprobuild understands ({SCHEMA_VERSION})",
             "upgrade reprobuild (pip install -U reprobuild)",
         )
-    if schema < 1:
-        doc.fail(("schema",), f"invalid schema version {schema}", f"use 'schema: {SCHEMA_VERSION}'")
+    if schema < 1 or schema > SCHEMA_VERSION:
+        doc.fail(("schema",), f"invalid schema version {shown}", f"use 'schema: {SCHEMA_VERSION}'")
     if schema == 1:  # one environment, one list of layers: one target
         top = doc.mapping(
             raw, (), ("schema", "model", "environment", "settings", "layers"), ("precision",)

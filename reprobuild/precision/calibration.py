@@ -32,7 +32,7 @@ def load_calibration(
     """
     inputs = real_inputs(model)
     if path is None:
-        return _seeded(inputs, seed), f"seeded:{seed}"
+        return seeded_feeds(inputs, seed), f"seeded:{seed}"
     data = read_input(
         path,
         "inputs",
@@ -54,7 +54,11 @@ def load_calibration(
     return feeds, f"sha256:{digest} ({os.path.basename(path)})"
 
 
-def _seeded(inputs: list[onnx.ValueInfoProto], seed: int) -> dict[str, np.ndarray]:
+def seeded_feeds(
+    inputs: list[onnx.ValueInfoProto], seed: int, samples: int | None = None
+) -> dict[str, np.ndarray]:
+    """Seeded random inputs of the model's shapes (dynamic dims 1); ``samples`` replaces
+    the first axis (INT8's seeded calibration set: that many samples)."""
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for vi in inputs:
@@ -63,6 +67,8 @@ def _seeded(inputs: list[onnx.ValueInfoProto], seed: int) -> dict[str, np.ndarra
         shape = tuple(
             d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim
         )
+        if samples is not None:
+            shape = (samples, *shape[1:])
         if dtype == np.bool_:
             arr = rng.integers(0, 2, size=shape).astype(np.bool_)
         elif np.issubdtype(dtype, np.integer):

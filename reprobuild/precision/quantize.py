@@ -200,7 +200,10 @@ def calibrate(
     plan = PrecisionPlan(
         mode="int8",
         settings=settings,
-        calibration=f"sha256:{sha} ({data.source}, {used} samples)",
+        # seeded samples are named by their seed, as fp16/bf16's seeded inputs are
+        calibration=data.source
+        if data.source.startswith("seeded:")
+        else f"sha256:{sha} ({data.source}, {used} samples)",
         nodes=nodes,
         quantization=quant,
     )

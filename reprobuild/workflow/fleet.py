@@ -41,7 +41,8 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
 
 @dataclass
 class Machine:
-    """One ``verify --json`` report: which machine, which target, which bits."""
+    """One ``verify --json`` report: which machine, which target, which bits, and what
+    the lock records for that target and those inputs."""
 
     source: str
     host: str
@@ -49,26 +50,60 @@ class Machine:
     inputs: str
     tactic_map_sha256: str
     outputs_sha256: str
+    recorded_sha256: str | None = None  # None: the lock records no bits for these inputs
+    reproducible: bool = True  # the report's own verdict
+    why: str = ""  # why the fleet check calls this machine odd ("" while it is not)
+
+    def own_fault(self) -> str:
+        """Why this report fails by itself, however many machines agree with it."""
+        if self.recorded_sha256 is not None and self.recorded_sha256 != self.outputs_sha256:
+            return (
+                f"other bits than the lock records (recorded {self.recorded_sha256[:16]}, "
+                f"here {self.outputs_sha256[:16]})"
+            )
+        return "" if self.reproducible else "its own verify found it NOT REPRODUCIBLE"
+
+
+@dataclass
+class Untargeted:
+    """A machine whose ``verify --json`` was the refusal of a machine of no recorded
+    target (exit 3): listed, not compared."""
+
+    source: str
+    host: str
+    message: str
 
 
 @dataclass
 class TargetCheck:
-    """Every machine of one target and whether they agree (the majority's digests are
-    taken as the target's; a tie names every machine as odd)."""
+    """Every machine of one target and inputs: each must give the lock's recorded bits
+    where it records them, and the machines must agree with each other (the majority's
+    digests are taken as the group's; a tie names every machine as odd)."""
 
     target: str
+    inputs: str
     machines: list[Machine]
     odd: list[Machine] = field(default_factory=list)
 
     @property
+    def compared_with(self) -> str:
+        """``lock`` (the recorded bits), ``machines`` (only each other) or ``nothing``
+        (one report and no recorded bits: no check ran)."""
+        if any(m.recorded_sha256 is not None for m in self.machines):
+            return "lock"
+        return "machines" if len(self.machines) > 1 else "nothing"
+
+    @property
     def agree(self) -> bool:
-        return not self.odd
+        return not self.odd and self.compared_with != "nothing"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "target": self.target,
+            "inputs": self.inputs,
             "machines": len(self.machines),
             "agree": self.agree,
+            "compared_with": self.compared_with,
             "odd": [m.__dict__ for m in self.odd],
             "digests": sorted(
                 {(m.inputs, m.tactic_map_sha256, m.outputs_sha256) for m in self.machines}
@@ -76,13 +111,39 @@ class TargetCheck:
         }
 
 
-def read_report(path: str | os.PathLike[str]) -> Machine:
-    """One ``verify --json`` output (or ``--report`` file); exit 2 naming the file when it
-    is not one."""
+@dataclass
+class FleetCheck:
+    """Every report: the targets' groups and the machines of no recorded target."""
+
+    targets: list[TargetCheck]
+    untargeted: list[Untargeted]
+
+    @property
+    def agree(self) -> bool:
+        return all(c.agree for c in self.targets) and not self.untargeted
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "agree": self.agree,
+            "targets": [c.to_json() for c in self.targets],
+            "untargeted": [u.__dict__ for u in self.untargeted],
+        }
+
+
+NO_TARGET = "no target for this machine ("
+
+
+def read_report(path: str | os.PathLike[str]) -> Machine | Untargeted:
+    """One ``verify --json`` output (or ``--report`` file), or the JSON refusal of a
+    machine of no recorded target; exit 2 naming the file when it is neither."""
     p = Path(path)
     raw = read_regular(p, MAX_REPORT_BYTES, "verify report")
     try:
         doc = json.loads(raw)
+        error = doc.get("error")
+        if isinstance(error, dict) and NO_TARGET in str(error.get("message")):
+            return Untargeted(str(p), p.stem, str(error["message"]))
+        recorded = doc.get("recorded_sha256")
         return Machine(
             str(p),
             str(doc.get("machine", {}).get("host") or p.stem),
@@ -90,6 +151,8 @@ def read_report(path: str | os.PathLike[str]) -> Machine:
             str(doc["inputs_label"]),
             str(doc["tactic_map_sha256"]),
             str(doc["outputs_sha256"]),
+            None if recorded is None else str(recorded),
+            doc.get("reproducible") is not False,
         )
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise UsageError(
@@ -98,17 +161,22 @@ def read_report(path: str | os.PathLike[str]) -> Machine:
         ) from None
 
 
-def check_fleet(paths: list[str | os.PathLike[str]]) -> list[TargetCheck]:
-    """Group reports by target and inputs; within one group every machine must report the
-    same tactic map and output digests (the multi-GPU and multi-rank check)."""
+def check_fleet(paths: list[str | os.PathLike[str]]) -> FleetCheck:
+    """Group reports by target and inputs; a machine is odd when it does not give the
+    bits the lock records, or differs from the majority of its group (the multi-GPU and
+    multi-rank check). Machines of no recorded target are listed apart."""
     if not paths:
         raise UsageError("fleet needs at least one verify report: reprobuild fleet A.json B.json")
     groups: dict[tuple[str, str], list[Machine]] = {}
+    untargeted: list[Untargeted] = []
     for p in paths:
         m = read_report(p)
-        groups.setdefault((m.target, m.inputs), []).append(m)
+        if isinstance(m, Untargeted):
+            untargeted.append(m)
+        else:
+            groups.setdefault((m.target, m.inputs), []).append(m)
     checks = []
-    for (target, _inputs), machines in sorted(groups.items()):
+    for (target, inputs), machines in sorted(groups.items()):
         votes: dict[tuple[str, str], int] = {}
         for m in machines:
             key = (m.tactic_map_sha256, m.outputs_sha256)
@@ -116,6 +184,11 @@ def check_fleet(paths: list[str | os.PathLike[str]]) -> list[TargetCheck]:
         ranked = sorted(votes.values(), reverse=True)
         tie = len(ranked) > 1 and ranked[0] == ranked[1]
         best = max(votes, key=votes.__getitem__)
-        odd = [m for m in machines if tie or (m.tactic_map_sha256, m.outputs_sha256) != best]
-        checks.append(TargetCheck(target, machines, odd))
-    return checks
+        for m in machines:
+            m.why = m.own_fault() or (
+                "differs from the other machines of its target"
+                if tie or (m.tactic_map_sha256, m.outputs_sha256) != best
+                else ""
+            )
+        checks.append(TargetCheck(target, inputs, machines, [m for m in machines if m.why]))
+    return FleetCheck(checks, untargeted)

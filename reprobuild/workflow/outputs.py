@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reprobuild.accuracy import compare_outputs
+from reprobuild.accuracy import Tolerance, compare_outputs
 from reprobuild.errors import UsageError
 from reprobuild.precision.analysis import fixed_batch, real_inputs
 
@@ -146,18 +146,30 @@ def select_outputs(model_path: Path, names: Sequence[str] | None) -> list[str] |
 
 
 def inputs_accuracy(
-    model_path: Path, inputs: InputSamples, outputs: dict[str, Any]
+    model_path: Path,
+    inputs: InputSamples,
+    outputs: dict[str, Any],
+    tolerance: Tolerance | None = None,
 ) -> dict[str, Any]:
     """:func:`engine_accuracy` on the inputs as they were run (one run, or sample batches)."""
     if inputs.count is None:
-        return engine_accuracy(model_path, inputs.feeds, outputs)
+        return engine_accuracy(model_path, inputs.feeds, outputs, tolerance)
     return sample_accuracy(
-        model_path, inputs.feeds, inputs.count, inputs.batch, outputs, inputs.description
+        model_path,
+        inputs.feeds,
+        inputs.count,
+        inputs.batch,
+        outputs,
+        inputs.description,
+        tolerance,
     )
 
 
 def engine_accuracy(
-    model_path: Path, feeds: dict[str, Any], outputs: dict[str, Any]
+    model_path: Path,
+    feeds: dict[str, Any],
+    outputs: dict[str, Any],
+    tolerance: Tolerance | None = None,
 ) -> dict[str, Any]:
     """Largest error of the engine against ONNX Runtime on the FP32 model (reported only).
 
@@ -169,7 +181,7 @@ def engine_accuracy(
         import onnx
 
         names, ref, runtime = run_model(onnx.load(str(model_path)), feeds, "FP32 model")
-        result = compare_outputs(outputs, dict(zip(names, ref, strict=True)))
+        result = compare_outputs(outputs, dict(zip(names, ref, strict=True)), tolerance)
     except Exception as err:  # ORT lacks some kernels (e.g. BF16 Conv): report, don't fail
         return {"runtime": "onnxruntime", "error": f"{type(err).__name__}: {err}"[:300]}
     return {"runtime": runtime, "reference_model": str(model_path), **result}
@@ -231,6 +243,7 @@ def sample_accuracy(
     batch: int | None,
     engine_outputs: dict[str, Any],
     source: str,
+    tolerance: Tolerance | None = None,
 ) -> dict[str, Any]:
     """The engine's outputs on a sample set against ONNX Runtime on the FP32 model, with the
     one metric (reported only): how far quantization moved the outputs on these samples."""
@@ -245,7 +258,7 @@ def sample_accuracy(
         for c in _chunks(arrays, count, batch):
             names, ref, runtime = run_model(c)
             runs.append(dict(zip(names, ref, strict=True)))
-        result = compare_outputs(engine_outputs, _join(runs, count))
+        result = compare_outputs(engine_outputs, _join(runs, count), tolerance)
     except Exception as err:  # ORT lacks some kernels: report, don't fail
         return {**desc, "error": f"{type(err).__name__}: {err}"[:300]}
     return {**desc, "runtime": runtime, **result}

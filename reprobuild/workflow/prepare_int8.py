@@ -9,6 +9,7 @@ so that ``--frozen`` can refuse a build whose calibration would have made anothe
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -18,6 +19,9 @@ from reprobuild.lock.plan import PrecisionPlan
 from reprobuild.lock.qplan import OpsetConversion
 from reprobuild.words import count
 from reprobuild.workflow.request import PrecisionRequest
+
+if TYPE_CHECKING:
+    from reprobuild.precision.calibdata import CalibData
 
 
 def int8_opset(
@@ -45,14 +49,18 @@ def calibrate_int8(
     from reprobuild.precision.calibmemory import check_fits
     from reprobuild.precision.quantize import calibrate
 
+    notes: list[str] = []
     if request.calibration is None:
-        raise UsageError(
-            "--precision int8 needs --calibration DATA to calibrate the activation scales: "
-            "a .npz (one array per model input, first axis = samples), a folder of .npy/.npz "
-            "files, Polygraphy --save-inputs JSON, or a dataset as file.py:NAME or module:NAME"
+        data = seeded_calib(proto, request)
+        notes.append(
+            f"--precision int8 without --calibration: the activation scales come from "
+            f"{count(data.count, 'seeded random sample')} ({data.source}); scales from random "
+            "data are for trying the workflow, not for shipping (they do not span your "
+            "inputs' ranges): calibrate on real samples with --calibration DATA"
         )
-    data = load_calib_data(request.calibration, proto, request.calib_samples)
-    check_fits(request.calibration, proto, data.arrays, data.count, request.calib_batch_size)
+    else:
+        data = load_calib_data(request.calibration, proto, request.calib_samples)
+        check_fits(request.calibration, proto, data.arrays, data.count, request.calib_batch_size)
     batches = data.count // request.calib_batch_size
     progress(
         Step(
@@ -61,7 +69,7 @@ def calibrate_int8(
             f"{count(batches, 'batch', 'batches')} of {request.calib_batch_size}"
         )
     )
-    return calibrate(
+    plan, more = calibrate(
         proto,
         request.settings,
         request.calib_method,
@@ -70,6 +78,24 @@ def calibrate_int8(
         request.float_precision or "fp32",
         conv,
     )
+    return plan, notes + more
+
+
+SEEDED_BATCHES = 8
+"""Seeded INT8 calibration without --calib-samples: this many batches of random samples."""
+
+
+def seeded_calib(proto: onnx.ModelProto, request: PrecisionRequest) -> CalibData:
+    """``seeded:N`` calibration samples (``--calibration-seed N``, default 0): what
+    Polygraphy's default data loader does, recorded under the seed, not a file's hash."""
+    from reprobuild.precision.analysis import real_inputs
+    from reprobuild.precision.calibdata import CalibData, samples_hash
+    from reprobuild.precision.calibration import seeded_feeds
+
+    seed = request.seed or 0
+    n = request.calib_samples or SEEDED_BATCHES * request.calib_batch_size
+    arrays = seeded_feeds(real_inputs(proto), seed, n)
+    return CalibData(arrays, n, samples_hash(arrays), f"seeded:{seed}")
 
 
 def check_locked_int8(

@@ -13,12 +13,12 @@ import os
 import platform
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from reprobuild.accuracy import json_safe
+from reprobuild.accuracy import Tolerance, json_safe
 from reprobuild.backends.base import Backend
 from reprobuild.errors import UsageError
 from reprobuild.events import Progress, Step, quiet
@@ -83,6 +83,15 @@ class VerifyResult:
     recorded_sha256: str | None = None  # what the lock records for these inputs (None: none)
     digests_recorded: bool = False  # --record-digests wrote outputs_sha256 into the lock
     outputs_chosen: list[str] | None = None  # --outputs: only these compared (None: all)
+    tolerance: dict[str, float] | None = None  # --atol/--rtol: accuracy gates too
+
+    @property
+    def within_tolerance(self) -> bool | None:
+        """Whether every element is within --atol/--rtol of ONNX Runtime's (None: no
+        tolerance given; False too when the accuracy could not be measured)."""
+        if self.tolerance is None:
+            return None
+        return bool(self.accuracy.get("tolerance", {}).get("within"))
 
     @property
     def matches_recorded(self) -> bool | None:
@@ -115,6 +124,7 @@ class VerifyResult:
         d["nothing_locked"] = self.nothing_locked
         d["follows_plan"] = self.follows_plan
         d["matches_recorded"] = self.matches_recorded
+        d["within_tolerance"] = self.within_tolerance
         d["control"] = None if self.control is None else json_safe(self.control.to_json())
         d["sensitivity"] = (
             None if self.sensitivity is None else [json_safe(p.to_json()) for p in self.sensitivity]
@@ -140,6 +150,7 @@ def verify(
     target: str | None = None,
     record_digests: bool = False,
     outputs: list[str] | None = None,
+    tolerance: Tolerance | None = None,
     progress: Progress = quiet,
 ) -> VerifyResult:
     """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical.
@@ -154,7 +165,8 @@ def verify(
     for these inputs (the only time verify writes the lock). ``inputs`` may hold any number
     of samples along the first axis (every one is run); ``outputs`` names the outputs that
     are compared (default: all), and then no digest is compared with or recorded in the
-    lock, whose digests cover every output.
+    lock, whose digests cover every output. ``tolerance`` makes the accuracy against ONNX
+    Runtime decisive: an element beyond it is :attr:`VerifyResult.within_tolerance` False.
     """
     from reprobuild.cachedir import cache_path
 
@@ -297,7 +309,7 @@ def verify(
         sens = sensitivity(ctx) if with_sensitivity else None
         getattr(be, "release", lambda: None)()  # its engine and ONNX Runtime's: not both
         progress(Step("comparing with ONNX Runtime"))
-        accuracy = inputs_accuracy(model_path, samples, first_outputs or {})
+        accuracy = inputs_accuracy(model_path, samples, first_outputs or {}, tolerance)
         sample_acc = compare_sets(model_path, sets, set_outputs, data.settings) if sets else None
     result = VerifyResult(
         ok,
@@ -321,6 +333,7 @@ def verify(
         outputs_sha256=digest,
         recorded_sha256=recorded,
         outputs_chosen=chosen,
+        tolerance=None if tolerance is None else asdict(tolerance),
     )
     if record_digests and recorded is None and ok:
         from reprobuild.lock.edit import record_digest

@@ -67,15 +67,31 @@ def test_misspelt_layer_suggests(cli, lock_path: Path) -> None:
 def test_ambiguous_layer_lists_keys_and_accepts_key(cli, tmp_path: Path) -> None:
     path = tmp_path / "t.lock"
     save_lock(sample_lock(3, dup_name=True), path)
-    r = cli("pin", "layer=conv", "tactic=0x1001", "--lock", str(path))
+    r = cli("pin", "layer=conv", "tactic=kern_1", "--lock", str(path))  # under both keys
     assert r.code == 2
     assert "ambiguous (2 layers: 0x" + "0" * 32 in r.err and "key=0x..." in r.err
+    assert "tactic kern_1 is a candidate of 2 of them" in r.err
     key1 = "0x" + "0" * 31 + "1"
     r = cli("pin", f"key={key1}", "tactic=0x1011", "--lock", str(path))
     assert r.code == 0, r
     lock = load_lock(path)
     assert lock.by_key()[key1].tactic == 0x1011
     assert lock.by_key()["0x" + "0" * 32].pinned is False
+
+
+def test_a_layer_name_and_a_kernel_of_one_of_its_keys_selects_that_key(cli, tmp_path) -> None:
+    lock = sample_lock(3, dup_name=True)
+    lock.layers[1].candidates[2].kernel = "only_here"  # the second key's alone
+    path = tmp_path / "t.lock"
+    save_lock(lock, path)
+    r = cli("pin", "layer=conv", "tactic=only_here", "--lock", str(path))
+    assert r.code == 0, r
+    assert cli("pin", "layer=conv", "tactic=0x1001", "--lock", str(path)).code == 0  # by hash
+    by_key = load_lock(path).by_key()
+    assert by_key["0x" + "0" * 31 + "1"].tactic == 0x1012
+    assert by_key["0x" + "0" * 32].tactic == 0x1001
+    r = cli("pin", "layer=conv", "tactic=nowhere", "--lock", str(path))
+    assert r.code == 2 and "is ambiguous" in r.err, r
 
 
 def test_bad_arguments_exit_2(cli, lock_path: Path) -> None:

@@ -169,7 +169,6 @@ def test_keep_fp32_leaves_nodes_unquantized(cli, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (("--precision", "int8"), "--precision int8 needs --calibration DATA"),
         (
             ("--precision", "int8", "--calibration", "MISSING.npz"),
             "MISSING.npz: no such calibration",
@@ -370,3 +369,26 @@ def _flat(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     m.graph.output.add().name = "flat"
     sess = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(["flat"], {"input": x})[0]
+
+
+def test_int8_without_data_calibrates_on_seeded_samples_with_a_warning(cli, tmp_path) -> None:
+    """As Polygraphy's default data loader: seeded random samples, recorded as ``seeded:N``,
+    and a warning that such scales are for trying, not shipping."""
+    r = _build(cli, tmp_path, "cnn", "--precision", "int8")
+    assert r.code == 0, r
+    assert "warning: --precision int8 without --calibration" in r.err
+    assert "not for shipping" in r.err and "(seeded:0)" in r.err
+    plan = load_lock(tmp_path / "t.lock").precision
+    assert plan is not None and plan.calibration == "seeded:0"
+    assert plan.quantization is not None and plan.quantization.samples == 8
+    assert plan.quantization.activations  # real scales, from the seeded samples
+    # the same seed gives the same plan; another seed is another plan
+    r = _build(cli, tmp_path, "cnn", "--precision", "int8", lock="u", out="b")
+    assert r.code == 0 and load_lock(tmp_path / "u.lock").precision == plan
+    args = ("--precision", "int8", "--calibration-seed", "3")
+    assert _build(cli, tmp_path, "cnn", *args, lock="v", out="c").code == 0
+    other = load_lock(tmp_path / "v.lock").precision
+    assert other is not None and other.calibration == "seeded:3"
+    assert other.quantization.data_sha256 != plan.quantization.data_sha256
+    # a locked build without data applies the plan as recorded
+    assert _build(cli, tmp_path, "cnn", "--frozen", lock="t", out="d").code == 0
