@@ -115,7 +115,7 @@ def test_the_key_choice_is_named_both_ways(cli, tmp_path: Path) -> None:
     }
     out = cli("diff", str(a), str(b)).out
     assert f"key choice changed: layer0 runs 0x{0:032x} -> 0x{99:032x}" in out
-    assert "1 key choices changed" in out
+    assert "1 key choice changed" in out
     a, b = _pair(tmp_path, _output_digest)
     data = json.loads(cli("diff", str(a), str(b), "--json").out)
     assert data["outputs_changed"] == [
