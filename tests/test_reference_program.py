@@ -15,6 +15,7 @@ from onnx.reference import ReferenceEvaluator
 from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import (
     ReferenceBackend,
+    chain,
     convstep,
     elementwise,
     engine,
@@ -138,7 +139,12 @@ def _generic(prepared: PreparedModel, feeds, plan) -> dict[str, np.ndarray]:
     return {n: values[n] for n in prepared.output_names}
 
 
-def test_program_matches_layer_by_layer_run_and_reuses_buffers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 40])
+def test_program_matches_layer_by_layer_run_and_reuses_buffers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Also with chains cut into blocks of one channel (40 elements: each channel has 36)."""
+    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
     path = _residual_model(tmp_path)
     backend = ReferenceBackend()
     out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
@@ -151,16 +157,16 @@ def test_program_matches_layer_by_layer_run_and_reuses_buffers(tmp_path: Path) -
     for name in want:
         assert _same_bits(got[name], want[name]), name
     assert _same_bits(feeds["x"], given)  # the caller's input is never written into
-    # which buffers are reused: the Conv output feeds BN, but Sum reads it later, so BN
-    # allocates; Relu's output is seen through the Reshape view, so Mul allocates; Mul's
-    # output dies in Relu, which reuses it (and Add reuses nothing: Sum reads m2 later)
+    # which buffers are reused: the Conv output feeds BN, but Sum reads it later, so the
+    # BN -> Relu chain allocates; Relu's output is seen through the Reshape view, so the
+    # Mul -> Relu chain allocates (and Add reuses nothing: Sum reads m2 later)
     compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
-    names = [layer.node.output[0] for layer in loaded.prepared.layers]
-    steps = dict(zip(names, compiled.steps, strict=True))
+    steps = {step.outputs[0]: step for step in compiled.steps}
+    assert list(steps) == ["c", "r", "view", "m2", "a", "s", "y"]  # n and m: inside chains
     ownable = program._ownable(loaded.prepared, loaded.plan)
     assert {"c", "n", "m", "m2", "a", "s"} <= ownable
     assert "r" not in ownable and "view" not in ownable and "y" not in ownable
-    assert steps["m2"].free == ("m",) and "c" in steps["s"].free
+    assert steps["m2"].free == ("r", "m") and "c" in steps["s"].free
 
 
 def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, monkeypatch):
