@@ -334,3 +334,22 @@ def test_scratch_keeps_small_buffers_between_runs_and_frees_large_ones() -> None
     assert set(scratch._buffers) == {"pad"}
     assert np.shares_memory(scratch.get("pad", (2, 8)), small)  # reused, not reallocated
     assert program.KEEP_SCRATCH_BYTES == 32 << 20
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int) -> None:
+    """The flat-row path of a 2-D stride-1 AveragePool gives the tap-by-tap fold's bytes."""
+    g = _rng(100 + seed)
+    k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
+    dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
+    pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))] * 2
+    x = g.standard_normal((1, 3, int(g.integers(5, 12)), int(g.integers(5, 12))))
+    x = x.astype(np.float32)
+    attrs = {"kernel_shape": list(k), "dilations": list(dil), "pads": pads}
+    got = ops.average_pool(x, attrs)
+    geo = ops._pool_geometry(x, attrs)
+    assert got is not None and geo is not None
+    width = [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])]
+    want = ops._fold(ops._windows(np.pad(x, width), k, (1, 1), dil, geo[4]), np.add)
+    np.divide(want, ops._pad_counts(tuple(x.shape[2:]), geo, width), out=want)
+    assert got.flags.c_contiguous and _same_bits(got, want)
