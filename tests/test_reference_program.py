@@ -15,6 +15,7 @@ from onnx.reference import ReferenceEvaluator
 from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import (
     ReferenceBackend,
+    chain,
     convstep,
     elementwise,
     engine,
@@ -138,7 +139,12 @@ def _generic(prepared: PreparedModel, feeds, plan) -> dict[str, np.ndarray]:
     return {n: values[n] for n in prepared.output_names}
 
 
-def test_program_matches_layer_by_layer_run_and_reuses_buffers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 40])
+def test_program_matches_layer_by_layer_run_and_reuses_buffers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """Also with chains cut into blocks of one channel (40 elements: each channel has 36)."""
+    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
     path = _residual_model(tmp_path)
     backend = ReferenceBackend()
     out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
@@ -151,16 +157,16 @@ def test_program_matches_layer_by_layer_run_and_reuses_buffers(tmp_path: Path) -
     for name in want:
         assert _same_bits(got[name], want[name]), name
     assert _same_bits(feeds["x"], given)  # the caller's input is never written into
-    # which buffers are reused: the Conv output feeds BN, but Sum reads it later, so BN
-    # allocates; Relu's output is seen through the Reshape view, so Mul allocates; Mul's
-    # output dies in Relu, which reuses it (and Add reuses nothing: Sum reads m2 later)
+    # which buffers are reused: the Conv output feeds BN, but Sum reads it later, so the
+    # BN -> Relu chain allocates; Relu's output is seen through the Reshape view, so the
+    # Mul -> Relu chain allocates (and Add reuses nothing: Sum reads m2 later)
     compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
-    names = [layer.node.output[0] for layer in loaded.prepared.layers]
-    steps = dict(zip(names, compiled.steps, strict=True))
+    steps = {step.outputs[0]: step for step in compiled.steps}
+    assert list(steps) == ["c", "r", "view", "m2", "a", "s", "y"]  # n and m: inside chains
     ownable = program._ownable(loaded.prepared, loaded.plan)
     assert {"c", "n", "m", "m2", "a", "s"} <= ownable
     assert "r" not in ownable and "view" not in ownable and "y" not in ownable
-    assert steps["m2"].free == ("m",) and "c" in steps["s"].free
+    assert steps["m2"].free == ("r", "m") and "c" in steps["s"].free
 
 
 def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, monkeypatch):
@@ -329,3 +335,22 @@ def test_scratch_keeps_small_buffers_between_runs_and_frees_large_ones() -> None
     assert set(scratch._buffers) == {"pad"}
     assert np.shares_memory(scratch.get("pad", (2, 8)), small)  # reused, not reallocated
     assert program.KEEP_SCRATCH_BYTES == 32 << 20
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int) -> None:
+    """The flat-row path of a 2-D stride-1 AveragePool gives the tap-by-tap fold's bytes."""
+    g = _rng(100 + seed)
+    k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
+    dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
+    pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))] * 2
+    x = g.standard_normal((1, 3, int(g.integers(5, 12)), int(g.integers(5, 12))))
+    x = x.astype(np.float32)
+    attrs = {"kernel_shape": list(k), "dilations": list(dil), "pads": pads}
+    got = ops.average_pool(x, attrs)
+    geo = ops._pool_geometry(x, attrs)
+    assert got is not None and geo is not None
+    width = [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])]
+    want = ops._fold(ops._windows(np.pad(x, width), k, (1, 1), dil, geo[4]), np.add)
+    np.divide(want, ops._pad_counts(tuple(x.shape[2:]), geo, width), out=want)
+    assert got.flags.c_contiguous and _same_bits(got, want)

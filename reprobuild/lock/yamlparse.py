@@ -18,7 +18,7 @@ from yaml import MappingNode, ScalarNode, SequenceNode
 
 from reprobuild.errors import LockError
 from reprobuild.limits import memory_limit
-from reprobuild.lock.emit import WIDTH, lock_events, restyle
+from reprobuild.lock.emit import WIDTH, layers_marker, layers_text, lock_events, restyle
 from reprobuild.lock.eventread import STR, read_lock
 from reprobuild.lock.model import Lock
 from reprobuild.lock.schema import Doc, find_duplicate_key
@@ -82,13 +82,17 @@ class CLoader(_QuickResolve, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # 
 
 
 def emit_lock(lock: Lock) -> str:
-    events = lock_events(lock)
+    blocks = {i: layers_text(t.layers) for i, t in enumerate(lock.targets()) if t.layers}
+    written = frozenset(i for i, block in blocks.items() if block is not None)
     options: dict[str, Any] = {"width": WIDTH, "allow_unicode": True}
     try:
-        text = yaml.emit(events, Dumper=_Dumper, **options)
+        text = restyle(yaml.emit(lock_events(lock, written), Dumper=_Dumper, **options))
     except UnicodeEncodeError:  # a lone surrogate: libyaml takes only valid UTF-8
-        text = yaml.emit(events, Dumper=yaml.SafeDumper, **options)
-    return restyle(text)
+        return restyle(yaml.emit(lock_events(lock), Dumper=yaml.SafeDumper, **options))
+    for i in written:
+        line = f"    layers: {layers_marker(i)}\n"
+        text = text.replace(line, f"    layers:\n{blocks[i]}\n", 1)
+    return text
 
 
 def strict_lock(text: str, filename: str) -> Lock:

@@ -145,6 +145,33 @@ def _pad_counts(
     return count
 
 
+def _flat_sum(
+    x: np.ndarray,
+    width: list[tuple[int, int]],
+    kernel: tuple[int, ...],
+    dilations: tuple[int, ...],
+    out: tuple[int, ...],
+) -> np.ndarray:
+    """The taps of a 2-D, stride-1 window summed as :func:`_fold` sums them (same order,
+    same operands per output element), over each channel's padded image taken as one row:
+    a tap is then one contiguous slice per channel, not one short slice per image row (a
+    14x14 image made numpy loop 14 elements at a time). The padded row width's extra
+    columns are computed and dropped; a tail of zeros keeps the last tap's slice in bounds.
+    """
+    n, c = x.shape[:2]
+    hp, wp = (x.shape[2 + i] + width[2 + i][0] + width[2 + i][1] for i in range(2))
+    tail = (kernel[1] - 1) * dilations[1]
+    flat = np.zeros((n * c, hp * wp + tail), np.float32)
+    image = flat[:, : hp * wp].reshape(n, c, hp, wp)
+    image[:, :, width[2][0] : width[2][0] + x.shape[2], width[3][0] : width[3][0] + x.shape[3]] = x
+    length = out[0] * wp
+    starts = (
+        i * dilations[0] * wp + j * dilations[1] for i in range(kernel[0]) for j in range(kernel[1])
+    )
+    total = _fold((flat[:, s : s + length] for s in starts), np.add)
+    return np.ascontiguousarray(total.reshape(n, c, out[0], wp)[..., : out[1]])
+
+
 def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     """AveragePool with ONNX's ``count_include_pad`` rule, summed tap by tap in float32."""
     if x.dtype not in (np.float32, np.float16) or int(attrs.get("ceil_mode", 0)):
@@ -156,8 +183,11 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     nd = len(kernel)
     xf = x.astype(np.float32, copy=False)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
-    xp = np.pad(xf, width) if any(pads) else xf
-    total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
+    if nd == 2 and strides == (1, 1):
+        total = _flat_sum(xf, width, kernel, dilations, out)
+    else:
+        xp = np.pad(xf, width) if any(pads) else xf
+        total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
     if int(attrs.get("count_include_pad", 0)) or not any(pads):
         np.divide(total, np.float32(math.prod(kernel)), out=total)
     else:

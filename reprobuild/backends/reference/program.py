@@ -26,13 +26,14 @@ it (Reshape, Flatten, Identity, ...) reads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from reprobuild.backends.reference import int8, kernels
+from reprobuild.backends.reference.chain import RELU, ChainStep, ElementOp, binary_op
 from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
 from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
 from reprobuild.backends.reference.graphorder import consumed_names
@@ -107,31 +108,136 @@ def compile_program(
     prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], scratch: Scratch
 ) -> Program:
     """The steps of ``prepared`` run with the kernel ``plan`` (graph index -> kernel); the
-    Conv steps keep their buffers in ``scratch``."""
+    Conv steps keep their buffers in ``scratch``; runs of elementwise layers become one
+    :class:`.chain.ChainStep` each."""
     ownable = _ownable(prepared, plan)
-    steps = []
-    for position, layer in enumerate(prepared.layers):
-        spec = plan.get(layer.index)
-        inputs = tuple(layer.node.input)
-        donate = tuple(
-            bool(n) and n in ownable and prepared.last_use.get(n) == position for n in inputs
+    steps = [
+        _step(prepared, plan, position, ownable, scratch)
+        for position in range(len(prepared.layers))
+    ]
+    fused: list[LayerStep] = []
+    position = 0
+    while position < len(steps):
+        end = _chain_end(prepared, plan, position)
+        if end - position < 2:
+            fused.append(steps[position])
+        else:
+            fused.append(_chain_step(prepared, steps[position:end], position, ownable))
+        position = max(end, position + 1)
+    return Program(tuple(fused), scratch)
+
+
+def _step(
+    prepared: PreparedModel,
+    plan: Mapping[int, kernels.KernelSpec],
+    position: int,
+    ownable: set[str],
+    scratch: Scratch,
+) -> LayerStep:
+    layer = prepared.layers[position]
+    inputs = tuple(layer.node.input)
+    donate = tuple(
+        bool(n) and n in ownable and prepared.last_use.get(n) == position for n in inputs
+    )
+    free = tuple(
+        dict.fromkeys(
+            n
+            for n in consumed_names(layer.node)
+            if n and prepared.last_use.get(n) == position and n not in prepared.constants
         )
-        free = tuple(
-            dict.fromkeys(
-                n
-                for n in consumed_names(layer.node)
-                if n and prepared.last_use.get(n) == position and n not in prepared.constants
-            )
-        )
-        steps.append(
-            LayerStep(
-                inputs=inputs,
-                outputs=tuple(o for o in layer.node.output if o),
-                run=_runner(prepared, layer, spec, donate, scratch),
-                free=free,
-            )
-        )
-    return Program(tuple(steps), scratch)
+    )
+    return LayerStep(
+        inputs=inputs,
+        outputs=tuple(o for o in layer.node.output if o),
+        run=_runner(prepared, layer, plan.get(layer.index), donate, scratch),
+        free=free,
+    )
+
+
+def _element_ops(
+    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
+) -> tuple[str, list[ElementOp]] | None:
+    """(the one non-constant input, the ops) of a layer a chain can run, else None: the
+    layers and conditions :func:`_runner` gives a numpy path to."""
+    if spec is not None or layer.domain or layer.has_subgraph:
+        return None
+    names = list(layer.node.input)
+    if sum(1 for o in layer.node.output if o) != 1 or not names or not names[0]:
+        return None
+    if layer.op == "Relu" and len(names) == 1:
+        return names[0], [RELU]
+    if layer.op in BINARY and prepared.opsets.get("", 1) >= 7:
+        op = binary_op(layer.op, names, prepared.constants)
+        return None if op is None else (names[0] if op.first else names[1], [op])
+    if layer.op == "BatchNormalization":
+        constants = _bn_constants(prepared, layer)
+        if constants is None:
+            return None
+        inv, shift = constants
+        return names[0], [
+            ElementOp(np.multiply, inv, channels=True),
+            ElementOp(np.add, shift, channels=True),
+        ]
+    return None
+
+
+def _chain_end(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], start: int) -> int:
+    """One past the last layer of the elementwise run starting at ``start``: each next
+    layer reads the previous one's output, which nothing else reads."""
+    layers = prepared.layers
+    position = start
+    if _element_ops(prepared, layers[start], plan.get(layers[start].index)) is None:
+        return start
+    while position + 1 < len(layers):
+        (out,) = (o for o in layers[position].node.output if o)
+        nxt = layers[position + 1]
+        found = _element_ops(prepared, nxt, plan.get(nxt.index))
+        if (
+            found is None
+            or found[0] != out
+            or prepared.last_use.get(out) != position + 1
+            or out in prepared.output_names
+            or list(nxt.node.input).count(out) != 1
+        ):
+            break
+        position += 1
+    return position + 1
+
+
+def _chain_step(
+    prepared: PreparedModel, parts: Sequence[LayerStep], start: int, ownable: set[str]
+) -> LayerStep:
+    """One step for the layers ``parts`` (starting at position ``start``), as a chain."""
+    layers = prepared.layers[start : start + len(parts)]
+    ops: list[ElementOp] = []
+    found = [_element_ops(prepared, layer, None) for layer in layers]
+    for item in found:
+        assert item is not None
+        ops += item[1]
+    ops_of_head = found[0]
+    assert ops_of_head is not None
+    x_name = ops_of_head[0]
+    head = parts[0].inputs.index(x_name)
+    donate = x_name in ownable and prepared.last_use.get(x_name) == start
+    chain = ChainStep(ops, donate)
+
+    def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
+        out = chain(inputs[head])
+        if out is not None:
+            return [out]
+        value = parts[0].run(inputs, values, model)[0]  # one by one, as unchained
+        for prev, part in zip(parts, parts[1:], strict=False):
+            (made,) = prev.outputs
+            ins = [value if n == made else (values[n] if n else None) for n in part.inputs]
+            value = part.run(ins, values, model)[0]
+        return [value]
+
+    return LayerStep(
+        inputs=parts[0].inputs,
+        outputs=parts[-1].outputs,
+        run=run,
+        free=tuple(dict.fromkeys(n for part in parts for n in part.free)),
+    )
 
 
 def _ownable(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec]) -> set[str]:
@@ -190,11 +296,10 @@ def _runner(
     return run
 
 
-def _batch_norm(
-    prepared: PreparedModel, layer: Layer, donate: tuple[bool, ...]
-) -> Callable[[list[Any]], Any | None] | None:
-    """Inference BatchNormalization on float32 with constant parameters: ``x * inv + shift``
-    with ``inv`` and ``shift`` computed once, as :func:`.ops.batch_norm` computes them."""
+def _bn_constants(prepared: PreparedModel, layer: Layer) -> tuple[np.ndarray, np.ndarray] | None:
+    """Inference BatchNormalization on float32 with constant parameters: its per-channel
+    ``inv`` and ``shift`` (``y = x * inv + shift``), computed once, as :func:`.ops.batch_norm`
+    computes them; None where that numpy path would refuse the layer."""
     from reprobuild.backends.reference import ops
 
     names = list(layer.node.input)
@@ -209,7 +314,18 @@ def _batch_norm(
     f32 = np.float32
     eps = f32(layer.attrs.get("epsilon", 1e-5))
     inv = scale.astype(f32) / np.sqrt(var.astype(f32) + eps)
-    shift = bias.astype(f32) - mean.astype(f32) * inv
+    return inv, bias.astype(f32) - mean.astype(f32) * inv
+
+
+def _batch_norm(
+    prepared: PreparedModel, layer: Layer, donate: tuple[bool, ...]
+) -> Callable[[list[Any]], Any | None] | None:
+    """BatchNormalization as ``x * inv + shift`` (:func:`_bn_constants`)."""
+    constants = _bn_constants(prepared, layer)
+    if constants is None:
+        return None
+    inv, shift = constants
+    f32 = np.float32
 
     def run(inputs: list[Any]) -> np.ndarray | None:
         x = inputs[0]
