@@ -222,6 +222,8 @@ def layers_text(layers: list[LayerEntry]) -> str | None:
             add(f'        key: "{e.key}"\n        tactic: "0x{e.tactic:x}"')
             if e.time_ms is not None:
                 add(f"        time: {text(time_text(e.time_ms))}")
+            if e.runs is not None:
+                add("        runs: true" if e.runs else "        runs: false")
             if e.near_tie and e.band_ms is not None:
                 ties = ", ".join(f'"0x{t:x}"' for t in e.ties)
                 add(f"        band: {text(time_text(e.band_ms))}\n        ties: [{ties}]")

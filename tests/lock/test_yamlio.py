@@ -605,7 +605,13 @@ def test_yaml_is_imported_on_first_use_only(tmp_path: Path) -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
-        st.tuples(names, st.none() | names, st.booleans(), st.sampled_from([None, 0.0, 1.5e-3])),
+        st.tuples(
+            names,
+            st.none() | names,
+            st.booleans(),
+            st.sampled_from([None, 0.0, 1.5e-3]),
+            st.sampled_from([None, True, False]),
+        ),
         min_size=1,
         max_size=5,
     ),
@@ -613,12 +619,15 @@ def test_yaml_is_imported_on_first_use_only(tmp_path: Path) -> None:
 )
 def test_layers_written_directly_match_the_emitter(rows, empty_candidates: bool) -> None:
     """The layers' text written directly is the emitter's, restyled, byte for byte (names
-    that need escaping go through the emitter), near ties and empty candidates included."""
+    that need escaping go through the emitter), every field of an entry included (near
+    ties, the key a layer runs, empty candidates)."""
     from reprobuild.lock import emit
 
     lock = sample_lock(len(rows))
-    for i, (entry, (layer, kernel, pinned, time)) in enumerate(zip(lock.layers, rows, strict=True)):
-        entry.layer, entry.kernel, entry.pinned = layer, kernel, pinned
+    for i, (entry, (layer, kernel, pinned, time, runs)) in enumerate(
+        zip(lock.layers, rows, strict=True)
+    ):
+        entry.layer, entry.kernel, entry.pinned, entry.runs = layer, kernel, pinned, runs
         entry.candidates[1] = type(entry.candidates[1])(entry.candidates[1].tactic, kernel)
         entry.time_ms = float("inf") if i == 3 else time
         if i == 1:
