@@ -137,6 +137,7 @@ def test_trt_pooled_costs_are_the_fastest_of_each_recording(
     reprobuild.build(
         tmp_path / "cnn.onnx", lock=tmp_path / "t.lock", out=engine, backend="tensorrt",
         cache_dir=tmp_path / "caches", settings=BuildSettings(tie_records=3),
+        apply_tie_rule=True,  # written back, to check the rule's choice in the lock
     )  # fmt: skip
     lock = load_lock(tmp_path / "t.lock")
     report = json.loads(Path(f"{engine}.report.json").read_text())

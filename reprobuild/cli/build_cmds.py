@@ -110,6 +110,12 @@ def build(
         help="Recording: time every candidate in N recording builds (each from an empty "
         "cache) and let the tie rule pool their times [default: 1].",
     ),
+    apply_tie_rule: bool = typer.Option(
+        False,
+        "--apply-tie-rule",
+        help="Recording on TensorRT: write the tie rule's choices back with update() and "
+        "rebuild (off by default: an edited tactic is not proven honoured; docs/tensorrt.md).",
+    ),
     precision: str | None = typer.Option(
         None,
         "--precision",
@@ -289,6 +295,7 @@ def build(
         precision=request,
         held_out=held_out,
         log=log,
+        apply_tie_rule=apply_tie_rule,
     )
     if as_json:
         print_json(result.to_json())

@@ -114,6 +114,7 @@ def build(
     precision: PrecisionRequest | None = None,
     held_out: str | os.PathLike[str] | None = None,
     log: str | os.PathLike[str] | None = None,
+    apply_tie_rule: bool = False,
     progress: Progress = quiet,
 ) -> BuildResult:
     """Build ``model`` reproducibly. See the module docstring for the locked flow.
@@ -122,6 +123,8 @@ def build(
     error against FP32 on them (and, for INT8, on the calibration set) is reported.
     ``log``: where to save the verbose log of the build that made the engine (the text
     ``reprobuild log`` reads), written with the other outputs.
+    ``apply_tie_rule``: a recording writes the tie rule's choices back even where the
+    backend has not been shown to honour an edited tactic (TensorRT: see record.py).
     """
     t0 = time.perf_counter()
     model_path, lock_path, engine_path, report_path, log_path = build_paths(
@@ -134,6 +137,7 @@ def build(
             model_path, lock_path, engine_path, report_path, log_path, t0,
             backend=backend, settings=settings, frozen=frozen, cache_dir=cache_dir,
             re_record=re_record, precision=precision, held_out=held_out, progress=progress,
+            apply_tie_rule=apply_tie_rule,
         )  # fmt: skip
 
 
@@ -153,6 +157,7 @@ def _build(
     precision: PrecisionRequest | None,
     held_out: str | os.PathLike[str] | None,
     progress: Progress,
+    apply_tie_rule: bool = False,
 ) -> BuildResult:
     """``build`` once its paths are checked (and the lock's file lock is held)."""
     from reprobuild.cachedir import cache_path
@@ -207,7 +212,7 @@ def _build(
             others = [] if existing is None else existing.targets()
             others = [t for t in others if t.name != env.name and t.layers]
             fresh = Lock(info, env, settings, [], plan, others=others)
-            done = record(be, built_model, fresh, cfile, progress, warnings, save)
+            done = record(be, built_model, fresh, cfile, progress, warnings, save, apply_tie_rule)
             if others:
                 done.changes.append(f"added target {env.name} beside {len(others)}")
             if pins:
@@ -352,7 +357,9 @@ def _locked(
         )
         fresh = with_recorded_times(fresh, rec.cache)
         # the new layers' near-ties are decided by the rule too (from the log's costs)
-        apply_to_entries(fresh, decide_recording(rec.log.records, None, settings))
+        # (written back only where edits are proven honoured, as in a recording: record.py)
+        ties = decide_recording(rec.log.records, None, settings)
+        apply_to_entries(fresh, ties, write=bool(getattr(be, "edits_proven", True)))
         warnings += w
         if existing.schema == 1 and gone:  # keys of an older reprobuild: keep its pins
             kept, dropped = carry_pins([e for e in new_lock.layers if e.key in gone], fresh)

@@ -107,6 +107,10 @@ class TensorRTBackend:
     """Builds and runs engines with the real TensorRT; one builder and logger per instance."""
 
     name = "tensorrt"
+    # Whether a build honours a tactic written with update() that the builder did not choose:
+    # shown by NVIDIA only for single-key Myelin layers edited in the same config, so the tie
+    # rule's choices are reported, not written, unless the user opts in (--apply-tie-rule).
+    edits_proven = False
 
     def __init__(self, *, strongly_typed: bool = True) -> None:
         trt = _trt()
