@@ -243,7 +243,7 @@ def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False
             _result(not retried) if runs else "skipped",
             ["default"],
             f"retried in {', '.join(retried)}" if retried else "no pinned build was retried",
-            "warns and names the retry; the map comparison then decides drift",
+            "fails the build (exit 1) naming the keys, unless --allow-cache-miss-retry",
         )
     )
     other = [(n, e) for n, e in evs if e.other_process is not None]
