@@ -30,6 +30,7 @@ from reprobuild.words import count
 from reprobuild.workflow.buildpaths import build_paths
 from reprobuild.workflow.context import (
     announce_backend,
+    check_dynamic_inputs,
     check_profiles,
     model_info,
     resolve_backend,
@@ -192,6 +193,7 @@ def _build(
             be = be.for_target(existing.environment)
     settings = settings or BuildSettings()
     check_profiles(settings)
+    check_dynamic_inputs(model_path, settings)
     be.check_settings(settings)
 
     # All of the outputs, or none: the log is staged as it is written, the rest at the end.

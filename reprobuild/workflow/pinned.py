@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from reprobuild.backends.base import Backend, BuildOutput, LogSink, TimingCache
 from reprobuild.cachedir import get_or_record
-from reprobuild.errors import DriftError
+from reprobuild.errors import BuildError, DriftError
 from reprobuild.events import LayersDone, Progress, Step
 from reprobuild.lock.model import LayerEntry, LockCandidate
 from reprobuild.pinning import cross_check_kernels, drift_message, tactic_map_drift, update_tactics
@@ -365,9 +365,18 @@ def pinned_build(
     )
     before = {**recorded, **expected}
     progress(Step("pinned build"))
-    output, log = run_build(
-        backend, model_path, settings, cache, progress, "pinned build", pinned=True, save=save
-    )
+    try:
+        output, log = run_build(
+            backend, model_path, settings, cache, progress, "pinned build", pinned=True, save=save
+        )
+    except BuildError as err:  # a pin is blamed only when the lock has one
+        pins = [e.layer for e in entries or [] if e.pinned]
+        if not pins:
+            raise
+        raise BuildError(
+            f"{err}; if a pinned tactic is named, unpin it or pin one of the layer's recorded "
+            f"candidates (pinned: {', '.join(pins[:5])})"
+        ) from None
     after = cache.tactic_map()
     retry = strict_retry(output.extra, before, after, log.records)
     accepted = bool(output.extra.get("retry_accepted"))

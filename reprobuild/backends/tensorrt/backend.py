@@ -298,10 +298,8 @@ class TensorRTBackend:
             if trt_serialized is None:
                 errors = self._router.errors_since(mark)
                 detail = " | ".join(errors[-3:]) if errors else "no error was logged"
-                raise BuildError(
-                    f"{path}: TensorRT failed to build the engine: {detail}; if a pinned tactic "
-                    "is named, unpin it or pin one of the layer's recorded candidates"
-                )
+                # no pin is blamed here: the workflow adds the hint where the lock has pins
+                raise BuildError(f"{path}: TensorRT failed to build the engine: {detail}")
             engine = bytes(trt_serialized)
             del trt_serialized, trt_parser
             layer_info = self._layer_info(engine)
