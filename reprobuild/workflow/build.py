@@ -238,10 +238,12 @@ def _build(
 
             warnings.append(empty_lock_warning(be, built_model))
         seeded = any(o.inputs == "seeded:0" for o in done.lock.outputs)
+        replay_check = None
         if done.recorded or (not seeded and not frozen):
             progress(Step("running the engine on seeded inputs (the target's expected bits)"))
             try:
                 bits = expected_bits(be, done.output.engine, model_path)
+                replay_check = _recording_vs_replay(be, done, model_path, bits.sha256, warnings)
             except ReprobuildError as err:  # e.g. an engine whose inputs are FP16
                 warnings.append(f"no expected bits recorded for this target: {err}")
             else:
@@ -280,6 +282,8 @@ def _build(
         rep["autotune"] = done.output.extra.get("autotune")
         # The tie band per key, how it was measured, and what the rule changed (recordings).
         rep["tie_break"] = None if done.ties is None else done.ties.to_json()
+        # a recording: whether its own engine gave the bits of the replay the lock records
+        rep["recording_vs_replay"] = replay_check
         rep["precision_error"] = precision_error
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
@@ -300,6 +304,24 @@ def _build(
         outputs.commit()
         result.report_path = str(report_path)
     return result
+
+
+def _recording_vs_replay(
+    be: Backend, done: Built, model_path: Path, replay: str, warnings: list[str]
+) -> dict[str, Any] | None:
+    """A recording's own engine run on the same seeded inputs as the replay whose bits the
+    lock records; a difference is reported (the lock keeps the replay's: every later locked
+    build is a replay)."""
+    if done.recording_engine is None:
+        return None
+    own = expected_bits(be, done.recording_engine, model_path).sha256
+    if own != replay:
+        warnings.append(
+            f"the recording engine gives other bits ({own[:16]}) than a build from its timing "
+            f"cache ({replay[:16]}); the lock records the replay's, which every locked build "
+            "makes"
+        )
+    return {"same": own == replay, "recording_sha256": own, "replay_sha256": replay}
 
 
 def _plan_check(done: Built, built_model: Path, warnings: list[str]) -> Any:

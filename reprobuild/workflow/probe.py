@@ -10,6 +10,7 @@ TensorRT shows), and writes one ``.tar.gz`` bundle of the raw evidence for a bug
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -52,6 +53,8 @@ QUESTIONS = {
     "miss-fails": "does ERROR_ON_TIMING_CACHE_MISS fail a build whose cache lacks a key "
     "(negative control)?",
     "strict-retried": "was a pinned build retried without ERROR_ON_TIMING_CACHE_MISS?",
+    "recording-bits": "does the recording engine give the bits of a build from its serialized "
+    "cache (a replay)?",
     "stable-keys": "are the keys the same when another process builds the model?",
 }
 EXPECTED_MISS = "missed a key (expected: trtexec cannot set EDITABLE_TIMING_CACHE)"
@@ -68,6 +71,7 @@ MODEL_FILES = (
     "inspector.json",
     "tactics.lock",
     "build_report.json",
+    "recording_report.json",
     "verify.json",
 )
 
@@ -122,6 +126,7 @@ class _ModelRun:
     shuffled: bool = False
     trtexec: ProbeStep | None = None
     keys: Any = None  # probe_keys.KeyEvidence
+    replay: dict[str, Any] | None = None  # the recording report's recording_vs_replay
 
 
 def probe(
@@ -221,6 +226,9 @@ def _cycle(
     run.recording = (timed or recording)[0] if recording else None
     if not recorded:
         return
+    # the recording's report (its tie_break section: what the rule did or would do)
+    shutil.copy(run.dir / "recording.engine.report.json", run.dir / "recording_report.json")
+    run.replay = json.loads((run.dir / "recording_report.json").read_text())["recording_vs_replay"]
     run.shuffled = _keys_shuffle(be, caches)
     run.strict_attach = _strict_attach(be, caches)
     from reprobuild.workflow.probe_keys import gather_keys

@@ -29,6 +29,25 @@ class Answer:
     action: str = ""  # what reprobuild does with this answer (the table's last column)
 
 
+def _replay_answer(runs: list[Any], questions: dict[str, str], built: bool) -> Answer:
+    """(b): the recording engine's bits against a replay's, on the same seeded inputs; the
+    negative control is the other models (and the stand-in's ``recording-bits``)."""
+    seen = {r.name: r.replay for r in runs if r.replay is not None}
+    differ = sorted(n for n, v in seen.items() if not v["same"])
+    return Answer(
+        "recording-bits",
+        questions["recording-bits"],
+        _result(built) if seen else "skipped",
+        ["recording-bits"] if differ else ["default"],
+        f"other bits in {', '.join(differ)}; same in {len(seen) - len(differ)}"
+        if differ
+        else f"same bits in {len(seen)} models"
+        if seen
+        else "no recording ran its engine",
+        "the lock records the replay's bits (every locked build is a replay)",
+    )
+
+
 def _result(ok: bool) -> str:
     return "pass" if ok else "fail"
 
@@ -154,7 +173,8 @@ ACTIONS = {
 }
 
 
-_ROW = re.compile(r"\d+, [\d.]+, [\d.]+, [\d.]+, ([^,]+), (0x[0-9a-fA-F]+)")
+_COST = r"(?:[\d.]+|nan|inf)"  # a candidate that failed to time logs nan
+_ROW = re.compile(rf"\d+, {_COST}, {_COST}, [\d.]+, ([^,]+), (0x[0-9a-fA-F]+)")
 
 
 def shared_names(runs: list[Any]) -> bool:
@@ -246,6 +266,7 @@ def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False
             "fails the build (exit 1) naming the keys, unless --allow-cache-miss-retry",
         )
     )
+    out.append(_replay_answer(runs, questions, bool(runs) and all(r.locked_ok for r in runs)))
     other = [(n, e) for n, e in evs if e.other_process is not None]
     stable = all(set(e.other_process) == set(e.recorded) for _, e in other)
     # a second recording in this process (the plain build) that made other keys is an

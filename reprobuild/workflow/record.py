@@ -1,5 +1,10 @@
 """A recording build: every candidate timed, the tie rule applied, every choice an entry.
 
+The engine a recording leaves (and the bits the lock expects) come from a build of the
+serialized recording cache, as every later locked build is made, never from the recording
+engine itself: NVIDIA compares replays with replays, and a recording engine is not shown to
+give a replay's bits (``build.py`` reports when it does not).
+
 Split from :mod:`.build` (which decides between recording and applying a lock) so each
 module keeps one job: this one makes a fresh lock's entries from one recording.
 """
@@ -47,6 +52,8 @@ class Built:
     changes: list[str]
     cache_bytes: bytes | None = None  # a recording build's cache, written with the outputs
     ties: Any = None  # a recording's TieOutcome (workflow/ties.py)
+    # a recording's own engine; ``output`` is a build from its serialized cache (a replay)
+    recording_engine: bytes | None = None
 
 
 def record(
@@ -120,6 +127,15 @@ def record(
             pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
             output, log_warnings = pb.output, log_warnings + pb.log_warnings
             ties.rebuilt, ties.second_build_timed = True, pb.timed
+    recording_engine = output.engine
+    if not ties.rebuilt:  # the engine (and the lock's bits) come from a replay, as later
+        progress(Step("replaying the recording cache (the engine every locked build makes)"))
+        pb = pinned_build(
+            be, built_model, new_lock.settings, new_lock.tactic_map(), None, progress, warnings,
+            entries=new_lock.layers, recording=Recording(be.create_timing_cache(recorded)),
+        )  # fmt: skip
+        pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
+        output, log_warnings = pb.output, log_warnings + pb.log_warnings
     return Built(
         new_lock,
         output,
@@ -131,6 +147,7 @@ def record(
         [f"recorded {count(len(entries), 'layer')}"],
         recorded,
         ties,
+        recording_engine,
     )
 
 

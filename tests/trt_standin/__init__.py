@@ -46,6 +46,12 @@ nothing public rules out. Each is named, so a test can run the whole workflow un
   times): a recording times a Conv's second format combination on alternate recordings, and
   a build from a cache follows the cache (see ``keysets``, which cites where TensorRT does it).
 
+- ``recording-bits``: an engine built from an empty cache (a recording) gives other output
+  bits than an engine built from its serialized cache with the same tactics (a replay).
+  Nothing public shows that they agree: NVIDIA's TensorRT-Model-Connect (public preview since
+  11.4) compares replays with replays only, and the editable-cache sample
+  (``samples/sampleEditableTimingCache``) compares tactics, never a recording's outputs.
+
 Test knobs (``module._standin``): ``fail_create`` (constructors that raise ``TypeError``
 "factory function returned nullptr", as the real bindings do), ``rekey_ops`` (a key that
 changes every build: ``ERROR_ON_TIMING_CACHE_MISS`` really fails on it, and without the flag
@@ -73,6 +79,7 @@ BEHAVIOURS = (
     "cached-result-lines",
     "typed-io",
     "varying-keys",
+    "recording-bits",
 )
 
 # Version strings tests use; the conformance test checks each variant's names.

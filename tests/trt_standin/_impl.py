@@ -893,7 +893,8 @@ class Builder(_Strict):
             )
         salt = self._salt(network, config)
         tuner = _Tuner(st, log, config, cache, salt, editable, miss_is_error, build_no)
-        st.recordings += not cache._entries  # varying-keys: a recording starts from nothing
+        from_nothing = not cache._entries  # a recording build (recording-bits)
+        st.recordings += from_nothing  # varying-keys: a recording starts from nothing
         convs = 0
         st.myelin_style = 0  # engine names are stable from build to build
         layers = []
@@ -968,6 +969,7 @@ class Builder(_Strict):
             "detailed": int(config.profiling_verbosity) == int(m.ProfilingVerbosity.DETAILED),
             "layers": layers,
             "tactics": chosen_by_node,
+            "recording": from_nothing and "recording-bits" in st.behaviours,
             "model": network._model_path,
             "inputs": [t.name for t in network._inputs],
             "input_shapes": {t.name: list(t.shape) for t in network._inputs},
@@ -1202,7 +1204,9 @@ class IExecutionContext(_Strict):
             raw = (_ctypes.c_char * nbytes).from_address(self._addresses[name])
             feeds[name] = _np.frombuffer(bytes(raw), dtype).reshape(shape)
         outputs = self._evaluate(feeds)
-        seed = _hex_digest(*sorted(data["tactics"].items()))
+        seed = _hex_digest(
+            *sorted(data["tactics"].items()), *(["recording"] * bool(data.get("recording")))
+        )
         rng = _np.random.default_rng(int(seed, 16))
         for name in data["outputs"]:
             dtype = _np_type(data, name)
