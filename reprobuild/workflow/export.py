@@ -1,9 +1,12 @@
 """``export-cache``: a standard TensorRT timing-cache file that holds a lock's choices.
 
-trtexec (``--timingCacheFile``) and Torch-TensorRT (``timing_cache_path``) load such a file
-and then build with the locked kernels, without reprobuild at build time. The file is the
-environment's recording cache (from ``caches/``, or a recording build when there is none)
-with ``update()`` applied for every lock entry, then serialized.
+The file is the environment's recording cache (from ``caches/``, or a recording build when
+there is none) with ``update()`` applied for every lock entry, then serialized. A builder
+that sets ``EDITABLE_TIMING_CACHE`` on the same network and settings (TensorRT's Python API,
+as reprobuild does) builds with the locked kernels. trtexec loads the file but cannot set
+the editable flag, so its keys may differ (``--errorOnTimingCacheMiss`` makes that a
+failure); Torch-TensorRT never sets the flag, attaches strictly, builds its own network and
+overwrites the file, so the file does not pin its tactics (docs/export-cache.md).
 """
 
 from __future__ import annotations
