@@ -77,6 +77,7 @@ _SUPPORTED = frozenset(
         "Mul",
         "Relu",
         "Reshape",
+        "Shape",
         "Softmax",
         "Sub",
     }
@@ -976,6 +977,7 @@ class Builder(_Strict):
             "outputs": list(network._outputs),
             "io_types": dict(getattr(network, "_io_types", {})),
             "shape_inputs": _dynamic_io.shape_inputs(network._model_path),
+            "shape_outputs": _dynamic_io.shape_outputs(network._model_path),
         }
         return IHostMemory(_ENGINE_MAGIC + _json.dumps(engine).encode())
 
@@ -1111,7 +1113,8 @@ class ICudaEngine(_Strict):
 
     def is_shape_inference_io(self, name):
         """A shape tensor input (see ``dynamic_io``): its values are read from host memory."""
-        return name in self._data.get("shape_inputs", ())
+        shape_io = (*self._data.get("shape_inputs", ()), *self._data.get("shape_outputs", ()))
+        return name in shape_io
 
     def create_execution_context(self):
         return IExecutionContext(self)
@@ -1214,6 +1217,9 @@ class IExecutionContext(_Strict):
             if dtype.kind == "f":  # the last mantissa bit, at the type's own width
                 bits = _np.dtype(f"uint{8 * dtype.itemsize}")
                 out.view(bits)[...] ^= rng.integers(0, 2, out.shape, dtype=bits)
+            if name in data.get("shape_outputs", ()) and device is not None:
+                if self._addresses[name] in device.live:
+                    return False  # a shape tensor output in device memory: TensorRT needs host
             if name in self._allocators:  # data-dependent shape: the application allocates
                 if not _dynamic_io.deliver(self._allocators[name], name, out, stream_handle):
                     return False
