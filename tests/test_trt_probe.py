@@ -144,24 +144,62 @@ def test_probe_writes_only_its_bundle_and_prints_one_table(
     assert bundle.is_file()
 
 
+_FAKE_TRTEXEC = """#!{python}
+import json, sys
+magic = b"STANDIN-TRT-TIMING-CACHE\\x00"
+args = sys.argv[1:]
+if {fails_always} or "--errorOnTimingCacheMiss" in args:
+    print("[E] [TRT] some wording trtexec prints")
+    sys.exit(1)
+# without the flag: a build that misses adds its own key to the cache file it writes back
+path = next(a.split("=", 1)[1] for a in args if a.startswith("--timingCacheFile="))
+data = open(path, "rb").read()
+header = json.loads(data[len(magic):].decode())
+header["entries"]["0x" + "ab" * 16] = [1, 0.5]
+open(path, "wb").write(magic + json.dumps(header).encode())
+"""
+
+
+def _fake_trtexec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails_always: bool) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "trtexec"
+    fake.write_text(_FAKE_TRTEXEC.format(python=sys.executable, fails_always=fails_always))
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
 def test_an_expected_trtexec_miss_is_an_answer_not_a_failure(
     monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
 ) -> None:
     """trtexec cannot set the editable flag, so its keys may differ and
-    --errorOnTimingCacheMiss stops it: exit 0, the answer says so."""
+    --errorOnTimingCacheMiss stops it: found structurally (the same build without the flag
+    adds keys to the cache), never by its wording, which is recorded: exit 0."""
     install_standin(monkeypatch)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "trtexec"
-    fake.write_text("#!/bin/sh\necho '[E] [TRT] Error: timing cache miss for layer fc1'\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    _fake_trtexec(tmp_path, monkeypatch, fails_always=False)
     monkeypatch.chdir(tmp_path)
     res = cli("doctor", "--probe", "--bundle", "b.tar.gz", "--json")
     assert res.code == 0, res
     by_q = {a["question"]: a for a in json.loads(res.out)["answers"]}
-    assert "expected: trtexec cannot set EDITABLE_TIMING_CACHE" in by_q["trtexec"]["detail"]
-    assert "probe/cnn/trtexec.log" in _members(tmp_path / "b.tar.gz")
+    detail = by_q["trtexec"]["detail"]
+    assert "expected: trtexec cannot set EDITABLE_TIMING_CACHE" in detail
+    assert "added 1 keys to the cache (0xabab" in detail
+    assert "some wording trtexec prints" in detail  # recorded as printed
+    members = _members(tmp_path / "b.tar.gz")
+    assert "probe/cnn/trtexec.log" in members and "probe/cnn/trtexec_nostrict.log" in members
+
+
+def test_a_strict_trtexec_failure_that_is_no_miss_fails_the_step(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    """The negative control: trtexec fails with and without the flag, so no key was missed
+    (whatever it printed): a failed step, exit 1."""
+    install_standin(monkeypatch)
+    _fake_trtexec(tmp_path, monkeypatch, fails_always=True)
+    monkeypatch.chdir(tmp_path)
+    res = cli("doctor", "--probe", "--bundle", "b.tar.gz")
+    assert res.code == 1, res
+    assert "step 'trtexec --errorOnTimingCacheMiss' failed for cnn" in res.err
 
 
 def test_a_failed_recording_keeps_its_raw_log_in_the_bundle(
@@ -179,3 +217,29 @@ def test_a_failed_recording_keeps_its_raw_log_in_the_bundle(
     assert (
         "Autotuning op" in log and "# the build failed: TensorRT could not create a runtime" in log
     )
+
+
+def test_the_default_bundle_goes_under_the_cache_folder_never_the_current_one(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    install_standin(monkeypatch)
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    monkeypatch.chdir(work)
+    res = cli("doctor", "--probe")
+    assert res.code == 0, res
+    assert list(work.iterdir()) == []  # the current folder is left as it was
+    (bundle,) = (cache / "reprobuild" / "probe").glob("reprobuild-probe-*.tar.gz")
+    assert f"bundle: {bundle}" in res.out
+    first = res.out.splitlines()[0]
+    assert first.startswith("TensorRT 10.13.3.9 on NVIDIA A100-SXM4-80GB (compute capability 8.0")
+    assert "None" not in first
+
+
+def test_the_header_names_what_is_unknown() -> None:
+    from reprobuild.cli.probe_cmds import header
+
+    line = header({"identity": {"tensorrt_version": "11.4.0.106", "gpu": None}, "advisory": {}})
+    assert line.startswith("TensorRT 11.4.0.106 on unknown GPU (compute capability unknown")
+    assert "None" not in line and "driver unknown version" in line

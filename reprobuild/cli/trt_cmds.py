@@ -82,7 +82,10 @@ def doctor(
         "TensorRT does (exit 0 works, 1 a step failed, 3 no TensorRT/GPU).",
     ),
     bundle: Path | None = typer.Option(
-        None, "--bundle", help="With --probe: the .tar.gz to write (default: timestamped)."
+        None,
+        "--bundle",
+        help="With --probe: the .tar.gz to write [default: a timestamped file under "
+        "$XDG_CACHE_HOME/reprobuild/probe/ (~/.cache/...)].",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     as_json: bool = JsonOpt,
