@@ -3,9 +3,11 @@
 TensorRT has already chosen (the fastest as measured) when the recording build ends. So
 the workflow reads every key's candidates and times (the verbose log's table; the
 reference backend also reports each candidate's runs), lets :mod:`reprobuild.tiebreak`
-decide, writes the rule's tactic with ``update()`` where it differs from the builder's,
-and builds again from that cache: the second build times nothing and is checked like any
-pinned build (cache map and engine kernels). The reference builder applies the same rule
+decide, and, where the backend honours an edited tactic (or ``--apply-tie-rule`` asks),
+writes the rule's tactic with ``update()`` where it differs from the builder's and builds
+again from that cache, checked like any pinned build (cache map and engine kernels; the
+report counts the keys it timed). On TensorRT by default the rule's choices are only
+reported (``held_back``): see :mod:`.record`. The reference builder applies the same rule
 to the same costs while it times, so there it agrees and nothing is written back. With
 ``tie_band`` 0 nothing is decided and nothing is rebuilt.
 
