@@ -43,10 +43,8 @@ def _record(
     return load_lock(lock), report
 
 
-def test_the_rules_choice_is_written_with_update_and_rebuilt(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    trt = install_standin(monkeypatch)
+def _spy_updates(trt: object, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys every ``ITimingCache.update()`` call names, in order."""
     updates: list[str] = []
     original = trt.ITimingCache.update
 
@@ -55,6 +53,14 @@ def test_the_rules_choice_is_written_with_update_and_rebuilt(
         return original(self, key, value)
 
     monkeypatch.setattr(trt.ITimingCache, "update", spy)
+    return updates
+
+
+def test_the_rules_choice_is_written_with_update_and_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trt = install_standin(monkeypatch)
+    updates = _spy_updates(trt, monkeypatch)
     lock, report = _record(tmp_path, "a", apply_tie_rule=True)
     ties = report["tie_break"]
     assert ties["measured"] == MEASURED_LOG and ties["tie_band"] == LOG_TIE_BAND
@@ -103,14 +109,7 @@ def test_a_default_recording_makes_no_update_edit(
     """An edited tactic is not proven honoured on TensorRT: by default the rule's choices
     are reported (held back), the builder's are locked, and nothing is rebuilt."""
     trt = install_standin(monkeypatch)
-    updates: list[str] = []
-    original = trt.ITimingCache.update
-
-    def spy(self, key, value):
-        updates.append(str(key))
-        return original(self, key, value)
-
-    monkeypatch.setattr(trt.ITimingCache, "update", spy)
+    updates = _spy_updates(trt, monkeypatch)
     lock, report = _record(tmp_path, "d")
     ties = report["tie_break"]
     assert updates == []

@@ -117,9 +117,7 @@ def _shape_output_model(path: Path) -> Path:
         ],
         [numpy_helper.from_array(w, "w")],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
 
