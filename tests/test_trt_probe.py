@@ -45,9 +45,10 @@ def test_probe_on_the_default_standin_works_and_bundles_everything(
     assert report["ok"] is True
     assert [a["question"] for a in report["answers"]] == list(QUESTIONS)
     by_q = {a["question"]: a for a in report["answers"]}
-    in_process = ("trtexec", "stable-keys")
+    in_process = ("trtexec", "stable-keys", "key-times")
     assert all(by_q[q]["result"] == "pass" for q in QUESTIONS if q not in in_process)
     assert by_q["trtexec"]["result"] == "skipped"  # no trtexec on PATH here
+    assert by_q["key-times"]["result"] == "skipped"  # no layer with several keys here
     # the stand-in lives in this process only: another process cannot build with it
     assert by_q["stable-keys"]["result"] == "skipped"
     assert all(a["action"] for a in report["answers"])
@@ -74,8 +75,10 @@ def test_probe_reports_every_behaviour_it_sees(
     monkeypatch.chdir(tmp_path)
     res = cli("doctor", "--probe", "--bundle", "b.tar.gz")
     assert res.code == 0, res
+    # fixed-format is seen only where a layer's keys are named alike: with keyless-cask and
+    # varying-keys they are not, and key-times is skipped (its own test shows it)
     for name in BEHAVIOURS:
-        assert name in res.out, name
+        assert name in res.out or name == "fixed-format", name
     assert "cycle: works" in res.out
     assert (tmp_path / "b.tar.gz").is_file()
 
@@ -243,3 +246,34 @@ def test_the_header_names_what_is_unknown() -> None:
     line = header({"identity": {"tensorrt_version": "11.4.0.106", "gpu": None}, "advisory": {}})
     assert line.startswith("TensorRT 11.4.0.106 on unknown GPU (compute capability unknown")
     assert "None" not in line and "driver unknown version" in line
+
+
+@pytest.mark.parametrize(
+    ("behaviours", "verdict", "observed"),
+    [
+        ((), "skipped", ["default"]),  # no layer has two keys: nothing to ask
+        (("multi-key",), "pass", ["multi-key"]),  # the engine follows the cached times
+        (("multi-key", "fixed-format"), "pass", ["fixed-format"]),  # it does not
+    ],
+)
+def test_the_probe_asks_whether_cached_times_choose_between_a_layers_keys(
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+    tmp_path: Path,
+    behaviours: tuple[str, ...],
+    verdict: str,
+    observed: list[str],
+) -> None:
+    install_standin(monkeypatch, behaviours)
+    monkeypatch.chdir(tmp_path)
+    res = cli("doctor", "--probe", "--bundle", "b.tar.gz", "--json")
+    assert res.code == 0, res
+    answer = {a["question"]: a for a in json.loads(res.out)["answers"]}["key-times"]
+    assert answer["result"] == verdict and answer["observed"] == observed, answer
+    if behaviours:  # the unchanged cache (the negative control) ran the other key
+        assert "the unchanged cache ran 0x" in answer["detail"]
+        moved = "fixed-format" not in behaviours
+        assert ("the engine runs 0x" in answer["detail"]) and (
+            (answer["detail"].split("the engine runs ")[1][:8])
+            != (answer["detail"].split("the unchanged cache ran ")[1][:8])
+        ) is moved

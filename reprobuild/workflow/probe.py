@@ -54,6 +54,7 @@ QUESTIONS = {
     "strict-retried": "was a pinned build retried without ERROR_ON_TIMING_CACHE_MISS?",
     "recording-bits": "does the recording engine give the bits of a build from its serialized "
     "cache (a replay)?",
+    "key-times": "does a change of a key's cached time move a multi-key layer to another key?",
     "stable-keys": "are the keys the same when another process builds the model?",
 }
 EXPECTED_MISS = "missed a key (expected: trtexec cannot set EDITABLE_TIMING_CACHE)"
@@ -230,9 +231,10 @@ def _cycle(
     run.replay = json.loads((run.dir / "recording_report.json").read_text())["recording_vs_replay"]
     run.shuffled = _keys_shuffle(be, caches)
     run.strict_attach = _strict_attach(be, caches)
+    from reprobuild.lock.yamlio import load_lock
     from reprobuild.workflow.probe_keys import gather_keys
 
-    run.keys = gather_keys(be, local, caches, run.recording, run.plain)
+    run.keys = gather_keys(be, local, caches, run.recording, run.plain, load_lock(lock).layers)
     if not _step(run, steps, "pin a non-fastest candidate", lambda: _pin(run, lock)):
         return
     be.label = "locked"

@@ -29,6 +29,23 @@ class Answer:
     action: str = ""  # what reprobuild does with this answer (the table's last column)
 
 
+def _key_times_answer(evs: list[tuple[str, Any]], questions: dict[str, str]) -> Answer:
+    """(a): cached times between a layer's keys; the unchanged cache is the control."""
+    asked = [(n, e.key_times) for n, e in evs if e.key_times[0] != "skipped"]
+    moves = [n for n, (v, _) in asked if v == "moves"]
+    stays = [n for n, (v, _) in asked if v == "stays"]
+    return Answer(
+        "key-times",
+        questions["key-times"],
+        "pass" if asked else "skipped",
+        (["multi-key"] if moves else []) + (["fixed-format"] if stays else []) or ["default"],
+        "; ".join(f"{n}: {e.key_times[1]}" for n, e in evs) or "not asked",
+        "writes each key's recorded time back, so a rebuild chooses between keys as recorded"
+        if not stays
+        else "cached times do not choose between keys here: the format is decided otherwise",
+    )
+
+
 def _replay_answer(runs: list[Any], questions: dict[str, str], built: bool) -> Answer:
     """(b): the recording engine's bits against a replay's, on the same seeded inputs; the
     negative control is the other models (and the stand-in's ``recording-bits``)."""
@@ -267,6 +284,7 @@ def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False
         )
     )
     out.append(_replay_answer(runs, questions, bool(runs) and all(r.locked_ok for r in runs)))
+    out.append(_key_times_answer(evs, questions))
     other = [(n, e) for n, e in evs if e.other_process is not None]
     stable = all(set(e.other_process) == set(e.recorded) for _, e in other)
     # a second recording in this process (the plain build) that made other keys is an

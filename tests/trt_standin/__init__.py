@@ -52,6 +52,12 @@ nothing public rules out. Each is named, so a test can run the whole workflow un
   11.4) compares replays with replays only, and the editable-cache sample
   (``samples/sampleEditableTimingCache``) compares tactics, never a recording's outputs.
 
+- ``fixed-format``: with ``multi-key``, a Conv always runs its first format combination,
+  whatever the cached times of its keys: the other answer to whether cached times choose
+  between a layer's keys, which nothing public settles (the evidence for ``multi-key`` is
+  indirect: ``IAlgorithm.getTimingMSec`` per format combination, and 10.16 trtexec rebuilds
+  printing ``got cached result`` per combination).
+
 Test knobs (``module._standin``): ``fail_create`` (constructors that raise ``TypeError``
 "factory function returned nullptr", as the real bindings do), ``rekey_ops`` (a key that
 changes every build: ``ERROR_ON_TIMING_CACHE_MISS`` really fails on it, and without the flag
@@ -80,6 +86,7 @@ BEHAVIOURS = (
     "typed-io",
     "varying-keys",
     "recording-bits",
+    "fixed-format",
 )
 
 # Version strings tests use; the conformance test checks each variant's names.

@@ -931,6 +931,8 @@ class Builder(_Strict):
                 tuned.append(result)
             # The combination whose (cached or measured) time is lowest runs; ties: the first.
             chosen = min(enumerate(tuned), key=lambda it: (it[1][1], it[0]))[1][0]
+            if "fixed-format" in st.behaviours:  # the format is not chosen by cached times
+                chosen = tuned[0][0]
             chosen_by_node[name] = chosen.tactic_hash
             if op == "Conv":
                 layer_name = name
