@@ -221,8 +221,8 @@ def _dynamic_model(path: Path) -> Path:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ((), "input 'x' has a dynamic shape (Nx8): give it with --shapes x:1x8, or a profile "
-             "with --min-shapes, --opt-shapes and --max-shapes"),
+        ((), "MODEL: input 'x' has a dynamic shape (Nx8; dynamic: N): give it with --shapes "
+             "x:1x8, or a profile with --min-shapes, --opt-shapes and --max-shapes"),
         (("--shapes", "x:1x8", "--shapes", "x:2x8"),
          "--shapes gives input 'x' twice (1x8 and 2x8); give each input once"),
         (("--min-shapes", "x:1x8,x:2x8", "--opt-shapes", "x:2x8", "--max-shapes", "x:4x8"),
@@ -241,7 +241,7 @@ def test_shapes_are_asked_for_by_flag_and_contradictions_refused(
     out = ("-q", "--out", str(tmp_path / "d.engine"), "--cache-dir", str(tmp_path / "c"))
     res = cli("build", str(model), "--lock", str(lock), "--backend", "reference", *out, *flags)
     assert res.code == 2, res
-    assert res.err.strip().splitlines() == [f"error: {message}"]
+    assert res.err.strip().splitlines() == [f"error: {message.replace('MODEL', str(model))}"]
     assert not lock.exists()
 
 

@@ -22,7 +22,9 @@ from tests.conftest import EXAMPLES
 from tests.test_trt_variants import install_standin
 
 
-def _record(tmp_path: Path, name: str, settings: BuildSettings | None = None) -> tuple:
+def _record(
+    tmp_path: Path, name: str, settings: BuildSettings | None = None, **kw: object
+) -> tuple:
     model = tmp_path / "cnn.onnx"
     if not model.exists():
         shutil.copy(EXAMPLES / "cnn.onnx", model)
@@ -35,15 +37,14 @@ def _record(tmp_path: Path, name: str, settings: BuildSettings | None = None) ->
         backend="tensorrt",
         cache_dir=tmp_path / f"caches-{name}",
         settings=settings,
+        **kw,
     )
     report = json.loads(Path(f"{engine}.report.json").read_text())
     return load_lock(lock), report
 
 
-def test_the_rules_choice_is_written_with_update_and_rebuilt(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    trt = install_standin(monkeypatch)
+def _spy_updates(trt: object, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys every ``ITimingCache.update()`` call names, in order."""
     updates: list[str] = []
     original = trt.ITimingCache.update
 
@@ -52,7 +53,15 @@ def test_the_rules_choice_is_written_with_update_and_rebuilt(
         return original(self, key, value)
 
     monkeypatch.setattr(trt.ITimingCache, "update", spy)
-    lock, report = _record(tmp_path, "a")
+    return updates
+
+
+def test_the_rules_choice_is_written_with_update_and_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trt = install_standin(monkeypatch)
+    updates = _spy_updates(trt, monkeypatch)
+    lock, report = _record(tmp_path, "a", apply_tie_rule=True)
     ties = report["tie_break"]
     assert ties["measured"] == MEASURED_LOG and ties["tie_band"] == LOG_TIE_BAND
     # what the log's table says, decided by hand: the lowest hash within LOG_TIE_BAND (5 %)
@@ -84,3 +93,52 @@ def test_band_zero_keeps_the_builders_choice(
     for rec in report["records"]:
         if rec["key"] is not None and not rec["from_cache"] and rec["chosen"]:
             assert lock.by_key()[rec["key"]].tactic == int(rec["chosen"], 16)
+
+
+def _builders_choices(report: dict) -> dict[str, int]:
+    return {
+        r["key"]: int(r["chosen"], 16)
+        for r in report["records"]
+        if r["key"] is not None and not r["from_cache"] and r["chosen"]
+    }
+
+
+def test_a_default_recording_makes_no_update_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edited tactic is not proven honoured on TensorRT: by default the rule's choices
+    are reported (held back), the builder's are locked, and nothing is rebuilt."""
+    trt = install_standin(monkeypatch)
+    updates = _spy_updates(trt, monkeypatch)
+    lock, report = _record(tmp_path, "d")
+    ties = report["tie_break"]
+    assert updates == []
+    assert ties["written_back"] == 0 and ties["rebuilt_from_cache"] is False
+    assert ties["held_back"] == ties["changed_from_fastest"] > 0
+    for key, chosen in _builders_choices(report).items():
+        assert lock.by_key()[key].tactic == chosen
+    assert any("--apply-tie-rule" in w for w in report["warnings"])
+
+
+def test_a_failing_edit_rebuild_falls_back_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule's rebuild fails: the recording stands with the builder's choices (its engine
+    a replay of the recording cache) and the report says why, instead of a failed recording."""
+    trt = install_standin(monkeypatch)
+    original = trt.Builder.build_serialized_network
+
+    def rebuild_fails(self, network, config):  # the rule's rebuild and its retry
+        if 1 <= self._state.builds <= 2:
+            self._state.builds += 1
+            return None
+        return original(self, network, config)
+
+    monkeypatch.setattr(trt.Builder, "build_serialized_network", rebuild_fails)
+    lock, report = _record(tmp_path, "f", apply_tie_rule=True)
+    ties = report["tie_break"]
+    assert ties["fallback"] and ties["written_back"] == 0 and ties["held_back"] > 0
+    assert not ties["rebuilt_from_cache"]
+    for key, chosen in _builders_choices(report).items():
+        assert lock.by_key()[key].tactic == chosen
+    assert any("the tie rule's rebuild failed" in w for w in report["warnings"])

@@ -96,3 +96,51 @@ def test_a_shape_tensor_is_passed_in_host_memory(
     with pytest.raises(EngineError, match="execute_async_v3 returned False"):
         be.run(engine, feeds)
     assert trt._test_device.live == {}
+
+
+def _shape_output_model(path: Path) -> Path:
+    """x [2, 3] -> MatMul -> y [2, 4]; n = Shape(y), an INT64 shape-tensor output."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.ones((3, 4), np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["y"], name="fc"),
+            helper.make_node("Shape", ["y"], ["n"], name="shape"),
+        ],
+        "shape_output",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("n", TensorProto.INT64, [2]),
+        ],
+        [numpy_helper.from_array(w, "w")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_shape_tensor_output_lives_in_host_memory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TensorRT writes a shape-tensor output to host memory; given a device buffer (the
+    host branch disabled) the stand-in, like TensorRT, fails the run."""
+    from reprobuild.backends.tensorrt.backend import TensorRTBackend
+    from reprobuild.errors import EngineError
+
+    trt = install_standin(monkeypatch)
+    be = TensorRTBackend()
+    model = _shape_output_model(tmp_path / "shape.onnx")
+    engine = be.build(
+        str(model), reprobuild.BuildSettings(), be.create_timing_cache(), lambda line: None
+    ).engine
+    feeds = {"x": np.ones((2, 3), np.float32)}
+    out = be.run(engine, feeds)
+    assert out["n"].dtype == np.int64 and out["n"].tolist() == [2, 4]
+    assert out["y"].shape == (2, 4)
+    assert trt._test_device.live == {}
+    monkeypatch.setattr(trt.ICudaEngine, "is_shape_inference_io", lambda self, name: False)
+    with pytest.raises(EngineError, match="execute_async_v3 returned False"):
+        be.run(engine, feeds)
+    assert trt._test_device.live == {}

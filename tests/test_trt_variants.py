@@ -183,6 +183,11 @@ def _behaviour_was_seen(variant: str, trt: ModuleType, out: dict, tmp_path: Path
         assert trt._standin.recordings >= 1 and set(lock.tactic_map()) == set(
             out["locked"].tactic_map
         )
+    elif variant == "recording-bits":  # the lock's bits are a replay's, and it says so
+        recording = json.loads((tmp_path / "a.engine.report.json").read_text())
+        check = recording["recording_vs_replay"]
+        assert check["same"] is False and check["recording_sha256"] != check["replay_sha256"]
+        assert any("the recording engine gives other bits" in w for w in recording["warnings"])
     elif variant == "shuffled-keys":
         cache = trt.Builder(_Quiet(trt)).create_builder_config().create_timing_cache(b"")
         cache._entries = {f"0x{i:032x}": (i, 1.0) for i in range(20)}

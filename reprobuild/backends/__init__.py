@@ -33,18 +33,21 @@ __all__ = [
 ]
 
 
-def get_backend(name: str, *, ref_timing: str = "", threads: int | None = None) -> Backend:
+def get_backend(
+    name: str, *, ref_timing: str = "", threads: int | None = None, allow_miss_retry: bool = False
+) -> Backend:
     """Return a backend instance by name; ``auto`` prefers TensorRT when it can really run.
 
     ``ref_timing`` is the reference backend's timing knob (tests and demos); asking for it
     picks the reference backend under ``auto`` and is refused with ``tensorrt``. ``threads``
-    is the reference backend's BLAS thread count (TensorRT ignores it).
+    is the reference backend's BLAS thread count (TensorRT ignores it). ``allow_miss_retry``
+    is TensorRT's: accept a pinned build retried without ERROR_ON_TIMING_CACHE_MISS.
     """
     if name == "auto" and not ref_timing and _tensorrt_findable():
         from reprobuild.backends.tensorrt import backend as tensorrt_backend
 
         if tensorrt_backend.is_usable():
-            return tensorrt_backend.TensorRTBackend()
+            return tensorrt_backend.TensorRTBackend(allow_miss_retry=allow_miss_retry)
     if name in ("auto", "reference"):
         from reprobuild.backends.reference import ReferenceBackend
 
@@ -57,7 +60,7 @@ def get_backend(name: str, *, ref_timing: str = "", threads: int | None = None) 
         reason = tensorrt_backend.unusable_reason()
         if reason:
             raise BackendUnavailable(f"backend 'tensorrt' cannot run here: {reason}")
-        return tensorrt_backend.TensorRTBackend()
+        return tensorrt_backend.TensorRTBackend(allow_miss_retry=allow_miss_retry)
     raise UsageError(f"unknown backend {name!r}: choose one of auto, {', '.join(BACKEND_NAMES)}")
 
 

@@ -30,6 +30,13 @@ ThreadsOpt = typer.Option(
     help="reference backend: BLAS threads for timing and runs [default: 1; 0 = one per core]. "
     "Keep it the same between builds you compare: it can change the last bits.",
 )
+# TensorRT: accept a pinned build retried without ERROR_ON_TIMING_CACHE_MISS (build, verify)
+MissRetryOpt = typer.Option(
+    False,
+    "--allow-cache-miss-retry",
+    help="TensorRT: accept a pinned build that failed with ERROR_ON_TIMING_CACHE_MISS and, "
+    "built again without it, kept every locked key (a warning; by default exit 1).",
+)
 
 
 HELD_OUT_HELP = (
@@ -109,6 +116,12 @@ def build(
         "--records",
         help="Recording: time every candidate in N recording builds (each from an empty "
         "cache) and let the tie rule pool their times [default: 1].",
+    ),
+    apply_tie_rule: bool = typer.Option(
+        False,
+        "--apply-tie-rule",
+        help="Recording on TensorRT: write the tie rule's choices back with update() and "
+        "rebuild (off by default: an edited tactic is not proven honoured; docs/tensorrt.md).",
     ),
     precision: str | None = typer.Option(
         None,
@@ -222,6 +235,7 @@ def build(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
     threads: int | None = ThreadsOpt,
+    miss_retry: bool = MissRetryOpt,
 ) -> None:
     """Build an engine; record the lock, or apply it and check that nothing drifted.
 
@@ -279,7 +293,7 @@ def build(
         model,
         lock=lock,
         out=out,
-        backend=backend_arg(backend, ref_timing, threads),
+        backend=backend_arg(backend, ref_timing, threads, miss_retry),
         settings=settings,
         frozen=frozen,
         cache_dir=cache_dir,
@@ -289,6 +303,7 @@ def build(
         precision=request,
         held_out=held_out,
         log=log,
+        apply_tie_rule=apply_tie_rule,
     )
     if as_json:
         print_json(result.to_json())
@@ -328,13 +343,15 @@ def build(
     print_sample_accuracy(result.accuracy)
 
 
-def backend_arg(name: str, ref_timing: str, threads: int | None = None) -> Any:
-    """The backend name, or a configured reference backend when its options are given."""
-    if not ref_timing and threads is None:
+def backend_arg(
+    name: str, ref_timing: str, threads: int | None = None, miss_retry: bool = False
+) -> Any:
+    """The backend name, or a configured backend when its options are given."""
+    if not ref_timing and threads is None and not miss_retry:
         return name
     from reprobuild.backends import get_backend
 
-    return get_backend(name, ref_timing=ref_timing, threads=threads)
+    return get_backend(name, ref_timing=ref_timing, threads=threads, allow_miss_retry=miss_retry)
 
 
 def _size(text: str) -> int:

@@ -11,9 +11,14 @@ from reprobuild.cli.render import print_json
 
 
 def default_bundle() -> Path:
+    """``$XDG_CACHE_HOME/reprobuild/probe/`` (``~/.cache/...``), timestamped: never the
+    current folder, which the probe leaves as it was (docs/tensorrt.md)."""
+    import os
     import time
 
-    return Path(f"reprobuild-probe-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz")
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    name = f"reprobuild-probe-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
+    return Path(cache) / "reprobuild" / "probe" / name
 
 
 def run_probe(bundle: Path | None, as_json: bool, quiet: bool) -> None:
@@ -47,11 +52,7 @@ def run_probe(bundle: Path | None, as_json: bool, quiet: bool) -> None:
 
 
 def _print(report: Any) -> None:
-    env = report.environment
-    typer.echo(
-        f"TensorRT {env.get('tensorrt_version')} on {env.get('gpu')} "
-        f"(sm {env.get('compute_capability')}, CUDA {env.get('cuda_version')})"
-    )
+    typer.echo(header(report.environment))
     rows = [("question", "answer", "what reprobuild does with it")]
     for a in report.answers:
         seen = "" if a.observed == ["default"] else f" [observed: {', '.join(a.observed)}]"
@@ -62,6 +63,23 @@ def _print(report: Any) -> None:
         typer.echo(f"step {s.model}: {s.name}: {state} ({s.seconds:.2f} s) {s.detail}".rstrip())
     typer.echo(f"bundle: {report.bundle}")
     typer.echo("cycle: " + ("works" if report.ok else "FAILED"))
+
+
+def header(env: dict[str, Any]) -> str:
+    """The probe's first line: TensorRT version and GPU, each unknown value named as such
+    (``environment.json`` holds everything)."""
+    seen = {**(env.get("advisory") or {}), **(env.get("identity") or {})}
+
+    def value(key: str, what: str) -> str:
+        v = seen.get(key)
+        return f"unknown {what}" if v in (None, "") else str(v)
+
+    return (
+        f"TensorRT {value('tensorrt_version', 'version')} on {value('gpu', 'GPU')} "
+        f"(compute capability {value('compute_capability', 'compute capability')}, built for "
+        f"CUDA {value('cuda_major', 'major')}, CUDA runtime {value('cuda_runtime', 'version')}, "
+        f"driver {value('driver_version', 'version')})"
+    )
 
 
 def _table(rows: list[tuple[str, str, str]]) -> str:

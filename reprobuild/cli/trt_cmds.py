@@ -82,7 +82,10 @@ def doctor(
         "TensorRT does (exit 0 works, 1 a step failed, 3 no TensorRT/GPU).",
     ),
     bundle: Path | None = typer.Option(
-        None, "--bundle", help="With --probe: the .tar.gz to write (default: timestamped)."
+        None,
+        "--bundle",
+        help="With --probe: the .tar.gz to write [default: a timestamped file under "
+        "$XDG_CACHE_HOME/reprobuild/probe/ (~/.cache/...)].",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     as_json: bool = JsonOpt,
@@ -116,9 +119,13 @@ def doctor(
         # TensorRT fails only when a builder or runtime is created): create both.
         tensorrt_reason = tensorrt_backend.creation_problem()
     ref_env, ref_reason = _reference_environment()
+    from reprobuild.backends.tensorrt.device import run_readiness
+
     report: dict[str, Any] = {
         "tensorrt": tensorrt_info.to_dict(),
         "cuda": cuda.to_dict(),
+        # whether `run` (verify, a recording's expected bits) finds a CUDA runtime
+        "run": run_readiness(tensorrt_info.version) if tensorrt_info.installed else None,
         "backends": {
             "reference": {"available": ref_reason is None, "problem": ref_reason},
             "tensorrt": {"available": tensorrt_reason is None, "problem": tensorrt_reason},
@@ -179,6 +186,13 @@ def _print_doctor(report: dict[str, Any]) -> None:
         f"CUDA: driver {cuda['driver_version'] or 'unknown'}, "
         f"runtime {cuda['cuda_runtime_version'] or 'unknown'}"
     )
+    run = report["run"]
+    if run is not None:
+        typer.echo(
+            f"run (verify, expected bits): {run['how']}"
+            if run["found"]
+            else f"run (verify, expected bits): NO CUDA runtime found; pip install {run['package']}"
+        )
     for name, info in report["backends"].items():
         state = "available" if info["available"] else f"unavailable: {info['problem']}"
         typer.echo(f"backend {name}: {state}")

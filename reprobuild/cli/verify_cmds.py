@@ -15,6 +15,7 @@ import typer
 from reprobuild.cli.build_cmds import (
     BACKEND_HELP,
     HELD_OUT_HELP,
+    MissRetryOpt,
     RefTimingOpt,
     ThreadsOpt,
     backend_arg,
@@ -102,6 +103,7 @@ def verify(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     ref_timing: str = RefTimingOpt,
     threads: int | None = ThreadsOpt,
+    miss_retry: bool = MissRetryOpt,
 ) -> None:
     """Rebuild from the lock N times and prove the outputs bit-identical (exit 1 if not).
 
@@ -144,7 +146,7 @@ def verify(
         rebuilds=rebuilds,
         inputs=inputs,
         report=report,
-        backend=backend_arg(backend, ref_timing, threads),
+        backend=backend_arg(backend, ref_timing, threads, miss_retry),
         cache_dir=cache_dir,
         seed=seed,
         control=not no_control,
@@ -230,6 +232,8 @@ def _print_verify(result: Any) -> None:
     for b in result.builds:
         for p in b.problems:
             typer.echo(f"build {b.index + 1}: {p}")
+    for line in result.retries:  # every strict build retried, accepted or not
+        typer.echo(f"retried without ERROR_ON_TIMING_CACHE_MISS: {line}")
     for b in result.builds:
         for p in b.plan_differs:
             typer.echo(f"build {b.index + 1}: {p}")

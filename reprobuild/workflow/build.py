@@ -30,6 +30,7 @@ from reprobuild.words import count
 from reprobuild.workflow.buildpaths import build_paths
 from reprobuild.workflow.context import (
     announce_backend,
+    check_dynamic_inputs,
     check_profiles,
     model_info,
     resolve_backend,
@@ -115,6 +116,7 @@ def build(
     precision: PrecisionRequest | None = None,
     held_out: str | os.PathLike[str] | None = None,
     log: str | os.PathLike[str] | None = None,
+    apply_tie_rule: bool = False,
     progress: Progress = quiet,
 ) -> BuildResult:
     """Build ``model`` reproducibly. See the module docstring for the locked flow.
@@ -123,6 +125,8 @@ def build(
     error against FP32 on them (and, for INT8, on the calibration set) is reported.
     ``log``: where to save the verbose log of the build that made the engine (the text
     ``reprobuild log`` reads), written with the other outputs.
+    ``apply_tie_rule``: a recording writes the tie rule's choices back even where the
+    backend has not been shown to honour an edited tactic (TensorRT: see record.py).
     """
     t0 = time.perf_counter()
     model_path, lock_path, engine_path, report_path, log_path = build_paths(
@@ -135,6 +139,7 @@ def build(
             model_path, lock_path, engine_path, report_path, log_path, t0,
             backend=backend, settings=settings, frozen=frozen, cache_dir=cache_dir,
             re_record=re_record, precision=precision, held_out=held_out, progress=progress,
+            apply_tie_rule=apply_tie_rule,
         )  # fmt: skip
 
 
@@ -154,6 +159,7 @@ def _build(
     precision: PrecisionRequest | None,
     held_out: str | os.PathLike[str] | None,
     progress: Progress,
+    apply_tie_rule: bool = False,
 ) -> BuildResult:
     """``build`` once its paths are checked (and the lock's file lock is held)."""
     from reprobuild.cachedir import cache_path
@@ -188,6 +194,7 @@ def _build(
             be = be.for_target(existing.environment)
     settings = settings or BuildSettings()
     check_profiles(settings)
+    check_dynamic_inputs(model_path, settings)
     be.check_settings(settings)
 
     # All of the outputs, or none: the log is staged as it is written, the rest at the end.
@@ -210,7 +217,7 @@ def _build(
             others = [] if existing is None else existing.targets()
             others = [t for t in others if t.name != env.name and t.layers]
             fresh = Lock(info, env, settings, [], plan, others=others)
-            done = record(be, built_model, fresh, cfile, progress, warnings, save)
+            done = record(be, built_model, fresh, cfile, progress, warnings, save, apply_tie_rule)
             if others:
                 done.changes.append(f"added target {env.name} beside {len(others)}")
             if pins:
@@ -234,10 +241,12 @@ def _build(
 
             warnings.append(empty_lock_warning(be, built_model))
         seeded = any(o.inputs == "seeded:0" for o in done.lock.outputs)
+        replay_check = None
         if done.recorded or (not seeded and not frozen):
             progress(Step("running the engine on seeded inputs (the target's expected bits)"))
             try:
                 bits = expected_bits(be, done.output.engine, model_path)
+                replay_check = _recording_vs_replay(be, done, model_path, bits.sha256, warnings)
             except ReprobuildError as err:  # e.g. an engine whose inputs are FP16
                 warnings.append(f"no expected bits recorded for this target: {err}")
             else:
@@ -276,6 +285,8 @@ def _build(
         rep["autotune"] = done.output.extra.get("autotune")
         # The tie band per key, how it was measured, and what the rule changed (recordings).
         rep["tie_break"] = None if done.ties is None else done.ties.to_json()
+        # a recording: whether its own engine gave the bits of the replay the lock records
+        rep["recording_vs_replay"] = replay_check
         rep["precision_error"] = precision_error
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]
@@ -296,6 +307,24 @@ def _build(
         outputs.commit()
         result.report_path = str(report_path)
     return result
+
+
+def _recording_vs_replay(
+    be: Backend, done: Built, model_path: Path, replay: str, warnings: list[str]
+) -> dict[str, Any] | None:
+    """A recording's own engine run on the same seeded inputs as the replay whose bits the
+    lock records; a difference is reported (the lock keeps the replay's: every later locked
+    build is a replay)."""
+    if done.recording_engine is None:
+        return None
+    own = expected_bits(be, done.recording_engine, model_path).sha256
+    if own != replay:
+        warnings.append(
+            f"the recording engine gives other bits ({own[:16]}) than a build from its timing "
+            f"cache ({replay[:16]}); the lock records the replay's, which every locked build "
+            "makes"
+        )
+    return {"same": own == replay, "recording_sha256": own, "replay_sha256": replay}
 
 
 def _plan_check(done: Built, built_model: Path, warnings: list[str]) -> Any:
@@ -355,7 +384,9 @@ def _locked(
         )
         fresh = with_recorded_times(fresh, rec.cache)
         # the new layers' near-ties are decided by the rule too (from the log's costs)
-        apply_to_entries(fresh, decide_recording(rec.log.records, None, settings))
+        # (written back only where edits are proven honoured, as in a recording: record.py)
+        ties = decide_recording(rec.log.records, None, settings)
+        apply_to_entries(fresh, ties, write=bool(getattr(be, "edits_proven", True)))
         warnings += w
         if existing.schema == 1 and gone:  # keys of an older reprobuild: keep its pins
             kept, dropped = carry_pins([e for e in new_lock.layers if e.key in gone], fresh)

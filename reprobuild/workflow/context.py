@@ -210,6 +210,35 @@ def check_profiles(settings: BuildSettings) -> None:
             )
 
 
+def check_dynamic_inputs(model_path: Path, settings: BuildSettings) -> None:
+    """Refuse, before any build, a model input with a dynamic dimension that no
+    ``--shapes`` / ``--min-shapes --opt-shapes --max-shapes`` covers: every backend needs its
+    shape to time kernels (TensorRT fails only deep in the build, "no optimization profile
+    has been defined"), and the refusal must name the dimensions and the flags, not a pin."""
+    import onnx
+
+    given = {name for name, *_ in settings.input_shapes}
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    weights = {t.name for t in graph.initializer}
+    for v in graph.input:
+        if v.name in weights or v.name in given:
+            continue
+        dims = v.type.tensor_type.shape.dim
+        dynamic = [d.dim_param or f"dimension {i}" for i, d in enumerate(dims)]
+        dynamic = [n for n, d in zip(dynamic, dims, strict=True) if not d.HasField("dim_value")]
+        if not dynamic:
+            continue
+        shown = "x".join(
+            str(d.dim_value) if d.HasField("dim_value") else d.dim_param or "?" for d in dims
+        )
+        example = "x".join(str(d.dim_value) if d.HasField("dim_value") else "1" for d in dims)
+        raise UsageError(
+            f"{model_path}: input {v.name!r} has a dynamic shape ({shown}; dynamic: "
+            f"{', '.join(dynamic)}): give it with --shapes {v.name}:{example}, or a profile "
+            "with --min-shapes, --opt-shapes and --max-shapes"
+        )
+
+
 def check_lock_matches(
     lock: Lock,
     lock_path: Path,

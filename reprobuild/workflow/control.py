@@ -43,6 +43,7 @@ class TacticProbe:
     max_abs: float = 0.0
     outputs_changed: list[str] = field(default_factory=list)
     error: str | None = None  # the build refused the tactic, or did not use it
+    retry: str | None = None  # its strict build failed and was built again without the flag
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -188,6 +189,10 @@ class ProbeContext:
                 entries=entries,
                 strict=False,
             )
+            result.retry = pb.retry
+            if pb.retry is not None and not pb.retry_accepted:  # a failure unless allowed
+                result.error = pb.retry
+                return result
             if pb.after.get(entry.key) != tactic:
                 result.error = "the build did not use the switched tactic"
                 return result

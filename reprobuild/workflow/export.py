@@ -1,9 +1,12 @@
 """``export-cache``: a standard TensorRT timing-cache file that holds a lock's choices.
 
-trtexec (``--timingCacheFile``) and Torch-TensorRT (``timing_cache_path``) load such a file
-and then build with the locked kernels, without reprobuild at build time. The file is the
-environment's recording cache (from ``caches/``, or a recording build when there is none)
-with ``update()`` applied for every lock entry, then serialized.
+The file is the environment's recording cache (from ``caches/``, or a recording build when
+there is none) with ``update()`` applied for every lock entry, then serialized. A builder
+that sets ``EDITABLE_TIMING_CACHE`` on the same network and settings (TensorRT's Python API,
+as reprobuild does) builds with the locked kernels. trtexec loads the file but cannot set
+the editable flag, so its keys may differ (``--errorOnTimingCacheMiss`` makes that a
+failure); Torch-TensorRT never sets the flag, attaches strictly, builds its own network and
+overwrites the file, so the file does not pin its tactics (docs/export-cache.md).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from typing import Any
 
 from reprobuild.backends.base import Backend, TimingCache
 from reprobuild.cachedir import cache_path, get_or_record
-from reprobuild.errors import BuildError, EnvironmentMismatch, UsageError
+from reprobuild.errors import BuildError, UsageError
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import Lock
+from reprobuild.lock.targets import select
 from reprobuild.lock.yamlio import load_lock
 from reprobuild.pinning import update_tactics
 from reprobuild.transaction import Outputs, check_distinct, check_output_path
@@ -68,13 +72,10 @@ def export_pinned_cache(
 
         backend = get_backend("tensorrt")
     here = backend.environment()
-    diffs = lock.environment.differences(here)
-    if diffs:
-        raise EnvironmentMismatch(
-            f"{lock_path}: recorded for another environment ({'; '.join(diffs)}); "
-            "export on the machine the lock was recorded on, or re-record the lock here"
-        )
-    warnings: list[str] = []
+    # this machine's target, whichever of the lock's it is (exit 3 naming them all if none)
+    chosen = select(lock, here, lock_path)
+    lock = chosen.lock
+    warnings: list[str] = list(chosen.warnings)
     with tempfile.TemporaryDirectory(prefix="reprobuild-export-") as tmp:
         built = _built_model(lock, lock_path, model, Path(tmp))
         # The recording cache is named by the model the builds built: the converted one

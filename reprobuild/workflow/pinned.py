@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from reprobuild.backends.base import Backend, BuildOutput, LogSink, TimingCache
 from reprobuild.cachedir import get_or_record
-from reprobuild.errors import DriftError
+from reprobuild.errors import BuildError, DriftError
 from reprobuild.events import LayersDone, Progress, Step
 from reprobuild.lock.model import LayerEntry, LockCandidate
 from reprobuild.pinning import (
@@ -327,6 +327,27 @@ class PinnedBuild:
     timed: int
     recorded_now: bool
     problems: list[str] = field(default_factory=list)
+    retry: str | None = None  # the strict build failed and was built again without the flag
+    retry_accepted: bool = False  # --allow-cache-miss-retry: a warning, not a failure
+
+
+def strict_retry(
+    extra: dict[str, Any], before: dict[str, int], after: dict[str, int], records: list[Any]
+) -> str | None:
+    """What a pinned build's retry without ``ERROR_ON_TIMING_CACHE_MISS`` says, naming the
+    keys that missed: those the cache map shows added, removed or changed, and those the
+    retried build timed (a structural check, never a guess at TensorRT's wording)."""
+    if not extra.get("retried_without_error_on_miss"):
+        return None
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    timed = {r.key for r in records if r.key is not None and not r.from_cache}
+    keys = sorted(changed | timed)
+    named = f"keys {', '.join(keys)}" if keys else "no key (the cache map held every locked key)"
+    return (
+        "the pinned build failed with ERROR_ON_TIMING_CACHE_MISS "
+        f"({extra.get('strict_failure', 'no error was logged')}) and was built again without "
+        f"it: missed {named}"
+    )
 
 
 def pinned_build(
@@ -381,20 +402,26 @@ def pinned_build(
     )
     before = {**recorded, **expected}
     progress(Step("pinned build"))
-    output, log = run_build(
-        backend, model_path, settings, cache, progress, "pinned build", pinned=True, save=save
-    )
-    after = cache.tactic_map()
-    retry = None
-    if output.extra.get("retried_without_error_on_miss"):
-        # Never silent: the strict build failed and the map check below is now the guard.
-        retry = (
-            "the pinned build failed with ERROR_ON_TIMING_CACHE_MISS "
-            f"({output.extra.get('strict_failure', 'no error was logged')}) and was built "
-            "again without it; the timing-cache map comparison decides whether it drifted"
+    try:
+        output, log = run_build(
+            backend, model_path, settings, cache, progress, "pinned build", pinned=True, save=save
         )
-        warnings.append(retry)
+    except BuildError as err:  # a pin is blamed only when the lock has one
+        pins = [e.layer for e in entries or [] if e.pinned]
+        if not pins:
+            raise
+        raise BuildError(
+            f"{err}; if a pinned tactic is named, unpin it or pin one of the layer's recorded "
+            f"candidates (pinned: {', '.join(pins[:5])})"
+        ) from None
+    after = cache.tactic_map()
+    retry = strict_retry(output.extra, before, after, log.records)
+    accepted = bool(output.extra.get("retry_accepted"))
+    if retry is not None and accepted:
+        warnings.append(retry)  # --allow-cache-miss-retry: accepted, never silent
     problems = tactic_map_drift(before, after)
+    if retry is not None and not accepted:  # first: it is why the build failed
+        problems.insert(0, f"{retry}; a failed strict build is a failure unless allowed")
     # Informational only: a header for a locked key may just be TensorRT announcing a hit.
     timed = [r for r in log.records if r.key is not None and not r.from_cache]
     if entries:
@@ -402,7 +429,10 @@ def pinned_build(
         problems += kernels.problems + key_choice_drift(output.layer_info, entries)
         warnings += [w for w in kernels.warnings if w not in warnings]
     if problems and strict:
-        raise DriftError(drift_message(problems, names) + (f" ({retry})" if retry else ""))
+        hint = f" ({retry})" if retry is not None and accepted else ""
+        if retry is not None and not accepted:
+            hint = " (--allow-cache-miss-retry accepts the retried build when its map matches)"
+        raise DriftError(drift_message(problems, names) + hint)
     hits = sum(1 for r in log.records if r.from_cache)
     return PinnedBuild(
         output,
@@ -413,4 +443,6 @@ def pinned_build(
         len(timed),
         recording.recorded_now,
         problems,
+        retry,
+        accepted,
     )

@@ -10,8 +10,8 @@ TensorRT shows), and writes one ``.tar.gz`` bundle of the raw evidence for a bug
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -52,6 +52,9 @@ QUESTIONS = {
     "miss-fails": "does ERROR_ON_TIMING_CACHE_MISS fail a build whose cache lacks a key "
     "(negative control)?",
     "strict-retried": "was a pinned build retried without ERROR_ON_TIMING_CACHE_MISS?",
+    "recording-bits": "does the recording engine give the bits of a build from its serialized "
+    "cache (a replay)?",
+    "key-times": "does a change of a key's cached time move a multi-key layer to another key?",
     "stable-keys": "are the keys the same when another process builds the model?",
 }
 EXPECTED_MISS = "missed a key (expected: trtexec cannot set EDITABLE_TIMING_CACHE)"
@@ -68,6 +71,7 @@ MODEL_FILES = (
     "inspector.json",
     "tactics.lock",
     "build_report.json",
+    "recording_report.json",
     "verify.json",
 )
 
@@ -122,6 +126,7 @@ class _ModelRun:
     shuffled: bool = False
     trtexec: ProbeStep | None = None
     keys: Any = None  # probe_keys.KeyEvidence
+    replay: dict[str, Any] | None = None  # the recording report's recording_vs_replay
 
 
 def probe(
@@ -221,11 +226,15 @@ def _cycle(
     run.recording = (timed or recording)[0] if recording else None
     if not recorded:
         return
+    # the recording's report (its tie_break section: what the rule did or would do)
+    shutil.copy(run.dir / "recording.engine.report.json", run.dir / "recording_report.json")
+    run.replay = json.loads((run.dir / "recording_report.json").read_text())["recording_vs_replay"]
     run.shuffled = _keys_shuffle(be, caches)
     run.strict_attach = _strict_attach(be, caches)
+    from reprobuild.lock.yamlio import load_lock
     from reprobuild.workflow.probe_keys import gather_keys
 
-    run.keys = gather_keys(be, local, caches, run.recording, run.plain)
+    run.keys = gather_keys(be, local, caches, run.recording, run.plain, load_lock(lock).layers)
     if not _step(run, steps, "pin a non-fastest candidate", lambda: _pin(run, lock)):
         return
     be.label = "locked"
@@ -259,7 +268,9 @@ def _cycle(
         lambda: export_pinned_cache(lock, run.dir / "pinned.cache", caches, backend=be),
     )
     try:
-        run.trtexec = _trtexec(run, local, bool(exported))
+        run.trtexec = _trtexec(
+            run, local, bool(exported), lambda data: be.create_timing_cache(data).tactic_map()
+        )
     except Exception as err:  # noqa: BLE001 - evidence for the bundle, as in _step
         detail = f"unexpected {type(err).__name__}: {err}"
         run.trtexec = ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", False, detail)
@@ -313,7 +324,31 @@ def _strict_attach(be: CapturingBackend, caches: Path) -> bool | None:
     return bool(check(data))
 
 
-def _trtexec(run: _ModelRun, model: Path, exported: bool) -> ProbeStep:
+def _trtexec_misses(run: _ModelRun, cmd: list[str], read: Any) -> list[str]:
+    """The keys trtexec missed, found structurally: the same build without
+    ``--errorOnTimingCacheMiss`` on another copy of the exported cache, and the cache's key
+    map before and after (trtexec writes its cache file back). Empty when that build fails
+    too or adds no key: then the strict failure was not a miss."""
+    cache = run.dir / "trtexec_nostrict.cache"
+    shutil.copy(run.dir / "pinned.cache", cache)
+    cmd = [f"--timingCacheFile={cache}" if c.startswith("--timingCacheFile=") else c for c in cmd]
+    cmd = [c for c in cmd if not c.startswith(("--saveEngine=", "--exportLayerInfo="))]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    (run.dir / "trtexec_nostrict.log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        return []
+    try:
+        before = read((run.dir / "pinned.cache").read_bytes())
+        after = read(cache.read_bytes())
+    except (OSError, ReprobuildError):
+        return []
+    return sorted(set(after) - set(before))
+
+
+def _trtexec(run: _ModelRun, model: Path, exported: bool, read: Any) -> ProbeStep:
     exe = shutil.which("trtexec")
     if exe is None or not exported or run.lock is None:
         why = "trtexec is not on PATH" if exe is None else "export-cache did not succeed"
@@ -344,10 +379,17 @@ def _trtexec(run: _ModelRun, model: Path, exported: bool) -> ProbeStep:
     text = proc.stdout + proc.stderr
     (run.dir / "trtexec.log").write_text(" ".join(cmd) + "\n" + text)
     if proc.returncode != 0:
-        if re.search(r"timing cache miss|cache miss", text, re.IGNORECASE):
+        added = _trtexec_misses(run, [c for c in cmd if c != "--errorOnTimingCacheMiss"], read)
+        if added:
             # Expected: trtexec cannot set the editable flag, so its keys may differ. An
-            # answer (the file does not pin trtexec builds), not a failure of the cycle.
-            detail = f"{EXPECTED_MISS}: exit {proc.returncode}, see trtexec.log"
+            # answer (the file does not pin trtexec builds), not a failure of the cycle;
+            # what its strict build printed is kept, not guessed (trtexec.log).
+            last = [line for line in text.splitlines() if line.strip()][-1:] or [""]
+            detail = (
+                f"{EXPECTED_MISS}: exit {proc.returncode}; without the flag it added "
+                f"{len(added)} keys to the cache ({', '.join(added[:3])}); it printed: "
+                f"{last[0][:200]!r}"
+            )
             return ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", None, detail)
         detail = f"exit {proc.returncode}: see trtexec.log"
         return ProbeStep(run.name, "trtexec --errorOnTimingCacheMiss", False, detail, _since(t0))

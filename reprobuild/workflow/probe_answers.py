@@ -29,6 +29,42 @@ class Answer:
     action: str = ""  # what reprobuild does with this answer (the table's last column)
 
 
+def _key_times_answer(evs: list[tuple[str, Any]], questions: dict[str, str]) -> Answer:
+    """(a): cached times between a layer's keys; the unchanged cache is the control."""
+    asked = [(n, e.key_times) for n, e in evs if e.key_times[0] != "skipped"]
+    moves = [n for n, (v, _) in asked if v == "moves"]
+    stays = [n for n, (v, _) in asked if v == "stays"]
+    return Answer(
+        "key-times",
+        questions["key-times"],
+        "pass" if asked else "skipped",
+        (["multi-key"] if moves else []) + (["fixed-format"] if stays else []) or ["default"],
+        "; ".join(f"{n}: {e.key_times[1]}" for n, e in evs) or "not asked",
+        "writes each key's recorded time back, so a rebuild chooses between keys as recorded"
+        if not stays
+        else "cached times do not choose between keys here: the format is decided otherwise",
+    )
+
+
+def _replay_answer(runs: list[Any], questions: dict[str, str], built: bool) -> Answer:
+    """(b): the recording engine's bits against a replay's, on the same seeded inputs; the
+    negative control is the other models (and the stand-in's ``recording-bits``)."""
+    seen = {r.name: r.replay for r in runs if r.replay is not None}
+    differ = sorted(n for n, v in seen.items() if not v["same"])
+    return Answer(
+        "recording-bits",
+        questions["recording-bits"],
+        _result(built) if seen else "skipped",
+        ["recording-bits"] if differ else ["default"],
+        f"other bits in {', '.join(differ)}; same in {len(seen) - len(differ)}"
+        if differ
+        else f"same bits in {len(seen)} models"
+        if seen
+        else "no recording ran its engine",
+        "the lock records the replay's bits (every locked build is a replay)",
+    )
+
+
 def _result(ok: bool) -> str:
     return "pass" if ok else "fail"
 
@@ -154,7 +190,8 @@ ACTIONS = {
 }
 
 
-_ROW = re.compile(r"\d+, [\d.]+, [\d.]+, [\d.]+, ([^,]+), (0x[0-9a-fA-F]+)")
+_COST = r"(?:[\d.]+|nan|inf)"  # a candidate that failed to time logs nan
+_ROW = re.compile(rf"\d+, {_COST}, {_COST}, [\d.]+, ([^,]+), (0x[0-9a-fA-F]+)")
 
 
 def shared_names(runs: list[Any]) -> bool:
@@ -243,9 +280,11 @@ def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False
             _result(not retried) if runs else "skipped",
             ["default"],
             f"retried in {', '.join(retried)}" if retried else "no pinned build was retried",
-            "warns and names the retry; the map comparison then decides drift",
+            "fails the build (exit 1) naming the keys, unless --allow-cache-miss-retry",
         )
     )
+    out.append(_replay_answer(runs, questions, bool(runs) and all(r.locked_ok for r in runs)))
+    out.append(_key_times_answer(evs, questions))
     other = [(n, e) for n, e in evs if e.other_process is not None]
     stable = all(set(e.other_process) == set(e.recorded) for _, e in other)
     # a second recording in this process (the plain build) that made other keys is an

@@ -10,6 +10,9 @@ the probe just recorded, with the recording's cache as the starting point:
 - ``ERROR_ON_TIMING_CACHE_MISS`` as a negative control: one key removed from a copy of the
   recording cache (``update`` with a NaN time deletes an entry), then a pinned build, which
   must fail strictly (the backend then retries without the flag and says so);
+- cached times between a layer's keys: one key of a multi-key layer given a quarter of the
+  running key's time in a copy of the recording cache, against the unchanged cache (the
+  negative control): does the engine move to the other key?
 - keys across processes: a fresh Python process records the same model; its key set must
   equal this one's (only with the installed TensorRT: a test stand-in lives in-process).
 """
@@ -36,12 +39,13 @@ class KeyEvidence:
     miss_detail: str = ""
     other_process: list[str] | None = None
     other_process_why: str = ""
+    key_times: tuple[str, str] = ("skipped", "not asked")  # moves | stays | skipped, detail
     # the probe's plain build: a second recording in this process (None: it failed)
     again: list[str] | None = None
 
 
 def gather_keys(
-    be: Any, model: Path, caches: Path, recording: Any, plain: Any = None
+    be: Any, model: Path, caches: Path, recording: Any, plain: Any = None, layers: Any = ()
 ) -> KeyEvidence:
     """Every key question for one model (errors become the answer's detail, never raise).
     ``plain``: the probe's plain build from an empty cache, i.e. another recording."""
@@ -60,6 +64,7 @@ def gather_keys(
     if recording is not None and recording.layer_info:
         ev.tactic_values = _tactic_values(recording.layer_info, set(recording.after.values()))
     ev.miss, ev.miss_detail = _miss_control(be, inner, model, caches)
+    ev.key_times = key_time_control(be, inner, model, caches, list(layers))
     ev.other_process, ev.other_process_why = _other_process(inner, model)
     return ev
 
@@ -125,3 +130,56 @@ def _main(model: str) -> None:
 
 if __name__ == "__main__":
     _main(sys.argv[1])
+
+
+def key_time_control(
+    be: Any, inner: Any, model: Path, caches: Path, layers: list[Any]
+) -> tuple[str, str]:
+    """(a) Does a change of a key's cached time move a multi-key layer to another key?
+
+    A layer with two keys whose tactics differ: a pinned build from the recording cache as
+    it is (the negative control) runs key A's tactic; the same build after
+    ``update(B, B's tactic, A's time / 4)`` runs B's when cached times choose between a
+    layer's keys (``moves``), A's when they do not (``stays``)."""
+    files = sorted(caches.glob("*.cache")) if caches.is_dir() else []
+    by_layer: dict[str, list[Any]] = {}
+    for e in layers:
+        by_layer.setdefault(e.layer, []).append(e)
+    pairs = [es for es in by_layer.values() if len({e.tactic for e in es}) >= 2]
+    if not files or not pairs:
+        return "skipped", "no layer has several keys" if files else "no recording cache"
+    data = files[0].read_bytes()
+    try:
+        control = _engine_tactics(be, inner, model, data, None)
+        for entries in pairs:
+            ran = [e for e in entries if e.tactic in control]
+            idle = [e for e in entries if e.tactic not in control]
+            if len(ran) != 1 or not idle:
+                continue  # which key runs must be plain from the engine's tactics alone
+            a, b = ran[0], idle[0]
+            value = be.create_timing_cache(data).query(a.key)
+            faster = (b.key, b.tactic, float(value.time_ms) / 4)
+            moved = _engine_tactics(be, inner, model, data, faster)
+            verdict = "moves" if b.tactic in moved else "stays"
+            return verdict, (
+                f"layer {a.layer!r}: key {b.key} given a quarter of key {a.key}'s time: the "
+                f"engine runs 0x{(b if verdict == 'moves' else a).tactic:x} (the unchanged "
+                f"cache ran 0x{a.tactic:x})"
+            )
+    except Exception as err:  # noqa: BLE001 - the answer records what happened
+        return "skipped", f"{type(err).__name__}: {err}"
+    return "skipped", "no multi-key layer ran exactly one of its keys"
+
+
+def _engine_tactics(
+    be: Any, inner: Any, model: Path, data: bytes, change: tuple[str, int, float] | None
+) -> set[int]:
+    """The TacticValues of a pinned build from ``data`` (one key's value changed first)."""
+    from reprobuild.logs.layerinfo import parse_layer_info
+
+    cache = be.create_timing_cache(data)
+    if change is not None:
+        cache.update(*change)
+    out = inner.build(str(model), BuildSettings(), cache, lambda line: None, pinned=True)
+    info = parse_layer_info(out.layer_info, "engine layer information", strict=False)
+    return {int(x.tactic_value) for x in info.layers if x.tactic_value is not None}

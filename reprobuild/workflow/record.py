@@ -1,5 +1,10 @@
 """A recording build: every candidate timed, the tie rule applied, every choice an entry.
 
+The engine a recording leaves (and the bits the lock expects) come from a build of the
+serialized recording cache, as every later locked build is made, never from the recording
+engine itself: NVIDIA compares replays with replays, and a recording engine is not shown to
+give a replay's bits (``build.py`` reports when it does not).
+
 Split from :mod:`.build` (which decides between recording and applying a lock) so each
 module keeps one job: this one makes a fresh lock's entries from one recording.
 """
@@ -11,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.backends.base import Backend, BuildOutput
+from reprobuild.errors import BuildError, DriftError
 from reprobuild.events import Progress, Step
 from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.types import BuildSettings
@@ -47,6 +53,8 @@ class Built:
     changes: list[str]
     cache_bytes: bytes | None = None  # a recording build's cache, written with the outputs
     ties: Any = None  # a recording's TieOutcome (workflow/ties.py)
+    # a recording's own engine; ``output`` is a build from its serialized cache (a replay)
+    recording_engine: bytes | None = None
 
 
 def record(
@@ -57,6 +65,7 @@ def record(
     progress: Progress,
     warnings: list[str],
     save: SavedLog | None = None,
+    apply_tie_rule: bool = False,
 ) -> Built:
     """A recording build: every candidate timed, every choice becomes a lock entry. Its
     timing cache is written with the other outputs, so a failed build leaves the old one."""
@@ -78,26 +87,56 @@ def record(
     ties = decide_recording(log.records, output.extra.get("autotune"), new_lock.settings, more)
     if (w := noise_warning(ties)) is not None:
         warnings.append(w)
-    apply_to_entries(new_lock.layers, ties)
+    # Where edits of a tactic the builder did not choose are not proven honoured (TensorRT),
+    # the rule's choices are reported, not written, unless the user opts in.
+    write = apply_tie_rule or bool(getattr(be, "edits_proven", True))
+    builder = _choices(new_lock.layers)
+    apply_to_entries(new_lock.layers, ties, write=write)
+    if not write and ties.held_back:
+        held = count(len(ties.held_back), "key")
+        warnings.append(
+            f"the tie rule would take another near-tie for {held}; the builder's choices are "
+            "kept, since this backend has not been shown to honour an edited tactic (the "
+            "report's tie_break lists them; --apply-tie-rule writes them back)"
+        )
     log_warnings = list(log.parser.warnings)
     if ties.moved:  # the rule kept another near-tie than the builder: rebuild from the cache
         moved = count(len(ties.moved), "key takes", "keys take")
         progress(Step(f"tie rule: {moved} the rule's tactic; rebuilding"))
+        try:
+            pb = pinned_build(
+                be,
+                built_model,
+                new_lock.settings,
+                new_lock.tactic_map(),
+                None,
+                progress,
+                warnings,
+                entries=new_lock.layers,
+                recording=Recording(be.create_timing_cache(recorded)),
+            )  # --log keeps the recording's log, which timed every candidate
+        except (BuildError, DriftError) as err:
+            _restore(new_lock.layers, builder)
+            ties.fallback = str(err)
+            ties.held_back, ties.moved = ties.held_back + ties.moved, []
+            warnings.append(
+                f"the tie rule's rebuild failed ({err}); the builder's choices are kept"
+            )
+        else:
+            # the report's candidate times are the recording's: the rebuild measured
+            # only what it had to (second_build_timed says how many keys)
+            pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
+            output, log_warnings = pb.output, log_warnings + pb.log_warnings
+            ties.rebuilt, ties.second_build_timed = True, pb.timed
+    recording_engine = output.engine
+    if not ties.rebuilt:  # the engine (and the lock's bits) come from a replay, as later
+        progress(Step("replaying the recording cache (the engine every locked build makes)"))
         pb = pinned_build(
-            be,
-            built_model,
-            new_lock.settings,
-            new_lock.tactic_map(),
-            None,
-            progress,
-            warnings,
-            entries=new_lock.layers,
-            recording=Recording(be.create_timing_cache(recorded)),
-        )  # --log keeps the recording's log, which timed every candidate
-        # the report's timing is the recording's (the second build timed nothing)
+            be, built_model, new_lock.settings, new_lock.tactic_map(), None, progress, warnings,
+            entries=new_lock.layers, recording=Recording(be.create_timing_cache(recorded)),
+        )  # fmt: skip
         pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
         output, log_warnings = pb.output, log_warnings + pb.log_warnings
-        ties.rebuilt, ties.second_build_timed = True, pb.timed
     mark_running(new_lock.layers, output.layer_info)  # the key each layer runs
     return Built(
         new_lock,
@@ -110,7 +149,24 @@ def record(
         [f"recorded {count(len(entries), 'layer')}"],
         recorded,
         ties,
+        recording_engine,
     )
+
+
+Choices = dict[str, tuple[int, str | None, bool]]
+"""Each key's tactic, kernel and pin as the recording builder left them."""
+
+
+def _choices(entries: list[LayerEntry]) -> Choices:
+    return {e.key: (e.tactic, e.kernel, e.pinned) for e in entries}
+
+
+def _restore(entries: list[LayerEntry], choices: Choices) -> None:
+    """Back to the builder's choices when an edit's rebuild failed: the recording's engine
+    and cache hold exactly those, so the recording stands without the edit."""
+    for e in entries:
+        if e.key in choices:
+            e.tactic, e.kernel, e.pinned = choices[e.key]
 
 
 def _another(
@@ -138,6 +194,7 @@ def repin(
 ) -> Built:
     """``--re-record``: the old pins that still apply, built from the new recording's cache
     (so the engine runs the pinned tactics); the others are listed as dropped."""
+    builder = _choices(done.lock.layers)
     kept, dropped = carry_pins(pins, done.lock.layers)
     if dropped:
         warnings.append(f"pins dropped by the re-recording: {', '.join(dropped)}")
@@ -145,10 +202,18 @@ def repin(
         return done
     assert done.cache_bytes is not None  # a recording build keeps its cache
     recording = Recording(be.create_timing_cache(done.cache_bytes))
-    pb = pinned_build(
-        be, built_model, settings, done.lock.tactic_map(), cfile, progress, warnings,
-        entries=done.lock.layers, recording=recording, save=save,
-    )  # fmt: skip
+    try:
+        pb = pinned_build(
+            be, built_model, settings, done.lock.tactic_map(), cfile, progress, warnings,
+            entries=done.lock.layers, recording=recording, save=save,
+        )  # fmt: skip
+    except (BuildError, DriftError) as err:
+        _restore(done.lock.layers, builder)
+        warnings.append(
+            f"the rebuild with the old pins failed ({err}); the builder's choices are kept "
+            f"and the pins dropped: {', '.join(kept)}"
+        )
+        return done
     done.output, done.records, done.log_warnings = pb.output, pb.records, pb.log_warnings
     done.changes.append(f"kept {len(kept)} pins: {', '.join(kept)}")
     return done

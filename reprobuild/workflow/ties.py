@@ -3,9 +3,11 @@
 TensorRT has already chosen (the fastest as measured) when the recording build ends. So
 the workflow reads every key's candidates and times (the verbose log's table; the
 reference backend also reports each candidate's runs), lets :mod:`reprobuild.tiebreak`
-decide, writes the rule's tactic with ``update()`` where it differs from the builder's,
-and builds again from that cache: the second build times nothing and is checked like any
-pinned build (cache map and engine kernels). The reference builder applies the same rule
+decide, and, where the backend honours an edited tactic (or ``--apply-tie-rule`` asks),
+writes the rule's tactic with ``update()`` where it differs from the builder's and builds
+again from that cache, checked like any pinned build (cache map and engine kernels; the
+report counts the keys it timed). On TensorRT by default the rule's choices are only
+reported (``held_back``): see :mod:`.record`. The reference builder applies the same rule
 to the same costs while it times, so there it agrees and nothing is written back. With
 ``tie_band`` 0 nothing is decided and nothing is rebuilt.
 
@@ -65,6 +67,10 @@ class TieOutcome:
     rebuilt: bool = False
     second_build_timed: int | None = None
     moved: list[str] = field(default_factory=list)  # keys whose tactic the rule changed
+    # keys the rule would move but that were not written back (edits not proven honoured on
+    # this backend, or the rebuild failed): the builder's choice is kept for them
+    held_back: list[str] = field(default_factory=list)
+    fallback: str | None = None  # why the rule's rebuild failed and the builder's choice stays
 
     def to_json(self) -> dict[str, Any]:
         head = describe_policy(self.band, self.settings.tie_rule, self.measured)
@@ -77,6 +83,8 @@ class TieOutcome:
                 1 for d in self.decisions.values() if d.chosen != d.fastest
             ),
             "written_back": len(self.moved),
+            "held_back": len(self.held_back),
+            "fallback": self.fallback,
             "rebuilt_from_cache": self.rebuilt,
             "second_build_timed": self.second_build_timed,
             "layers": [
@@ -186,9 +194,16 @@ def noise_warning(outcome: TieOutcome) -> str | None:
     )
 
 
-def apply_to_entries(entries: list[LayerEntry], outcome: TieOutcome) -> list[LayerEntry]:
-    """Entries with the rule's tactic, its time, the band and the near-ties; the keys
-    whose tactic changed are listed in ``outcome.moved``."""
+def apply_to_entries(
+    entries: list[LayerEntry], outcome: TieOutcome, *, write: bool = True
+) -> list[LayerEntry]:
+    """Entries with the rule's tactic, the band and the near-ties; the keys whose tactic
+    changed are listed in ``outcome.moved``. With ``write`` False the builder's tactic stays
+    and those keys are listed in ``outcome.held_back`` (reported, not written).
+
+    A moved key keeps its recorded time, as a pin does: the cached time is what the builder
+    compares between a layer's keys, so an edit changes which kernel a key runs, never
+    which key wins (docs/tensorrt.md, "The tie rule on TensorRT")."""
     for e in entries:
         d = outcome.decisions.get(e.key)
         if d is None:
@@ -196,8 +211,10 @@ def apply_to_entries(entries: list[LayerEntry], outcome: TieOutcome) -> list[Lay
         if d.near_tie:
             e.band_ms, e.ties = d.band_ms, list(d.ties)
         if outcome.band > 0 and d.chosen != e.tactic:
+            if not write:
+                outcome.held_back.append(e.key)
+                continue
             e.tactic = d.chosen
             e.kernel = next((c.kernel for c in e.candidates if c.tactic == d.chosen), e.kernel)
-            e.time_ms = d.chosen_ms
             outcome.moved.append(e.key)
     return entries

@@ -55,6 +55,8 @@ class BuildCheck:
     problems: list[str]
     duration_s: float
     plan_differs: list[str] = field(default_factory=list)  # layers off the precision plan
+    # the strict build failed and was built again without ERROR_ON_TIMING_CACHE_MISS
+    retry: str | None = None
 
 
 @dataclass
@@ -112,6 +114,19 @@ class VerifyResult:
         return self.layers == 0
 
     @property
+    def retries(self) -> list[str]:
+        """Every pinned build (rebuilds, control, sensitivity) that was retried without
+        ERROR_ON_TIMING_CACHE_MISS, as ``rebuild N: ...`` / ``control LAYER -> 0x..: ...``."""
+        out = [f"rebuild {b.index + 1}: {b.retry}" for b in self.builds if b.retry]
+        probes = [*(self.control.probes if self.control else []), *(self.sensitivity or [])]
+        seen = set()
+        for p in probes:
+            if p.retry and (p.key, p.tried) not in seen:
+                seen.add((p.key, p.tried))
+                out.append(f"control {p.layer} -> 0x{p.tried:x}: {p.retry}")
+        return out
+
+    @property
     def power(self) -> bool | None:
         """Whether a single-tactic change reached the outputs; None when not checked."""
         return None if self.control is None else self.control.power
@@ -125,6 +140,7 @@ class VerifyResult:
         d["follows_plan"] = self.follows_plan
         d["matches_recorded"] = self.matches_recorded
         d["within_tolerance"] = self.within_tolerance
+        d["strict_retries"] = self.retries
         d["control"] = None if self.control is None else json_safe(self.control.to_json())
         d["sensitivity"] = (
             None if self.sensitivity is None else [json_safe(p.to_json()) for p in self.sensitivity]
@@ -284,6 +300,7 @@ def verify(
                         for v in plan.by_status("differs")
                         if v.layer not in data.precision.engine_differs
                     ],
+                    pb.retry,
                 )
             )
             del pb, got  # this rebuild's engine must not be alive while the next builds

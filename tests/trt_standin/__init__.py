@@ -46,6 +46,18 @@ nothing public rules out. Each is named, so a test can run the whole workflow un
   times): a recording times a Conv's second format combination on alternate recordings, and
   a build from a cache follows the cache (see ``keysets``, which cites where TensorRT does it).
 
+- ``recording-bits``: an engine built from an empty cache (a recording) gives other output
+  bits than an engine built from its serialized cache with the same tactics (a replay).
+  Nothing public shows that they agree: NVIDIA's TensorRT-Model-Connect (public preview since
+  11.4) compares replays with replays only, and the editable-cache sample
+  (``samples/sampleEditableTimingCache``) compares tactics, never a recording's outputs.
+
+- ``fixed-format``: with ``multi-key``, a Conv always runs its first format combination,
+  whatever the cached times of its keys: the other answer to whether cached times choose
+  between a layer's keys, which nothing public settles (the evidence for ``multi-key`` is
+  indirect: ``IAlgorithm.getTimingMSec`` per format combination, and 10.16 trtexec rebuilds
+  printing ``got cached result`` per combination).
+
 Test knobs (``module._standin``): ``fail_create`` (constructors that raise ``TypeError``
 "factory function returned nullptr", as the real bindings do), ``rekey_ops`` (a key that
 changes every build: ``ERROR_ON_TIMING_CACHE_MISS`` really fails on it, and without the flag
@@ -77,6 +89,8 @@ BEHAVIOURS = (
     "cached-result-lines",
     "typed-io",
     "varying-keys",
+    "recording-bits",
+    "fixed-format",
 )
 
 # Version strings tests use; the conformance test checks each variant's names.

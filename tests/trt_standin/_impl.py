@@ -78,6 +78,7 @@ _SUPPORTED = frozenset(
         "Mul",
         "Relu",
         "Reshape",
+        "Shape",
         "Softmax",
         "Sub",
     }
@@ -894,7 +895,8 @@ class Builder(_Strict):
             )
         salt = self._salt(network, config)
         tuner = _Tuner(st, log, config, cache, salt, editable, miss_is_error, build_no)
-        st.recordings += not cache._entries  # varying-keys: a recording starts from nothing
+        from_nothing = not cache._entries  # a recording build (recording-bits)
+        st.recordings += from_nothing  # varying-keys: a recording starts from nothing
         convs = 0
         st.myelin_style = 0  # engine names are stable from build to build
         layers = []
@@ -930,6 +932,8 @@ class Builder(_Strict):
                 tuned.append(result)
             # The combination whose (cached or measured) time is lowest runs; ties: the first.
             chosen = min(enumerate(tuned), key=lambda it: (it[1][1], it[0]))[1][0]
+            if "fixed-format" in st.behaviours:  # the format is not chosen by cached times
+                chosen = tuned[0][0]
             chosen_by_node[name] = chosen.tactic_hash
             if op == "Conv":
                 layer_name = name
@@ -969,12 +973,14 @@ class Builder(_Strict):
             "detailed": int(config.profiling_verbosity) == int(m.ProfilingVerbosity.DETAILED),
             "layers": layers,
             "tactics": chosen_by_node,
+            "recording": from_nothing and "recording-bits" in st.behaviours,
             "model": network._model_path,
             "inputs": [t.name for t in network._inputs],
             "input_shapes": {t.name: list(t.shape) for t in network._inputs},
             "outputs": list(network._outputs),
             "io_types": dict(getattr(network, "_io_types", {})),
             "shape_inputs": _dynamic_io.shape_inputs(network._model_path),
+            "shape_outputs": _dynamic_io.shape_outputs(network._model_path),
         }
         return IHostMemory(_ENGINE_MAGIC + _json.dumps(engine).encode())
 
@@ -1111,7 +1117,8 @@ class ICudaEngine(_Strict):
 
     def is_shape_inference_io(self, name):
         """A shape tensor input (see ``dynamic_io``): its values are read from host memory."""
-        return name in self._data.get("shape_inputs", ())
+        shape_io = (*self._data.get("shape_inputs", ()), *self._data.get("shape_outputs", ()))
+        return name in shape_io
 
     def create_execution_context(self):
         return IExecutionContext(self)
@@ -1219,7 +1226,9 @@ class IExecutionContext(_Strict):
                 return False
             feeds[name] = raw[:nbytes].view(dtype).reshape(shape).copy()
         outputs = self._evaluate(feeds)
-        seed = _hex_digest(*sorted(data["tactics"].items()))
+        seed = _hex_digest(
+            *sorted(data["tactics"].items()), *(["recording"] * bool(data.get("recording")))
+        )
         rng = _np.random.default_rng(int(seed, 16))
         for name in data["outputs"]:
             dtype = _np_type(data, name)
@@ -1227,6 +1236,9 @@ class IExecutionContext(_Strict):
             if dtype.kind == "f":  # the last mantissa bit, at the type's own width
                 bits = _np.dtype(f"uint{8 * dtype.itemsize}")
                 out.view(bits)[...] ^= rng.integers(0, 2, out.shape, dtype=bits)
+            if name in data.get("shape_outputs", ()) and device is not None:
+                if self._addresses[name] in device.live:
+                    return False  # a shape tensor output in device memory: TensorRT needs host
             if name in self._allocators:  # data-dependent shape: the application allocates
                 if not _dynamic_io.deliver(self._allocators[name], name, out, stream_handle):
                     return False

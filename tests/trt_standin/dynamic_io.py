@@ -44,6 +44,18 @@ def shape_inputs(model_path):
     return sorted({n.input[1] for n in graph.node if n.op_type == "Reshape"} & names)
 
 
+def shape_outputs(model_path):
+    """Network outputs computed by a ``Shape`` node: shape tensors, whose address must be in
+    host memory too (``is_shape_inference_io`` is "true if the tensor is required as input
+    for shape calculations or is output from shape calculations": ``ICudaEngine``, Python API
+    docs; ``IExecutionContext::setTensorAddress`` in ``include/NvInferRuntime.h``)."""
+    import onnx
+
+    graph = onnx.load(model_path).graph
+    made = {o for n in graph.node if n.op_type == "Shape" for o in n.output}
+    return sorted(made & {v.name for v in graph.output})
+
+
 def read_host(address, shape, dtype):
     """The values at a host address (a shape tensor's)."""
     import numpy as np

@@ -24,13 +24,17 @@ Why these choices (NVIDIA's own use of the editable cache at scale, TensorRT-Mod
 - ``DISABLE_COMPILATION_CACHE`` on every build: JIT-compiled (Myelin) code is otherwise
   stored in and reused from the timing cache, and a reused compilation can carry the
   recording's kernel past a pin.
-- ``ignore_mismatch=True``: a cache attached strictly was refused on a second GPU of the
-  same SKU. Foreign caches cannot slip in: cache files are named by the environment, a
-  cache that lacks the lock's keys is re-recorded, and the caller replays every locked
-  tactic with ``update()`` and compares the cache map before and after.
+- ``ignore_mismatch=True``: the cache header carries the physical GPU's UUID, so a cache
+  attached strictly from another card of the same model fails the header check (NVIDIA's
+  own replays attach strictly, on the card that recorded). Foreign caches cannot slip in:
+  cache files are named by the environment, a cache that lacks the lock's keys is
+  re-recorded, and the caller replays every locked tactic with ``update()`` and compares
+  the cache map before and after.
 - pinned builds also set ``ERROR_ON_TIMING_CACHE_MISS`` (where the version has it). When
-  such a build fails, it is run once more without the flag, so a miss becomes a cache-map
-  difference that names the key (drift, exit 1) and any other failure keeps its message.
+  such a build fails, it is run once more without the flag, only to name what missed: the
+  caller's map check and the retried build's timed keys name the keys, and the caller fails
+  the build (exit 1) unless the user allowed the retry (``allow_miss_retry``,
+  ``--allow-cache-miss-retry``); any other failure keeps TensorRT's message.
 
 ``run`` goes through TensorRT's own execution API (``create_execution_context``,
 ``set_tensor_address``, ``execute_async_v3``) with device memory from :mod:`.device`
@@ -108,9 +112,17 @@ class TensorRTBackend:
 
     name = "tensorrt"
     key_rule = False  # TensorRT runs the key with the lowest cached time: recorded, checked
+    # Whether a build honours a tactic written with update() that the builder did not choose:
+    # shown by NVIDIA only for single-key Myelin layers edited in the same config, so the tie
+    # rule's choices are reported, not written, unless the user opts in (--apply-tie-rule).
+    edits_proven = False
 
-    def __init__(self, *, strongly_typed: bool = True) -> None:
+    def __init__(self, *, strongly_typed: bool = True, allow_miss_retry: bool = False) -> None:
+        """``allow_miss_retry``: a pinned build that failed with ERROR_ON_TIMING_CACHE_MISS
+        and was built again without it is accepted (with a warning) when the cache map
+        matches; by default it is a failure."""
         trt = _trt()
+        self.allow_miss_retry = allow_miss_retry
         refusal = _editable_cache_refusal(trt)
         if refusal:
             raise BackendUnavailable(refusal)
@@ -276,20 +288,19 @@ class TensorRTBackend:
             if trt_serialized is None and strict:
                 # A miss or another failure: without the flag a miss lands in the cache,
                 # where the caller's map check names the key; other failures fail again.
-                # The caller warns about the retry and reports it (``strict_failure``).
+                # The caller fails the build unless ``retry_accepted`` (then it warns).
                 first = self._router.errors_since(mark)
                 applied["retried_without_error_on_miss"] = True
                 applied["strict_failure"] = first[-1] if first else "no error was logged"
+                applied["retry_accepted"] = self.allow_miss_retry
                 trt_config.clear_flag(trt.BuilderFlag.ERROR_ON_TIMING_CACHE_MISS)
                 mark = self._router.error_mark()
                 trt_serialized = trt_builder.build_serialized_network(trt_network, trt_config)
             if trt_serialized is None:
                 errors = self._router.errors_since(mark)
                 detail = " | ".join(errors[-3:]) if errors else "no error was logged"
-                raise BuildError(
-                    f"{path}: TensorRT failed to build the engine: {detail}; if a pinned tactic "
-                    "is named, unpin it or pin one of the layer's recorded candidates"
-                )
+                # no pin is blamed here: the workflow adds the hint where the lock has pins
+                raise BuildError(f"{path}: TensorRT failed to build the engine: {detail}")
             engine = bytes(trt_serialized)
             del trt_serialized, trt_parser
             layer_info = self._layer_info(engine)

@@ -170,3 +170,15 @@ def find_device() -> tuple[Device | None, str]:
         "nvidia-cuda-runtime-cu12 (CUDA 12) or nvidia-cuda-runtime (CUDA 13), cuda-python "
         "or cupy"
     )
+
+
+def run_readiness(tensorrt_version: str | None) -> dict[str, Any]:
+    """What ``doctor`` says before a recording: whether ``run`` (verify, the lock's expected
+    bits) finds a CUDA runtime, and else which pip package gives one for this TensorRT (the
+    10.x wheels are built for CUDA 12; the 11.x wheels for CUDA 13 no longer bring one)."""
+    device, how = find_device()
+    major = (tensorrt_version or "").split(".")[0]
+    package = {"10": "nvidia-cuda-runtime-cu12", "11": "nvidia-cuda-runtime"}.get(major)
+    if package is None:
+        package = "nvidia-cuda-runtime-cu12 (CUDA 12) or nvidia-cuda-runtime (CUDA 13)"
+    return {"found": device is not None, "how": how, "package": None if device else package}

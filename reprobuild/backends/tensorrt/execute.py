@@ -8,7 +8,8 @@ without Polygraphy or a system CUDA toolkit.
 What a plain ``trt.nptype`` loop misses, handled here:
 - BF16, FP8, E8M0, INT4 and FP4 tensors: ``trt.nptype`` has no NumPy type for them;
   ``ml_dtypes`` has (INT4/FP4 travel packed two to a byte, low nibble first);
-- shape-tensor inputs (``is_shape_inference_io``): TensorRT reads them from host memory;
+- shape tensors (``is_shape_inference_io``), inputs and outputs: TensorRT reads and writes
+  them in host memory;
 - outputs whose shape depends on the data (a ``-1`` after the inputs are set): an
   ``IOutputAllocator`` gets the memory when TensorRT knows the size;
 - any failure while running is one error naming the engine step, never a traceback.
@@ -137,6 +138,7 @@ def _run(trt: ModuleType, trt_engine: Any, inputs: Mapping[str, Any], device: An
     trt_shape_io = getattr(trt_engine, "is_shape_inference_io", None)
     buffers: list[int] = []
     host: list[Any] = []  # shape-tensor inputs: TensorRT reads them from this memory
+    host_out: dict[str, Any] = {}  # shape-tensor outputs: TensorRT writes them here
     outputs: dict[str, tuple[Any, tuple[int, ...], int | None]] = {}
     trt_allocator = None
     shapes: dict[str, tuple[int, ...]] = {}
@@ -173,6 +175,10 @@ def _run(trt: ModuleType, trt_engine: Any, inputs: Mapping[str, Any], device: An
                 trt_context.set_output_allocator(name, trt_allocator)
                 outputs[name] = (dtype, shape, None)
                 continue
+            if trt_shape_io is not None and bool(trt_shape_io(name)):
+                host_out[name] = np.empty(shape, dtype)  # a shape tensor: host memory
+                trt_context.set_tensor_address(name, int(host_out[name].ctypes.data))
+                continue
             packed = dtype.name in ("int4", "float4_e2m1fn")
             buffers.append(device.malloc(_nbytes(dtype, shape, packed)))
             trt_context.set_tensor_address(name, buffers[-1])
@@ -180,7 +186,7 @@ def _run(trt: ModuleType, trt_engine: Any, inputs: Mapping[str, Any], device: An
         if not bool(trt_context.execute_async_v3(stream)):
             raise EngineError("TensorRT failed to run the engine (execute_async_v3 returned False)")
         device.stream_synchronize(stream)
-        result = {}
+        result = {name: array.copy() for name, array in host_out.items()}
         for name, (dtype, shape, ptr) in outputs.items():
             if ptr is None:
                 shape = shapes[name]
@@ -196,7 +202,7 @@ def _run(trt: ModuleType, trt_engine: Any, inputs: Mapping[str, Any], device: An
         for ptr in buffers:
             device.free(ptr)
         device.stream_destroy(stream)
-        del trt_context, host
+        del trt_context, host, host_out
     return result
 
 
