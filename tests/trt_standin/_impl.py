@@ -1236,9 +1236,11 @@ class IExecutionContext(_Strict):
             if dtype.kind == "f":  # the last mantissa bit, at the type's own width
                 bits = _np.dtype(f"uint{8 * dtype.itemsize}")
                 out.view(bits)[...] ^= rng.integers(0, 2, out.shape, dtype=bits)
-            if name in data.get("shape_outputs", ()) and device is not None:
-                if self._addresses[name] in device.live:
+            if name in data.get("shape_outputs", ()):
+                if _host_device.buffer(self._addresses[name], 0) is not None:
                     return False  # a shape tensor output in device memory: TensorRT needs host
+                _dynamic_io.write_host(self._addresses[name], out)
+                continue
             if name in self._allocators:  # data-dependent shape: the application allocates
                 if not _dynamic_io.deliver(self._allocators[name], name, out, stream_handle):
                     return False

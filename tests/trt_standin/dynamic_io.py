@@ -65,6 +65,12 @@ def read_host(address, shape, dtype):
     return np.frombuffer(bytes(raw), dtype).reshape(shape).copy()
 
 
+def write_host(address, values):
+    """Write ``values`` to a host address (a shape tensor output's, which TensorRT writes
+    to host memory)."""
+    _ctypes.memmove(address, values.ctypes.data, values.nbytes)
+
+
 def output_shapes(evaluate, feeds_with):
     """Each output's shape, ``-1`` where it depends on the data: ``feeds_with(fill)`` gives
     the feeds with every ordinary input filled with ``fill`` (shape tensors as set)."""
