@@ -141,8 +141,13 @@ def _run_pinned_key(entry: LayerEntry, layer_keys: list[LayerEntry]) -> None:
     ``hwc`` key) would be written to a key the engine never runs. The pinned key's time
     becomes the largest time below the layer's other keys' (unchanged when already lowest;
     a 0 cannot be undercut, and equal times go to the earlier format); a locked build writes
-    that time back, so every build of the lock runs the pinned key.
+    that time back, so every build of the lock runs the pinned key. The lock's record of
+    the key the layer runs (``runs``) names the pinned key, so the build's key check holds
+    it to that.
     """
+    if len(layer_keys) > 1:
+        for e in layer_keys:
+            e.runs = e is entry
     others = [e.time_ms for e in layer_keys if e is not entry and e.time_ms is not None]
     if entry.time_ms is None or not others or entry.time_ms < min(others):
         return
