@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprobuild.cachedir import DEFAULT_CACHE_DIR
 from reprobuild.errors import UsageError
 from reprobuild.fileio import read_regular
 from reprobuild.lock.model import Lock
 from reprobuild.lock.targets import merge
 from reprobuild.lock.yamlio import dumps_lock, load_lock
-from reprobuild.transaction import Outputs, check_output_path
+from reprobuild.transaction import Outputs, check_distinct, check_output_path
 
 MAX_REPORT_BYTES = 64 << 20  # a verify report with every sensitivity probe is far smaller
 
@@ -32,6 +33,8 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
         raise UsageError("merge needs at least one lock: reprobuild merge A.lock B.lock --out L")
     check_output_path(out, "merged lock")
     locks = [(str(p), load_lock(p)) for p in paths]
+    models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
+    check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
     merged = merge(locks)
     with Outputs() as outputs:
         outputs.stage_lock(out, dumps_lock(merged), "merged lock")

@@ -181,6 +181,7 @@ def verify(
                 (calibration, "calibration data"),
                 (held_out, "held-apart samples"),
             ],
+            cache_dir,
         )
     data, lock_path, model_path = open_lock(lock, model, be, notes, target=target)
     be = be.for_target(data.environment)  # the keys this target was recorded with
