@@ -16,11 +16,11 @@ from typing import Any
 
 from reprobuild.cachedir import DEFAULT_CACHE_DIR
 from reprobuild.errors import UsageError
-from reprobuild.fileio import read_regular
+from reprobuild.fileio import exclusive, read_regular
 from reprobuild.lock.model import Lock
 from reprobuild.lock.targets import merge
 from reprobuild.lock.yamlio import dumps_lock, load_lock
-from reprobuild.transaction import Outputs, check_distinct, check_output_path
+from reprobuild.transaction import Outputs, check_distinct, check_output_path, lock_target
 
 MAX_REPORT_BYTES = 64 << 20  # a verify report with every sensitivity probe is far smaller
 
@@ -28,17 +28,20 @@ MAX_REPORT_BYTES = 64 << 20  # a verify report with every sensitivity probe is f
 def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Lock:
     """``reprobuild merge A.lock B.lock ... --out L``: one lock with every target (same
     model, settings and precision plan, else exit 2; one target with two different sections,
-    exit 2). ``out`` may be one of the inputs: it is read before anything is written."""
+    exit 2). ``out`` may be one of the inputs: it is read before anything is written, and
+    the file lock on ``out`` is held from that reading to the commit, as every lock writer
+    holds it, so a ``pin`` of ``out`` meanwhile is neither lost nor loses the merge."""
     if len(paths) < 1:
         raise UsageError("merge needs at least one lock: reprobuild merge A.lock B.lock --out L")
-    check_output_path(out, "merged lock")
-    locks = [(str(p), load_lock(p)) for p in paths]
-    models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
-    check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
-    merged = merge(locks)
-    with Outputs() as outputs:
-        outputs.stage_lock(out, dumps_lock(merged), "merged lock")
-        outputs.commit()
+    check_output_path(lock_target(out, "merged lock"), "merged lock")
+    with exclusive(out):
+        locks = [(str(p), load_lock(p)) for p in paths]
+        models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
+        check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
+        merged = merge(locks)
+        with Outputs() as outputs:
+            outputs.stage_lock(out, dumps_lock(merged), "merged lock")
+            outputs.commit()
     return merged
 
 

@@ -326,8 +326,11 @@ def verify(
     if record_digests and recorded is None and ok:
         from reprobuild.lock.edit import record_digest
 
-        record_digest(lock_path, data.target_name, OutputDigest(label, digest))
-        result.digests_recorded = True
+        if record_digest(lock_path, data.target_name, OutputDigest(label, digest), expected):
+            result.digests_recorded = True
+        else:
+            moved = f"{lock_path} changed its tactics while verify ran (a pin?)"
+            progress(Step(f"warning: {moved}, so the digest was not recorded; run again"))
     if report is not None:
         from reprobuild.transaction import Outputs
 
