@@ -30,6 +30,11 @@ COUNT_CAPS: dict[str, int] = {
     "calib_files": 100_000,  # files in a calibration folder (one sample per file at most)
 }
 
+SEED_DIGITS = 18
+"""The most digits of a ``--seed``: the lock records ``seeded:N`` and its loader reads at most
+this many, so the CLI refuses a longer seed rather than write a lock no command can load."""
+SEED_MAX = 10**SEED_DIGITS - 1
+
 MEMORY_FRACTION = 0.5
 """A reference build may allocate at most this share of the machine's memory for tensors."""
 
