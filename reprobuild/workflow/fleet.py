@@ -17,6 +17,7 @@ from typing import Any
 from reprobuild.cachedir import DEFAULT_CACHE_DIR
 from reprobuild.errors import UsageError
 from reprobuild.fileio import exclusive, read_regular
+from reprobuild.limits import cap
 from reprobuild.lock.model import Lock
 from reprobuild.lock.targets import merge
 from reprobuild.lock.yamlio import dumps_lock, load_lock
@@ -39,8 +40,15 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
         models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
         check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
         merged = merge(locks)
+        text = dumps_lock(merged)
+        if len(text.encode()) > cap("lock"):  # no command could read it back
+            raise UsageError(
+                f"{out}: the merged lock would be {len(text.encode()):,} bytes, over the "
+                f"{cap('lock'):,}-byte lock limit no command reads past; merge fewer targets "
+                "(or raise REPROBUILD_MAX_LOCK_BYTES)"
+            )
         with Outputs() as outputs:
-            outputs.stage_lock(out, dumps_lock(merged), "merged lock")
+            outputs.stage_lock(out, text, "merged lock")
             outputs.commit()
     return merged
 
