@@ -37,6 +37,13 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
     check_output_path(lock_target(out, "merged lock"), "merged lock")
     with exclusive(out):
         locks = [(str(p), load_lock(p)) for p in paths]
+        for path, lock in locks:
+            if any(not t.environment.identity for t in lock.targets()):
+                raise UsageError(
+                    f"{path}: a target without identity (a schema-1 lock) cannot be merged: its "
+                    "bits would be claimed for every machine; upgrade it first with reprobuild "
+                    "build MODEL --lock LOCK --re-record"
+                )
         models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
         check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
         merged = merge(locks)

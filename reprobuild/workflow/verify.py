@@ -23,7 +23,7 @@ from reprobuild.backends.base import Backend
 from reprobuild.errors import UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
-from reprobuild.lock.model import DEFAULT_LOCK, OutputDigest
+from reprobuild.lock.model import DEFAULT_LOCK, NO_IDENTITY, OutputDigest
 from reprobuild.workflow.context import announce_backend, open_lock, resolve_backend
 from reprobuild.workflow.control import (
     Control,
@@ -323,7 +323,9 @@ def verify(
         recorded_sha256=recorded,
         outputs_chosen=chosen,
     )
-    if record_digests and recorded is None and ok:
+    if record_digests and recorded is None and ok and not data.environment.identity:
+        progress(Step(f"warning: {NO_IDENTITY}"))
+    elif record_digests and recorded is None and ok:
         from reprobuild.lock.edit import record_digest
 
         if record_digest(lock_path, data.target_name, OutputDigest(label, digest), expected):
