@@ -60,6 +60,19 @@ def _override(name: str) -> int | None:
     return int(value)
 
 
+def log_processes() -> int | None:
+    """``REPROBUILD_LOG_PROCESSES``: 1 reads a log in one process, 2 lets a large log be split
+    between two; None when unset. Any other value is refused, like every other variable,
+    rather than silently meaning "split"."""
+    value = _override("REPROBUILD_LOG_PROCESSES")
+    if value not in (None, 1, 2):
+        raise UsageError(
+            f"REPROBUILD_LOG_PROCESSES={value} is not 1 or 2; set it to 1 (one process) or 2 "
+            "(two for a large log), or unset it"
+        )
+    return value
+
+
 def check_size(path: str | os.PathLike[str], size: int, kind: str) -> None:
     """Refuse a ``kind`` file of ``size`` bytes above its cap, with the override to use."""
     limit = cap(kind)
