@@ -126,7 +126,7 @@ def lock_target(path: str | os.PathLike[str], what: str = "lock") -> Path:
 Named = tuple[str | os.PathLike[str] | None, str]
 
 
-def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """One file under two names: the same inode when both exist (hard links, symlinks,
     ``./x`` and ``x``), else the same resolved path."""
     try:
@@ -158,7 +158,7 @@ def check_distinct(
                 )
     for i, (path, what) in enumerate(outs):
         for other, other_what in ins + outs[i + 1 :]:
-            if _same(path, other):
+            if same_file(path, other):
                 raise UsageError(
                     f"{path}: the {what} would overwrite the {other_what} ({other}); "
                     "give the outputs paths of their own"

@@ -21,7 +21,13 @@ from reprobuild.limits import cap
 from reprobuild.lock.model import Lock
 from reprobuild.lock.targets import merge
 from reprobuild.lock.yamlio import dumps_lock, load_lock
-from reprobuild.transaction import Outputs, check_distinct, check_output_path, lock_target
+from reprobuild.transaction import (
+    Outputs,
+    check_distinct,
+    check_output_path,
+    lock_target,
+    same_file,
+)
 
 MAX_REPORT_BYTES = 64 << 20  # a verify report with every sensitivity probe is far smaller
 
@@ -104,14 +110,10 @@ def read_report(path: str | os.PathLike[str]) -> Machine:
     raw = read_regular(p, MAX_REPORT_BYTES, "verify report")
     try:
         doc = json.loads(raw)
-        return Machine(
-            str(p),
-            str(doc.get("machine", {}).get("host") or p.stem),
-            str(doc["target"]),
-            str(doc["inputs_label"]),
-            str(doc["tactic_map_sha256"]),
-            str(doc["outputs_sha256"]),
-        )
+        fields = [doc[k] for k in ("target", "inputs_label", "tactic_map_sha256", "outputs_sha256")]
+        if not all(isinstance(f, str) and f for f in fields):  # null digests agree on nothing
+            raise TypeError
+        return Machine(str(p), str(doc.get("machine", {}).get("host") or p.stem), *fields)
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise UsageError(
             f"{p}: not a `reprobuild verify --json` report with target digests; give each "
@@ -125,7 +127,10 @@ def check_fleet(paths: list[str | os.PathLike[str]]) -> list[TargetCheck]:
     if not paths:
         raise UsageError("fleet needs at least one verify report: reprobuild fleet A.json B.json")
     groups: dict[tuple[str, str], list[Machine]] = {}
-    for p in paths:
+    for i, p in enumerate(paths):
+        twice = next((q for q in paths[:i] if same_file(p, q)), None)
+        if twice is not None:  # one machine counted twice would win every vote
+            raise UsageError(f"{p}: given twice (also as {twice}); give each report once")
         m = read_report(p)
         groups.setdefault((m.target, m.inputs), []).append(m)
     checks = []
