@@ -7,11 +7,8 @@ A report, not a test (the suite in ``tests/faults/`` is the test): it reuses the
 cases (non-regular inputs, plain bad input, outputs that are inputs) and adds the smaller
 ones (a dangling graph output, a 0-sized input, read-only and symlinked locks, hand-edited
 INT8 scales, numeric overflow, ``.npz`` bombs, a cache linked to another file, bad cap
-overrides), and outputs that are devices (a node the script makes itself: as root a
-character device, else a FIFO), the model or a file in the cache folder, values the loader
-would refuse (a long seed, an overflowing time, two digests for one inputs), a schema-1
-merge, a report given twice and the bounds. Each probe runs in a fresh copy of one recorded project, as a user's shell
-would run it, and is judged:
+overrides; outputs on device nodes it makes itself, as root, else FIFOs). Each probe runs
+in a fresh copy of one recorded project, as a user's shell would run it, and is judged:
 
 - clean refusal: a documented failure code (1, 2 or 3), no traceback, the last stderr line
   ``error: ...``, every file that was there before unchanged and no temporary file left;
