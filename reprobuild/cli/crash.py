@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from reprobuild.cli.render import echo
+from reprobuild.cli.render import echo, shown
 from reprobuild.errors import EXIT_INTERNAL, EXIT_USAGE
 
 _MAX_MESSAGE = 2000
@@ -29,7 +29,7 @@ _MAX_MESSAGE = 2000
 
 def one_line(message: str) -> str:
     """Collapse a message to a single line (CI logs and ``grep`` see it whole)."""
-    text = " ".join(str(message).split())
+    text = shown(" ".join(str(message).split()))
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
 
 
