@@ -53,6 +53,7 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
         models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
         check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
         merged = merge(locks)
+        merged.model.path = _rebased(models[0][0], locks[0][1].model.path, out)
         text = dumps_lock(merged)
         if len(text.encode()) > cap("lock"):  # no command could read it back
             raise UsageError(
@@ -101,6 +102,14 @@ class TargetCheck:
                 {(m.inputs, m.tactic_map_sha256, m.outputs_sha256) for m in self.machines}
             ),
         }
+
+
+def _rebased(model: Path, recorded: str, out: str | os.PathLike[str]) -> str:
+    """``model.path`` as seen from the merged lock's folder: it is relative to its lock, so
+    a merge into another folder would otherwise point at a file that is not there."""
+    if Path(recorded).is_absolute():
+        return recorded
+    return Path(os.path.relpath(model, Path(out).parent)).as_posix()
 
 
 def read_report(path: str | os.PathLike[str]) -> Machine:

@@ -39,3 +39,14 @@ def test_reports_without_digests_are_refused(tmp_path: Path, cli) -> None:
 def test_two_machines_agree(tmp_path: Path, cli) -> None:
     r = cli("fleet", _write(tmp_path / "a.json"), _write(tmp_path / "b.json"))
     assert r.code == 0, r
+
+
+def test_merge_rebases_the_model_path(proj: Path, cli) -> None:
+    from reprobuild.lock.yamlio import load_lock
+
+    (proj / "sub").mkdir()
+    r = cli("merge", "t.lock", "--out", "sub/m.lock")
+    assert r.code == 0, r
+    assert load_lock(proj / "sub" / "m.lock").model.path == "../mlp.onnx"
+    r = cli("merge", "t.lock", "--out", "m2.lock")
+    assert load_lock(proj / "m2.lock").model.path == "mlp.onnx"
