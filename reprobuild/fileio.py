@@ -201,12 +201,33 @@ def open_regular(
         raise
 
 
+READ_CHUNK = 1 << 20
+
+
+def read_upto(fh: BinaryIO, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``fh``, read in chunks of ``READ_CHUNK``.
+
+    Why chunks: ``fh.read(limit + 1)`` allocates the whole cap up front (gigabytes for a
+    model or an inputs file), so under an address-space limit a 24 KB file failed with
+    MemoryError; memory now follows the file's real size.
+    """
+    parts: list[bytes] = []
+    left = limit + 1
+    while left > 0:
+        part = fh.read(min(READ_CHUNK, left))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
 def read_capped(fh: BinaryIO, limit: int, path: str | os.PathLike[str], kind: str) -> bytes:
     """At most ``limit`` bytes of ``fh``; one byte more is refused with the cap's override,
     so nothing is read past the cap whatever ``st_size`` said."""
     from reprobuild.errors import UsageError
 
-    data = fh.read(limit + 1)
+    data = read_upto(fh, limit)
     if len(data) > limit:
         raise UsageError(
             f"{path}: over the {limit:,}-byte limit for a {kind} file; check that this is the "
@@ -243,7 +264,7 @@ def read_regular(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
     from reprobuild.errors import UsageError
 
     with open_regular(path, what) as fh:
-        data = fh.read(limit + 1)
+        data = read_upto(fh, limit)
     if len(data) > limit:
         raise UsageError(f"{path}: larger than {limit >> 20} MiB; is this the {what}?")
     return data

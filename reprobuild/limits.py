@@ -30,6 +30,11 @@ COUNT_CAPS: dict[str, int] = {
     "calib_files": 100_000,  # files in a calibration folder (one sample per file at most)
 }
 
+SEED_DIGITS = 18
+"""The most digits of a ``--seed``: the lock records ``seeded:N`` and its loader reads at most
+this many, so the CLI refuses a longer seed rather than write a lock no command can load."""
+SEED_MAX = 10**SEED_DIGITS - 1
+
 MEMORY_FRACTION = 0.5
 """A reference build may allocate at most this share of the machine's memory for tensors."""
 
@@ -53,6 +58,19 @@ def _override(name: str) -> int | None:
             f"{name}={value[:40]!r} is not a whole number; set it to digits only, or unset it"
         )
     return int(value)
+
+
+def log_processes() -> int | None:
+    """``REPROBUILD_LOG_PROCESSES``: 1 reads a log in one process, 2 lets a large log be split
+    between two; None when unset. Any other value is refused, like every other variable,
+    rather than silently meaning "split"."""
+    value = _override("REPROBUILD_LOG_PROCESSES")
+    if value not in (None, 1, 2):
+        raise UsageError(
+            f"REPROBUILD_LOG_PROCESSES={value} is not 1 or 2; set it to 1 (one process) or 2 "
+            "(two for a large log), or unset it"
+        )
+    return value
 
 
 def check_size(path: str | os.PathLike[str], size: int, kind: str) -> None:

@@ -45,6 +45,7 @@ def check_output_path(path: str | os.PathLike[str], what: str) -> Path:
         )
     if target.is_dir():
         raise UsageError(f"{target}: cannot write the {what}: it is a directory; give a file path")
+    _refuse_special(target, what)
     parent = target.parent if str(target.parent) else Path(".")
     existing = parent
     while not existing.exists():
@@ -67,6 +68,31 @@ def check_output_path(path: str | os.PathLike[str], what: str) -> Path:
             f"({_reason(err)}); choose another path"
         ) from None
     return target
+
+
+def _refuse_special(target: Path, what: str) -> None:
+    """Refuse an output that is (or links to) a device, FIFO or socket.
+
+    Why: outputs are staged beside the target and renamed over it, so ``--report /dev/null``
+    run as root would replace the device node with a regular file for every later process;
+    writing into the node instead would feed a FIFO or a terminal a file it never asked for.
+    An output is only ever a regular file (or a path where one will be created).
+    """
+    import stat
+
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return  # absent (or a dangling link): a file will be created there
+    kinds = {stat.S_ISCHR: "character device", stat.S_ISBLK: "block device",
+             stat.S_ISFIFO: "FIFO", stat.S_ISSOCK: "socket"}  # fmt: skip
+    for test, kind in kinds.items():
+        if test(mode):
+            link = " (through a link)" if target.is_symlink() else ""
+            raise UsageError(
+                f"{target}: cannot write the {what}: it is a {kind}{link}, not a regular "
+                "file; give the path of a regular file"
+            )
 
 
 def lock_target(path: str | os.PathLike[str], what: str = "lock") -> Path:
@@ -100,7 +126,7 @@ def lock_target(path: str | os.PathLike[str], what: str = "lock") -> Path:
 Named = tuple[str | os.PathLike[str] | None, str]
 
 
-def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     """One file under two names: the same inode when both exist (hard links, symlinks,
     ``./x`` and ``x``), else the same resolved path."""
     try:
@@ -109,18 +135,30 @@ def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_distinct(outputs: list[Named], inputs: list[Named]) -> None:
-    """Refuse, before any work, an output that is an input or another output.
+def check_distinct(
+    outputs: list[Named], inputs: list[Named], cache_dir: str | os.PathLike[str] | None = None
+) -> None:
+    """Refuse, before any work, an output that is an input, another output, or a file in
+    the timing-cache folder ``cache_dir``.
 
     Why: writing ``--report`` over the lock or ``--out`` over the model replaces the very
-    file the command read, and the user's lock or model is gone with exit 0. ``None``
-    entries (options not given) are skipped.
+    file the command read, and the user's lock or model is gone with exit 0; an output in
+    the cache folder replaces (or later collides with) a recording cache. ``None`` entries
+    (options not given) are skipped.
     """
     outs = [(p, w) for p, w in outputs if p is not None]
     ins = [(p, w) for p, w in inputs if p is not None]
+    if cache_dir is not None:
+        folder = os.path.realpath(cache_dir)
+        for path, what in outs:
+            if os.path.dirname(os.path.realpath(path)) == folder:
+                raise UsageError(
+                    f"{path}: the {what} would be written into the timing-cache folder "
+                    f"({cache_dir}); give it a path outside that folder"
+                )
     for i, (path, what) in enumerate(outs):
         for other, other_what in ins + outs[i + 1 :]:
-            if _same(path, other):
+            if same_file(path, other):
                 raise UsageError(
                     f"{path}: the {what} would overwrite the {other_what} ({other}); "
                     "give the outputs paths of their own"

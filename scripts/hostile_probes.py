@@ -7,8 +7,8 @@ A report, not a test (the suite in ``tests/faults/`` is the test): it reuses the
 cases (non-regular inputs, plain bad input, outputs that are inputs) and adds the smaller
 ones (a dangling graph output, a 0-sized input, read-only and symlinked locks, hand-edited
 INT8 scales, numeric overflow, ``.npz`` bombs, a cache linked to another file, bad cap
-overrides). Each probe runs in a fresh copy of one recorded project, as a user's shell
-would run it, and is judged:
+overrides; outputs on device nodes it makes itself, as root, else FIFOs). Each probe runs
+in a fresh copy of one recorded project, as a user's shell would run it, and is judged:
 
 - clean refusal: a documented failure code (1, 2 or 3), no traceback, the last stderr line
   ``error: ...``, every file that was there before unchanged and no temporary file left;
@@ -54,6 +54,7 @@ class Probe:
     setup: Setup = lambda _p: None
     env: dict[str, str] = field(default_factory=dict)
     accept: bool = False  # exit 0 is the documented right behaviour
+    check: Callable[[Path], str | None] = lambda _p: None  # after the run: what went wrong
 
 
 @dataclass
@@ -303,6 +304,110 @@ def _small_probes() -> list[Probe]:
     return probes
 
 
+def _node(root: Path) -> None:
+    """A device node of the script's own (root only; else a FIFO), never the system's."""
+    import stat
+
+    if os.geteuid() == 0:
+        os.mknod(root / "n", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    else:
+        os.mkfifo(root / "n")
+
+
+def _still_special(root: Path) -> str | None:
+    import stat
+
+    mode = os.lstat(root / "n").st_mode
+    if stat.S_ISLNK(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return None
+    return "unclean: the device node became a regular file"
+
+
+def _devnull_link(root: Path) -> None:
+    (root / "n").symlink_to("/dev/null")
+
+
+def _edit_lock(old: str, new: str) -> Setup:
+    def edit(root: Path) -> None:
+        lock = root / "t.lock"
+        text = lock.read_text()
+        found = re.search(old, text)
+        if found is None:
+            raise SystemExit(f"probe setup: {old!r} not in t.lock")
+        lock.write_text(text[: found.start()] + found.expand(new) + text[found.end() :])
+
+    return edit
+
+
+def _report(root: Path) -> None:
+    import json
+
+    (root / "r.json").write_text(json.dumps({"target": "reference-x-abc123",
+        "inputs_label": "seeded:0", "tactic_map_sha256": "a" * 64,
+        "outputs_sha256": "b" * 64}))  # fmt: skip
+
+
+def _schema_1(root: Path) -> None:
+    shutil.copy(ROOT / "tests" / "fixtures" / "locks" / "recorded_cnn.lock", root / "old.lock")
+    shutil.copy(ROOT / "reprobuild" / "examples" / "cnn.onnx", root / "cnn.onnx")
+
+
+def _output_probes() -> list[Probe]:
+    """Outputs that are devices, inputs or caches; values the loader would refuse; bounds."""
+    log = str(ROOT / "tests" / "fixtures" / "logparse" / "ref_editable.log")
+    dev = {"check": _still_special}
+    digest = r"outputs:\n(\s+- )(\{[^}]*\})"
+    probes = [
+        Probe("report-on-device-node", (*BUILD, "--report", "n"), _node, **dev),
+        Probe("out-on-device-node", (*BUILD, "--out", "n"), _node, **dev),
+        Probe("log-on-device-node", (*BUILD, "--log", "n"), _node, **dev),
+        Probe(
+            "verify-report-on-device-node",
+            ("verify", "--lock", "t.lock", "-n", "1", "--report", "n"),
+            _node,
+            **dev,
+        ),  # fmt: skip
+        Probe("merge-out-on-device-node", ("merge", "t.lock", "--out", "n"), _node, **dev),
+        Probe("report-link-to-dev-null", (*BUILD, "--report", "n"), _devnull_link, **dev),
+        Probe("merge-out-is-model", ("merge", "t.lock", "--out", "mlp.onnx")),
+        Probe("merge-out-in-caches", ("merge", "t.lock", "--out", "caches/m.lock")),
+        Probe("report-in-caches", (*BUILD, "--report", "caches/r.json")),
+        Probe(
+            "plot-link-to-lock",
+            ("stability", "mlp.onnx", "--plot", "p.svg", "-q"),
+            lambda r: (r / "p.svg").symlink_to("t.lock"),
+        ),  # fmt: skip
+        Probe(
+            "seed-over-the-loader",
+            (
+                "verify",
+                "--lock",
+                "t.lock",
+                "-n",
+                "1",
+                "--seed",
+                "1000000000000000000",
+                "--record-digests",
+            ),
+        ),  # fmt: skip
+        Probe(
+            "lock-time-overflow",
+            ("show", "--lock", "t.lock"),
+            _edit_lock(r"time: \S+", 'time: "0x1p+99999999"'),
+        ),  # fmt: skip
+        Probe(
+            "two-digests-one-inputs",
+            ("show", "--lock", "t.lock"),
+            _edit_lock(digest, r"outputs:\n\1\2\n\1\2"),
+        ),  # fmt: skip
+        Probe("log-processes-yes", ("log", log), env={"REPROBUILD_LOG_PROCESSES": "yes"}),
+        Probe("fleet-one-report-twice", ("fleet", "r.json", "./r.json"), _report),
+        Probe("stability-records-over-50", ("stability", "mlp.onnx", "--records", "51")),
+        Probe("merge-schema-1-section", ("merge", "old.lock", "--out", "m.lock"), _schema_1),
+    ]
+    return probes
+
+
 def make_project(root: Path) -> None:
     """mlp.onnx with an FP32 lock (t.lock), an FP16 lock (f.lock) and an INT8 lock."""
     import numpy as np
@@ -329,12 +434,18 @@ def make_project(root: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per probe")
-    parser.add_argument("-k", default="", help="only probes whose name contains this")
+    parser.add_argument(
+        "-k", default="", help="only probes whose name contains one of these (comma-separated)"
+    )
     opts = parser.parse_args()
     launcher = Launcher()  # first, while this process is small
     from tests.faults.helpers import snapshot
 
-    probes = [p for p in _suite_probes() + _small_probes() if opts.k in p.name]
+    probes = [
+        p
+        for p in _suite_probes() + _small_probes() + _output_probes()
+        if any(k in p.name for k in opts.k.split(","))
+    ]
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
         pristine = Path(tmp) / "pristine"
@@ -353,7 +464,7 @@ def main() -> None:
             before = snapshot(root)
             env = {"REPROBUILD_CRASH_DIR": str(crashes), **p.env}
             code, err, seconds, peak = launcher.run(list(p.args), root, env)
-            verdict = judge(p, code, err, before, root)
+            verdict = p.check(root) or judge(p, code, err, before, root)
             outcomes.append(Outcome(p, code, seconds, peak, verdict))
             if opts.verbose:
                 print(f"{verdict:9.60} exit {code:3}  {seconds:6.2f}s  {peak:7.1f} MiB  {p.name}")

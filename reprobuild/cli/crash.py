@@ -20,8 +20,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from reprobuild.cli.render import echo
-from reprobuild.errors import EXIT_INTERNAL, EXIT_USAGE
+from reprobuild.cli.render import echo, shown
+from reprobuild.errors import EXIT_ENV, EXIT_INTERNAL, EXIT_USAGE
 
 _MAX_MESSAGE = 2000
 """A message longer than this is cut: one line a person can read, not a dump."""
@@ -29,8 +29,33 @@ _MAX_MESSAGE = 2000
 
 def one_line(message: str) -> str:
     """Collapse a message to a single line (CI logs and ``grep`` see it whole)."""
-    text = " ".join(str(message).split())
+    text = shown(" ".join(str(message).split()))
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
+
+
+def environment_failure(err: Exception, committed: list[Path]) -> tuple[int, str] | None:
+    """(exit code, line) for a failure of the machine rather than of reprobuild, else None.
+
+    A full or failing device under stdout (outputs written first, a pin say, and then the
+    summary could not be printed) exits 2 naming what was written; numpy refusing its own
+    environment variables at import (``NPY_DISABLE_CPU_FEATURES``) is an environment
+    mismatch, exit 3."""
+    import errno
+
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+        written = ", ".join(dict.fromkeys(str(p) for p in committed))
+        done = f" after the outputs were written: {written} (complete)" if written else ""
+        return EXIT_USAGE, (
+            f"cannot write to the output stream ({err.strerror}){done}; free space on the "
+            "device that stdout or stderr goes to, or redirect them"
+        )
+    text = str(err)
+    if isinstance(err, RuntimeError) and "NPY_" in text and "environment variable" in text:
+        return EXIT_ENV, (
+            f"numpy refuses this environment: {' '.join(text.split())[:200]}; fix or unset "
+            "the NPY_ variable it names"
+        )
+    return None
 
 
 def wants_json(argv: list[str]) -> bool:

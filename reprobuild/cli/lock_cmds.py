@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from reprobuild.cli.render import echo, echo_lines, format_table, print_json, table_lines
+from reprobuild.cli.render import (
+    echo,
+    echo_lines,
+    format_table,
+    print_json,
+    shown,
+    table_lines,
+)
 from reprobuild.gcpause import paused_gc
 from reprobuild.lock.model import DEFAULT_LOCK
 from reprobuild.words import count
@@ -187,11 +194,17 @@ def show(
             )
             return
         env = data.environment
-        fields = ", ".join(f"{k}={v}" for k, v in env.identity)
-        echo(f"model: {data.model.path} (sha256 {data.model.sha256[:12]})")
+        fields = ", ".join(f"{k}={shown(v)}" for k, v in env.identity)
+        echo(f"model: {shown(data.model.path)} (sha256 {data.model.sha256[:12]})")
         echo(f"target: {env.name} ({env.backend}" + (f": {fields})" if fields else ")"))
         table = [
-            [e.layer, e.key, f"0x{e.tactic:x}", e.kernel or "-", "yes" if e.pinned else "no"]
+            [
+                shown(e.layer),
+                e.key,
+                f"0x{e.tactic:x}",
+                shown(e.kernel or "-"),
+                "yes" if e.pinned else "no",
+            ]  # fmt: skip
             for e in data.layers
         ]
         head = ["layer", "key", "tactic", "kernel", "pinned"]

@@ -101,7 +101,8 @@ def _main(argv: list[str] | None) -> None:
     except SystemExit:
         raise
     except Exception as err:  # a bug: one line for the user, the traceback to a file
-        code, message = crash.internal_error(err, args)
+        known = crash.environment_failure(err, COMMITTED)
+        code, message = known if known is not None else crash.internal_error(err, args)
     else:
         if rv == 130:  # typer turns Ctrl-C (and SIGTERM / SIGHUP) into exit 130
             _interrupted(_received[-1] if _received else 2)

@@ -40,6 +40,16 @@ def table_lines(headers: list[str], rows: Iterable[list[str]] | list[list[str]])
     return lines
 
 
+def shown(text: object) -> str:
+    """``text`` from a file (a lock's field, a layer name) as it may be shown on one line:
+    every character that is not printable (newline, escape, carriage return) written as its
+    escape, so a hand-edited lock cannot forge an ``error:`` line or move the cursor."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
 def echo_lines(lines: list[str], chunk: int = 4096) -> None:
     """Many lines, as ``echo("\\n".join(lines))`` prints them, written a chunk at a time."""
     for i in range(0, max(len(lines), 1), chunk):

@@ -54,7 +54,7 @@ def stability(
     if plot is not None:
         from reprobuild.cli.stability_plot import check_plot_path
 
-        check_plot_path(plot)
+        check_plot_path(plot, model)
     from reprobuild.workflow.stability import stability as run
 
     settings = None if tie_band is None else BuildSettings(tie_band=tie_band)

@@ -21,8 +21,9 @@ from reprobuild.errors import UsageError
 _FORMATS = (".png", ".svg")
 
 
-def check_plot_path(path: Path) -> None:
-    """Refuse, before any work, a plot file of another type or a missing matplotlib."""
+def check_plot_path(path: Path, model: Path) -> None:
+    """Refuse, before any work, a plot file of another type, a missing matplotlib, a
+    symlink (matplotlib writes through it, over whatever it points at) or the model."""
     if path.suffix.lower() not in _FORMATS:
         raise UsageError(f"--plot {path}: name a .png or .svg file")
     if importlib.util.find_spec("matplotlib") is None:
@@ -30,9 +31,13 @@ def check_plot_path(path: Path) -> None:
             f"--plot {path}: matplotlib is not installed; pip install 'reprobuild[plot]' "
             "(or drop --plot)"
         )
-    from reprobuild.transaction import check_output_path
+    from reprobuild.transaction import check_distinct, check_output_path
 
+    if path.is_symlink():
+        raise UsageError(f"--plot {path}: is a symlink, which the plot would be written through; "
+                         "give the path of a regular file")  # fmt: skip
     check_output_path(path, "plot")
+    check_distinct([(path, "plot")], [(model, "model")])
 
 
 _KEPT, _OTHER, _BAND = "#c0392b", "#555555", "#d9e8f5"

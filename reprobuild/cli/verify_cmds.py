@@ -24,6 +24,7 @@ from reprobuild.cli.build_cmds import (
 from reprobuild.cli.groups import ModelArg, ModelOpt, model_of
 from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
+from reprobuild.limits import SEED_MAX
 from reprobuild.lock.model import DEFAULT_LOCK
 from reprobuild.words import count
 
@@ -48,7 +49,9 @@ def verify(
     report: Path | None = typer.Option(None, "--report", help="Write a JSON report here."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
     cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random inputs."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=SEED_MAX, help="Seed of the random inputs (at most 18 digits)."
+    ),
     no_control: bool = typer.Option(
         False, "--no-control", help="Skip the positive control (one build with one layer switched)."
     ),

@@ -272,18 +272,28 @@ def edit_lock(
     return Edit(lock.target_name, changes, [o for o in before if o not in lock.outputs])
 
 
-def record_digest(path: str | Path, target: str, digest: OutputDigest) -> None:
+def record_digest(
+    path: str | Path, target: str, digest: OutputDigest, tactics: dict[str, int]
+) -> bool:
     """Add the digest of a target's outputs for new inputs (``verify --record-digests``),
-    under the file lock; a digest already recorded for those inputs is never replaced."""
+    under the file lock; a digest already recorded for those inputs is never replaced.
+
+    ``tactics`` is the tactic map that was verified: if the lock no longer holds it (a pin
+    landed while the rebuilds ran), the digest describes other tactics and would fail every
+    later verify, so nothing is written and False is returned.
+    """
     from reprobuild.lock.targets import by_name
 
     with exclusive(path):
         lock = load_lock(path)
         lock = lock.select(by_name(lock, target, str(path)))
+        if lock.tactic_map() != tactics:
+            return False
         if any(o.inputs == digest.inputs for o in lock.outputs):
-            return
+            return True
         lock.outputs.append(digest)
         save_lock(lock, path)
+    return True
 
 
 def show_rows(lock: Lock) -> list[dict[str, Any]]:

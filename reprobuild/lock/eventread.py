@@ -251,7 +251,7 @@ class _Reader:
             raise _Decline
         try:
             value = float.fromhex(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise _Decline from None
         if not value >= 0:
             raise _Decline

@@ -168,3 +168,10 @@ def _strictly_increasing(candidates: list[LockCandidate]) -> bool:
     (A lock read back is, and ``pin`` then skips 10,000 sorts of sets.)"""
     tactics = [c.tactic for c in candidates]
     return all(map(operator.lt, tactics, tactics[1:]))
+
+
+NO_IDENTITY = (
+    "no digest recorded: the lock's target has no identity (a schema-1 lock), so its bits "
+    "would be claimed for every machine; build with --re-record to record this machine's target"
+)
+"""Why a section without identity never receives a digest (build and verify say it)."""

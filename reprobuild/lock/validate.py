@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from reprobuild.limits import SEED_DIGITS
 from reprobuild.lock.model import (
     SCHEMA_VERSION,
     ExternalFile,
@@ -39,7 +40,7 @@ _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _INT_SETTINGS = ("workspace", "max_num_tactics", "avg_timing_iterations", "max_aux_streams")
 _STR_SETTINGS = ("tiling_optimization_level", "hardware_compatibility_level")
 _FIELD_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
-_INPUTS_RE = re.compile(r"seeded:-?[0-9]{1,18}|sha256:[0-9a-f]{64}")
+_INPUTS_RE = re.compile(rf"seeded:-?[0-9]{{1,{SEED_DIGITS}}}|sha256:[0-9a-f]{{64}}")
 
 
 def lock_from_data(doc: Doc, raw: Any) -> Lock:
@@ -131,6 +132,9 @@ def _targets(doc: Doc, value: Any, path: Path_) -> list[Target]:
                     op + ("inputs",),
                     f"expected 'seeded:N' or 'sha256:<64 hex>', got {inputs[:70]!r}",
                 )
+            if any(o.inputs == inputs for o in outputs):
+                doc.fail(op + ("inputs",), f"a second digest for inputs {inputs[:70]!r}",
+                         "keep one digest per inputs, or re-record them")  # fmt: skip
             outputs.append(OutputDigest(inputs, _sha(doc, om["sha256"], op + ("sha256",))))
         targets.append(Target(env, _layers(doc, m["layers"], p + ("layers",), timed=True), outputs))
     return targets
@@ -292,7 +296,7 @@ def _time(doc: Doc, value: Any, path: Path_) -> float | None:
     text = doc.string(value, path)
     try:
         t = float.fromhex(text) if text not in ("inf", "nan") else float(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         doc.fail(path, f"malformed time {text[:40]!r}: expected a hex float like '0x1.8p-3'")
     if not t >= 0:
         doc.fail(path, f"a time must be >= 0 ms, got {text[:40]!r}")

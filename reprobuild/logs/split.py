@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
-from reprobuild.limits import cap
+from reprobuild.limits import cap, log_processes
 from reprobuild.logs.layermodel import EngineLayer
 from reprobuild.logs.parser import LogParser
 from reprobuild.logs.reader import iter_blocks
@@ -128,13 +128,14 @@ def iter_pieces(
     REPORT = Report()
     size = src.size()
     threshold = MIN_BYTES if min_bytes is None else min_bytes
+    processes = log_processes()
     if (
         size is None
         or size < max(threshold, 1)
         or not sys.platform.startswith("linux")  # fork is safe there; elsewhere one process
         or _cpus() < 2
         or size > cap("log")  # read alone, to stop at the cap where one reading stops
-        or os.environ.get("REPROBUILD_LOG_PROCESSES") == "1"
+        or processes == 1
     ):
         with src:
             yield from _alone(src.chunks(), parser, render)

@@ -56,5 +56,6 @@ def build_paths(
             (calibration, "calibration data"),
             (held_out, "held-apart samples"),
         ],
+        cache_dir,
     )
     return model_path, lock_path, engine_path, report_path, log_path

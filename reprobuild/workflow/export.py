@@ -59,7 +59,7 @@ def export_pinned_cache(
 ) -> ExportResult:
     """Write ``output`` atomically; ``backend`` defaults to a new ``TensorRTBackend``."""
     check_output_path(output, "timing cache")
-    check_distinct([(output, "timing cache")], [(lock_path, "lock"), (model, "model")])
+    check_distinct([(output, "timing cache")], [(lock_path, "lock"), (model, "model")], cache_dir)
     lock_path = Path(lock_path)
     lock = load_lock(lock_path)
     if lock.environment.backend != "tensorrt":

@@ -14,12 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprobuild.cachedir import DEFAULT_CACHE_DIR
 from reprobuild.errors import UsageError
-from reprobuild.fileio import read_regular
+from reprobuild.fileio import exclusive, read_regular
+from reprobuild.limits import cap
 from reprobuild.lock.model import Lock
 from reprobuild.lock.targets import merge
 from reprobuild.lock.yamlio import dumps_lock, load_lock
-from reprobuild.transaction import Outputs, check_output_path
+from reprobuild.transaction import (
+    Outputs,
+    check_distinct,
+    check_output_path,
+    lock_target,
+    same_file,
+)
 
 MAX_REPORT_BYTES = 64 << 20  # a verify report with every sensitivity probe is far smaller
 
@@ -27,15 +35,35 @@ MAX_REPORT_BYTES = 64 << 20  # a verify report with every sensitivity probe is f
 def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Lock:
     """``reprobuild merge A.lock B.lock ... --out L``: one lock with every target (same
     model, settings and precision plan, else exit 2; one target with two different sections,
-    exit 2). ``out`` may be one of the inputs: it is read before anything is written."""
+    exit 2). ``out`` may be one of the inputs: it is read before anything is written, and
+    the file lock on ``out`` is held from that reading to the commit, as every lock writer
+    holds it, so a ``pin`` of ``out`` meanwhile is neither lost nor loses the merge."""
     if len(paths) < 1:
         raise UsageError("merge needs at least one lock: reprobuild merge A.lock B.lock --out L")
-    check_output_path(out, "merged lock")
-    locks = [(str(p), load_lock(p)) for p in paths]
-    merged = merge(locks)
-    with Outputs() as outputs:
-        outputs.stage_lock(out, dumps_lock(merged), "merged lock")
-        outputs.commit()
+    check_output_path(lock_target(out, "merged lock"), "merged lock")
+    with exclusive(out):
+        locks = [(str(p), load_lock(p)) for p in paths]
+        for path, lock in locks:
+            if any(not t.environment.identity for t in lock.targets()):
+                raise UsageError(
+                    f"{path}: a target without identity (a schema-1 lock) cannot be merged: its "
+                    "bits would be claimed for every machine; upgrade it first with reprobuild "
+                    "build MODEL --lock LOCK --re-record"
+                )
+        models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
+        check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
+        merged = merge(locks)
+        merged.model.path = _rebased(models[0][0], locks[0][1].model.path, out)
+        text = dumps_lock(merged)
+        if len(text.encode()) > cap("lock"):  # no command could read it back
+            raise UsageError(
+                f"{out}: the merged lock would be {len(text.encode()):,} bytes, over the "
+                f"{cap('lock'):,}-byte lock limit no command reads past; merge fewer targets "
+                "(or raise REPROBUILD_MAX_LOCK_BYTES)"
+            )
+        with Outputs() as outputs:
+            outputs.stage_lock(out, text, "merged lock")
+            outputs.commit()
     return merged
 
 
@@ -111,6 +139,14 @@ class TargetCheck:
         }
 
 
+def _rebased(model: Path, recorded: str, out: str | os.PathLike[str]) -> str:
+    """``model.path`` as seen from the merged lock's folder: it is relative to its lock, so
+    a merge into another folder would otherwise point at a file that is not there."""
+    if Path(recorded).is_absolute():
+        return recorded
+    return Path(os.path.relpath(model, Path(out).parent)).as_posix()
+
+
 @dataclass
 class FleetCheck:
     """Every report: the targets' groups and the machines of no recorded target."""
@@ -143,14 +179,14 @@ def read_report(path: str | os.PathLike[str]) -> Machine | Untargeted:
         error = doc.get("error")
         if isinstance(error, dict) and NO_TARGET in str(error.get("message")):
             return Untargeted(str(p), p.stem, str(error["message"]))
+        fields = [doc[k] for k in ("target", "inputs_label", "tactic_map_sha256", "outputs_sha256")]
+        if not all(isinstance(f, str) and f for f in fields):  # null digests agree on nothing
+            raise TypeError
         recorded = doc.get("recorded_sha256")
         return Machine(
             str(p),
             str(doc.get("machine", {}).get("host") or p.stem),
-            str(doc["target"]),
-            str(doc["inputs_label"]),
-            str(doc["tactic_map_sha256"]),
-            str(doc["outputs_sha256"]),
+            *fields,
             None if recorded is None else str(recorded),
             doc.get("reproducible") is not False,
         )
@@ -169,7 +205,10 @@ def check_fleet(paths: list[str | os.PathLike[str]]) -> FleetCheck:
         raise UsageError("fleet needs at least one verify report: reprobuild fleet A.json B.json")
     groups: dict[tuple[str, str], list[Machine]] = {}
     untargeted: list[Untargeted] = []
-    for p in paths:
+    for i, p in enumerate(paths):
+        twice = next((q for q in paths[:i] if same_file(p, q)), None)
+        if twice is not None:  # one machine counted twice would win every vote
+            raise UsageError(f"{p}: given twice (also as {twice}); give each report once")
         m = read_report(p)
         if isinstance(m, Untargeted):
             untargeted.append(m)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -34,7 +35,7 @@ from reprobuild.lock.diff import engine_of
 from reprobuild.lock.model import Lock
 from reprobuild.lock.yamlio import load_lock
 from reprobuild.tiebreak import TieCandidate, unsure
-from reprobuild.types import BuildSettings
+from reprobuild.types import MAX_TIE_RECORDS, BuildSettings
 
 
 @dataclass
@@ -174,8 +175,8 @@ def stability(
     from reprobuild.workflow.build import build
     from reprobuild.workflow.context import check_model_file
 
-    if records < 2:
-        raise UsageError(f"--records {records}: stability needs at least 2 recordings")
+    if not 2 <= records <= MAX_TIE_RECORDS:  # build --records' bound: each is a full build
+        raise UsageError(f"--records {records}: stability needs 2 to {MAX_TIE_RECORDS} recordings")
     model = check_model_file(model)  # before the first recording is announced
     settings = settings or BuildSettings()
     t0 = time.perf_counter()
@@ -200,6 +201,7 @@ def stability(
             name = result.backend
             report = json.loads((here / "model.engine.report.json").read_text())
             runs.append((report, load_lock(here / "tactics.lock")))
+            shutil.rmtree(here)  # read: its engine and cache need not wait for the others
     keys = _per_key(runs, settings)
     locks = [lock for _, lock in runs]
     return StabilityReport(

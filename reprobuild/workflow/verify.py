@@ -23,7 +23,7 @@ from reprobuild.backends.base import Backend
 from reprobuild.errors import UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
-from reprobuild.lock.model import DEFAULT_LOCK, OutputDigest
+from reprobuild.lock.model import DEFAULT_LOCK, NO_IDENTITY, OutputDigest
 from reprobuild.workflow.context import announce_backend, open_lock, resolve_backend
 from reprobuild.workflow.control import (
     Control,
@@ -209,6 +209,7 @@ def verify(
                 (calibration, "calibration data"),
                 (held_out, "held-apart samples"),
             ],
+            cache_dir,
         )
     data, lock_path, model_path = open_lock(lock, model, be, notes, target=target)
     be = be.for_target(data.environment)  # the keys this target was recorded with
@@ -352,11 +353,16 @@ def verify(
         outputs_chosen=chosen,
         tolerance=None if tolerance is None else asdict(tolerance),
     )
-    if record_digests and recorded is None and ok:
+    if record_digests and recorded is None and ok and not data.environment.identity:
+        progress(Step(f"warning: {NO_IDENTITY}"))
+    elif record_digests and recorded is None and ok:
         from reprobuild.lock.edit import record_digest
 
-        record_digest(lock_path, data.target_name, OutputDigest(label, digest))
-        result.digests_recorded = True
+        if record_digest(lock_path, data.target_name, OutputDigest(label, digest), expected):
+            result.digests_recorded = True
+        else:
+            moved = f"{lock_path} changed its tactics while verify ran (a pin?)"
+            progress(Step(f"warning: {moved}, so the digest was not recorded; run again"))
     if report is not None:
         from reprobuild.transaction import Outputs
 

@@ -1,0 +1,29 @@
+"""Lock text shown on a terminal is escaped: a hand-edited field with a newline or an escape
+character cannot forge an ``error:`` line or drive the terminal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FORGED = 'blas_kernels: "Has\\nwell\\nerror: forged\\x1b[2J"'
+
+
+def _forge(proj: Path) -> None:
+    text = (proj / "t.lock").read_text()
+    start = text.index("blas_kernels:")
+    (proj / "t.lock").write_text(text[:start] + FORGED + text[text.index("\n", start) :])
+
+
+def test_show_escapes_lock_text(proj: Path, cli) -> None:
+    _forge(proj)
+    r = cli("show", "--lock", "t.lock")
+    assert r.code == 0, r
+    assert "\x1b" not in r.out and not any(ln.startswith("error:") for ln in r.out.splitlines())
+    assert "Has\\nwell\\nerror: forged\\x1b[2J" in r.out, r.out
+
+
+def test_an_error_naming_lock_text_stays_one_escaped_line(proj: Path, cli) -> None:
+    _forge(proj)
+    r = cli("build", "mlp.onnx", "--lock", "t.lock", "--frozen", "--backend", "reference", "-q")
+    assert r.code == 3 and "\x1b" not in r.err, r
+    assert [ln for ln in r.err.splitlines() if ln.startswith("error:")] == r.err.splitlines()[-1:]
