@@ -70,10 +70,11 @@ def update_tactics(
     the entry's recorded time (``time_ms``, exact, from the lock): a builder chooses between
     the several keys of one layer by their cached times, so writing the recorded ones back
     makes a rebuild on any machine of the target choose as the recording did. Without a
-    usable recorded time (a schema-1 lock; ``inf`` for a key whose tactics all failed, which
-    TensorRT's ``update()`` refuses, as it refuses NaN, which would delete the entry) the
-    cache's current time is kept when finite, and a non-finite one becomes
-    :data:`FAILED_TIME_MS`, never a cheap time that could win a format choice.
+    usable recorded time (a schema-1 lock; ``inf`` for a key whose tactics all failed:
+    NvInfer.h lists only negative and NaN timings as invalid, and a NaN deletes the entry,
+    so nothing non-finite is written) the cache's current time is kept when finite, and a
+    non-finite one becomes :data:`FAILED_TIME_MS`, never a cheap time that could win a
+    format choice.
     """
     results: list[PinResult] = []
     for entry in entries:
@@ -116,7 +117,7 @@ def update_tactics(
 
 FAILED_TIME_MS = 3.4028234663852886e38
 """Written for a key whose cached time is not finite (every tactic failed: ``inf``) or
-missing: the largest float32, finite so that ``update()`` accepts it, and the most expensive
+missing: the largest float32, finite (a time ``update()`` is documented to take), the most expensive
 time there is, so a pinned failed entry can never undercut a real cost when the builder
 chooses between a layer's keys by their cached times."""
 
