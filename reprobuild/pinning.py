@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from reprobuild.backends.base import TimingCache
 from reprobuild.errors import BuildError, DriftError
+from reprobuild.lock.model import by_layer
 
 
 class _Candidate(Protocol):
@@ -280,11 +281,11 @@ def running_keys(layer_info_json: str | None, entries: Sequence[_Entry]) -> dict
     builder: the tie rule between keys), which the tactic map does not hold."""
     from reprobuild.logs.layerinfo import parse_layer_info
 
-    groups: dict[str, list[_Entry]] = {}
-    for entry in entries:
-        if not entry.layer.startswith("<"):
-            groups.setdefault(entry.layer, []).append(entry)
-    groups = {name: group for name, group in groups.items() if len(group) > 1}
+    groups = {
+        name: group
+        for name, group in by_layer(entries).items()
+        if len(group) > 1 and not name.startswith("<")  # <one of a, b>: no single layer
+    }
     if not groups or not layer_info_json:
         return {}
     info = parse_layer_info(layer_info_json, "engine layer information", strict=False)
@@ -336,10 +337,7 @@ def recorded_key_times(
     from reprobuild.tiebreak import KeyOption, forcing_times
 
     times: dict[str, float | None] = {e.key: getattr(e, "time_ms", None) for e in entries}
-    groups: dict[str, list[Any]] = {}
-    for e in entries:
-        groups.setdefault(e.layer, []).append(e)
-    for group in groups.values():
+    for group in by_layer(entries).values():
         runs = [i for i, e in enumerate(group) if getattr(e, "runs", None)]
         if len(group) < 2 or len(runs) != 1 or any(times[e.key] is None for e in group):
             continue
@@ -359,10 +357,7 @@ def key_choice_drift(layer_info_json: str | None, entries: Sequence[Any]) -> lis
     the inspector cannot vouch for, or without a recorded choice, is not checked."""
     ran = running_keys(layer_info_json, entries)
     problems = []
-    by_layer: dict[str, list[Any]] = {}
-    for e in entries:
-        by_layer.setdefault(e.layer, []).append(e)
-    for layer, group in sorted(by_layer.items()):
+    for layer, group in sorted(by_layer(entries).items()):
         want = [e.key for e in group if getattr(e, "runs", None)]
         got = [e.key for e in group if ran.get(e.key)]
         if len(want) == 1 and got and want != got:

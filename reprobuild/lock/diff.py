@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from reprobuild.lock.model import LayerEntry, Lock, OutputDigest
+from reprobuild.lock.model import LayerEntry, Lock, OutputDigest, by_layer
 from reprobuild.lock.plandiff import PlanChange, plan_changes
 
 NOT_COMPARED: dict[str, str] = {
@@ -53,14 +53,11 @@ def ran_keys(layers: Iterable[LayerEntry]) -> dict[str, str]:
     """Which key each layer of several keys runs: the one the lock records as run where it
     records one, else the lowest recorded time (the builder's rule; the first on a tie).
     Layers of one key are left out: there is no choice to make."""
-    by_layer: dict[str, list[LayerEntry]] = {}
-    for e in layers:
-        by_layer.setdefault(e.layer, []).append(e)
     out = {}
-    for layer, entries in by_layer.items():
+    for layer, entries in by_layer(layers).items():
         if len(entries) < 2:
             continue
-        recorded = [e for e in entries if getattr(e, "runs", None)]  # a recorded choice
+        recorded = [e for e in entries if e.runs]  # a recorded choice
         out[layer] = (recorded or [min(entries, key=_time)])[0].key
     return out
 

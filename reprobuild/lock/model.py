@@ -21,7 +21,9 @@ works on one target's layers needs to know nothing of fleets.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from reprobuild.lock.plan import PrecisionPlan
 from reprobuild.types import BuildSettings, Environment
@@ -161,6 +163,18 @@ class Lock:
 
     def tactic_map(self) -> dict[str, int]:
         return {e.key: e.tactic for e in self.layers}
+
+
+_E = TypeVar("_E", bound=Any)
+
+
+def by_layer(entries: Iterable[_E]) -> dict[str, list[_E]]:
+    """Entries grouped by layer name, in entry order: a layer with several timing-cache keys
+    (format combinations) has several entries, one of which it runs."""
+    out: dict[str, list[_E]] = {}
+    for e in entries:
+        out.setdefault(e.layer, []).append(e)
+    return out
 
 
 def _strictly_increasing(candidates: list[LockCandidate]) -> bool:

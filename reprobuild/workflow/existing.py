@@ -14,7 +14,7 @@ from pathlib import Path
 
 from reprobuild.backends.base import Backend
 from reprobuild.errors import EnvironmentMismatch
-from reprobuild.lock.model import LayerEntry, Lock, ModelInfo, OutputDigest
+from reprobuild.lock.model import LayerEntry, Lock, ModelInfo, OutputDigest, by_layer
 from reprobuild.lock.targets import describe_names, matching, no_target_message, select
 from reprobuild.types import BuildSettings
 from reprobuild.words import count
@@ -108,9 +108,7 @@ def carry_pins(old: list[LayerEntry], new: list[LayerEntry]) -> tuple[list[str],
     (one entry of that name, or the same key) and whose tactic is still one of its
     candidates. Returns (kept, dropped) layer names; a dropped one says why."""
     by_key = {e.key: e for e in new}
-    by_name: dict[str, list[LayerEntry]] = {}
-    for e in new:
-        by_name.setdefault(e.layer, []).append(e)
+    by_name = by_layer(new)
     kept: list[str] = []
     dropped: list[str] = []
     for pin in (e for e in old if e.pinned):

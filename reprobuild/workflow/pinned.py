@@ -228,10 +228,9 @@ def switched(entries: list[LayerEntry], tactics: dict[str, int]) -> list[LayerEn
 def mark_running(entries: list[LayerEntry], layer_info: str | None) -> list[LayerEntry]:
     """Each entry of a layer with several keys marked with whether the engine runs it
     (``runs``, :func:`reprobuild.pinning.running_keys`); the others left as they are."""
-    for key, runs in running_keys(layer_info, entries).items():
-        for e in entries:
-            if e.key == key:
-                e.runs = runs
+    running = running_keys(layer_info, entries)
+    for e in entries:
+        e.runs = running.get(e.key, e.runs)
     return entries
 
 

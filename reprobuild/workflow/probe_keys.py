@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reprobuild.lock.model import by_layer
 from reprobuild.types import BuildSettings
 
 
@@ -142,10 +143,7 @@ def key_time_control(
     ``update(B, B's tactic, A's time / 4)`` runs B's when cached times choose between a
     layer's keys (``moves``), A's when they do not (``stays``)."""
     files = sorted(caches.glob("*.cache")) if caches.is_dir() else []
-    by_layer: dict[str, list[Any]] = {}
-    for e in layers:
-        by_layer.setdefault(e.layer, []).append(e)
-    pairs = [es for es in by_layer.values() if len({e.tactic for e in es}) >= 2]
+    pairs = [es for es in by_layer(layers).values() if len({e.tactic for e in es}) >= 2]
     if not files or not pairs:
         return "skipped", "no layer has several keys" if files else "no recording cache"
     data = files[0].read_bytes()
