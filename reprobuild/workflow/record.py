@@ -100,21 +100,22 @@ def record(
             "report's tie_break lists them; --apply-tie-rule writes them back)"
         )
     log_warnings = list(log.parser.warnings)
+
+    def replay() -> Any:
+        """A build of the serialized recording cache, as every later locked build is (--log
+        keeps the recording's log, which timed every candidate)."""
+        return pinned_build(
+            be, built_model, new_lock.settings, new_lock.tactic_map(), None, progress, warnings,
+            entries=new_lock.layers, recording=Recording(be.create_timing_cache(recorded)),
+        )  # fmt: skip
+
+    recording_engine: bytes | None = output.engine
+    pb = None
     if ties.moved:  # the rule kept another near-tie than the builder: rebuild from the cache
         moved = count(len(ties.moved), "key takes", "keys take")
         progress(Step(f"tie rule: {moved} the rule's tactic; rebuilding"))
         try:
-            pb = pinned_build(
-                be,
-                built_model,
-                new_lock.settings,
-                new_lock.tactic_map(),
-                None,
-                progress,
-                warnings,
-                entries=new_lock.layers,
-                recording=Recording(be.create_timing_cache(recorded)),
-            )  # --log keeps the recording's log, which timed every candidate
+            pb = replay()
         except (BuildError, DriftError) as err:
             _restore(new_lock.layers, builder)
             ties.fallback = str(err)
@@ -123,20 +124,15 @@ def record(
                 f"the tie rule's rebuild failed ({err}); the builder's choices are kept"
             )
         else:
-            # the report's candidate times are the recording's: the rebuild measured
-            # only what it had to (second_build_timed says how many keys)
-            pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
-            output, log_warnings = pb.output, log_warnings + pb.log_warnings
             ties.rebuilt, ties.second_build_timed = True, pb.timed
-    recording_engine = output.engine
-    if not ties.rebuilt:  # the engine (and the lock's bits) come from a replay, as later
+            recording_engine = None  # it ran other tactics: no replay of it to compare
+    if pb is None:  # the engine (and the lock's bits) come from a replay, as later
         progress(Step("replaying the recording cache (the engine every locked build makes)"))
-        pb = pinned_build(
-            be, built_model, new_lock.settings, new_lock.tactic_map(), None, progress, warnings,
-            entries=new_lock.layers, recording=Recording(be.create_timing_cache(recorded)),
-        )  # fmt: skip
-        pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
-        output, log_warnings = pb.output, log_warnings + pb.log_warnings
+        pb = replay()
+    # the report's candidate times are the recording's: a replay measures only what it
+    # has to (second_build_timed says how many keys)
+    pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
+    output, log_warnings = pb.output, log_warnings + pb.log_warnings
     mark_running(new_lock.layers, output.layer_info)  # the key each layer runs
     return Built(
         new_lock,
