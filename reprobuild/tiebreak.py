@@ -27,8 +27,9 @@ The rules (neither reads a time or the order candidates were timed in):
   accumulates in a wide type before one whose name says it accumulates in FP16/BF16
   (``f16acc``, ``bf16acc``, the reference ``k16`` kernels), because its result moves less
   with the summation order; (2) the fewest partial sums its name says the reduction is cut
-  into (:func:`partial_sums`: ``splitkN`` and ``treeN`` N, ``kN`` chunks many, any other
-  name one); (3) the lowest tactic hash, compared as an integer.
+  into (:func:`partial_sums`: ``splitkN`` and ``treeN`` N, the reference ``direct`` Conv one
+  per kernel tap, ``kN`` chunks many, any other name one); (3) the lowest tactic hash,
+  compared as an integer.
 - ``steady-then-hash``: steps (1) and (3) alone.
 
 :func:`unsure` tells a backend that times in rounds which candidates' side of the band edge
@@ -52,6 +53,12 @@ from reprobuild.types import DEFAULT_TIE_RULE, TIE_RULES
 _LOW_ACCUMULATION = ("f16acc", "bf16acc", "_k16_")
 _SPLITS = re.compile(r"_(?:splitk|tree)(\d+)_")
 _CHUNKS = re.compile(r"_k(\d+)_")
+_PER_TAP = "ref_conv_direct_"
+PER_TAP_SUMS = 1 << 20
+"""What :func:`partial_sums` counts for a reference ``direct`` Conv kernel: one partial sum
+per kernel tap, added in order; the name does not say how many taps (at least two: a
+pointwise Conv has no ``direct`` kernel), so it ranks after every named split and before
+fixed-length chunks."""
 
 UNSURE_BELOW = 0.5
 UNSURE_ABOVE = 1.0
@@ -133,12 +140,15 @@ class TieDecision:
 
 def partial_sums(kernel: str | None) -> int:
     """How many partial sums the kernel's name says its reduction is cut into: ``splitkN``
-    and ``treeN`` N, ``kN`` (fixed-length chunks) more than any split, else 1."""
+    and ``treeN`` N, the reference ``direct`` Conv one per tap (:data:`PER_TAP_SUMS`),
+    ``kN`` (fixed-length chunks) more than any of them, else 1."""
     name = (kernel or "").lower()
     if m := _SPLITS.search(name):
         return int(m.group(1))
     if _CHUNKS.search(name):
         return 1 << 30
+    if name.startswith(_PER_TAP):
+        return PER_TAP_SUMS
     return 1
 
 
