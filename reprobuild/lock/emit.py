@@ -9,9 +9,8 @@ lines never wrap.
 Events rather than ``yaml.dump`` and representers: the lock is a fixed shape, and building
 events directly (constant events shared) is several times faster than representing a node
 tree on a 10,000-layer lock, which ``reprobuild pin`` rewrites on every call. The layers,
-the bulk of a lock, are written as text directly (:func:`layers_text`) when none of their
-strings needs escaping: the emitter's bytes at a fifth of the time; otherwise they are
-emitted too.
+the bulk of a lock, are written as text (:func:`layers_text`), at a fifth of the
+emitter's time; the emitter escapes the strings that need it.
 
 PyYAML's emitters (C and pure) differ from the format as first written in four places,
 restored by ``restyle``: no comments (the header is prepended), block sequences inside a
@@ -148,62 +147,56 @@ def time_text(time_ms: float) -> str:
     return "inf" if time_ms == float("inf") else float.hex(float(time_ms))
 
 
-def _layer_events(layers: list[LayerEntry], out: list[Any]) -> None:
-    """The bulk of a big lock: written flat, with kernel-name events reused."""
-    texts: dict[str | None, ScalarEvent] = {None: _NULL}
-    add = out.append
-    k = _K
-    for e in layers:
-        kernel = texts.get(e.kernel) or texts.setdefault(e.kernel, text_event(e.kernel))
-        out += (_BLOCK_MAP, k["layer"], text_event(e.layer))
-        out += (k["key"], ScalarEvent(None, None, (False, True), e.key, style='"'))
-        out += (k["tactic"], _hex(e.tactic))
-        if e.time_ms is not None:
-            out += (k["time"], text_event(time_text(e.time_ms)))
-        if e.runs is not None:
-            out += (k["runs"], _TRUE if e.runs else _FALSE)
-        if e.near_tie and e.band_ms is not None:
-            out += (k["band"], text_event(time_text(e.band_ms)), k["ties"], _FLOW_SEQ)
-            for t in e.ties:
-                out.append(_hex(t))
-            add(_SEQ_END)
-        out += (k["kernel"], kernel)
-        out += (k["pinned"], _TRUE if e.pinned else _FALSE, k["candidates"], _BLOCK_SEQ)
-        for c in e.candidates:
-            ck = texts.get(c.kernel) or texts.setdefault(c.kernel, text_event(c.kernel))
-            out += (_FLOW_MAP, k["tactic"], _hex(c.tactic), k["kernel"], ck, _MAP_END)
-        add(_SEQ_END)
-        add(_MAP_END)
-
-
 # ------------------------------------------------------------------ layers as text
 
 _SAFE_QUOTED_RE = re.compile(r"[ !#-\[\]-~]*")
 """Printable ASCII but ``"`` and ``\\``: double-quoted, the emitter writes it unchanged."""
 
+DUMPER: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
-class _NeedsEmitter(Exception):
-    """A string that the emitter escapes: the layers go through the emitter."""
+
+def emit_events(events: list[Any]) -> str:
+    """PyYAML's text for ``events``, before :func:`restyle`: libyaml's emitter where it is
+    installed, the pure one for a lone surrogate (libyaml takes only valid UTF-8)."""
+    options: dict[str, Any] = {"width": WIDTH, "allow_unicode": True}
+    try:
+        return yaml.emit(events, Dumper=DUMPER, **options)
+    except UnicodeEncodeError:
+        return yaml.emit(events, Dumper=yaml.SafeDumper, **options)
+
+
+def _escaped(value: str) -> str:
+    """``value`` double-quoted as the emitter escapes it, restyled: the one escaping of the
+    lock's strings, asked of the emitter for the rare string that needs it."""
+    events = [yaml.StreamStartEvent(), yaml.DocumentStartEvent(explicit=False), _BLOCK_MAP]
+    events += [_K["layer"], ScalarEvent(None, None, (False, True), value, style='"'), _MAP_END]
+    events += [yaml.DocumentEndEvent(explicit=False), yaml.StreamEndEvent()]
+    text = emit_events(events)
+    return _ESCAPE_RE.sub(_json_escape, text)[len("layer: ") :].rstrip("\n")
+
+
+def _quoted(value: str) -> str:
+    """A string always double-quoted (hashes, keys), escaped where it needs it."""
+    return f'"{value}"' if _SAFE_QUOTED_RE.fullmatch(value) else _escaped(value)
 
 
 def _text(value: str | None) -> str:
-    """A string as the emitter writes :func:`text_event` (``null`` for None), where that
-    needs no escaping (plain words, and printable ASCII in double quotes)."""
+    """A string as the lock writes it (``null`` for None): plain words as they are,
+    printable ASCII in double quotes, anything else escaped by the emitter."""
     if value is None:
         return "null"
     if is_plain(value):
         return value
     if _SAFE_QUOTED_RE.fullmatch(value) is None:
-        raise _NeedsEmitter
+        return _escaped(value)
     return f'"{value}"'
 
 
-def layers_text(layers: list[LayerEntry]) -> str | None:
-    """A target's ``layers:`` block in its final form (indented, restyled), written
-    directly: the same bytes as the emitter and :func:`restyle` give for
-    :func:`_layer_events` (``tests/lock`` holds the two together), without building,
-    emitting and re-indenting 50 events per layer, most of ``pin``'s writing time. None
-    when a string needs escaping (the caller then emits the layers)."""
+def layers_text(layers: list[LayerEntry]) -> str:
+    """A target's ``layers:`` block in its final form (indented, restyled), written as
+    text: the one writer of the bulk of a lock. Building, emitting and re-indenting 50
+    events per layer was most of ``pin``'s writing time; only a string that needs
+    escaping goes through the emitter (:func:`_escaped`). Empty for no layers."""
     texts: dict[str | None, str] = {}
     lines: list[str] = []
     add = lines.append
@@ -214,29 +207,24 @@ def layers_text(layers: list[LayerEntry]) -> str | None:
             out = texts[value] = _text(value)
         return out
 
-    try:
-        for e in layers:
-            add(f"      - layer: {text(e.layer)}")
-            if _SAFE_QUOTED_RE.fullmatch(e.key) is None:
-                return None
-            add(f'        key: "{e.key}"\n        tactic: "0x{e.tactic:x}"')
-            if e.time_ms is not None:
-                add(f"        time: {text(time_text(e.time_ms))}")
-            if e.runs is not None:
-                add("        runs: true" if e.runs else "        runs: false")
-            if e.near_tie and e.band_ms is not None:
-                ties = ", ".join(f'"0x{t:x}"' for t in e.ties)
-                add(f"        band: {text(time_text(e.band_ms))}\n        ties: [{ties}]")
-            add(f"        kernel: {text(e.kernel)}")
-            add("        pinned: true" if e.pinned else "        pinned: false")
-            if not e.candidates:
-                add("        candidates: []")
-                continue
-            add("        candidates:")
-            for c in e.candidates:
-                add(f'          - {{tactic: "0x{c.tactic:x}", kernel: {text(c.kernel)}}}')
-    except _NeedsEmitter:
-        return None
+    for e in layers:
+        add(f"      - layer: {text(e.layer)}")
+        add(f'        key: {_quoted(e.key)}\n        tactic: "0x{e.tactic:x}"')
+        if e.time_ms is not None:
+            add(f"        time: {text(time_text(e.time_ms))}")
+        if e.runs is not None:
+            add("        runs: true" if e.runs else "        runs: false")
+        if e.near_tie and e.band_ms is not None:
+            ties = ", ".join(f'"0x{t:x}"' for t in e.ties)
+            add(f"        band: {text(time_text(e.band_ms))}\n        ties: [{ties}]")
+        add(f"        kernel: {text(e.kernel)}")
+        add("        pinned: true" if e.pinned else "        pinned: false")
+        if not e.candidates:
+            add("        candidates: []")
+            continue
+        add("        candidates:")
+        for c in e.candidates:
+            add(f'          - {{tactic: "0x{c.tactic:x}", kernel: {text(c.kernel)}}}')
     return "\n".join(lines)
 
 
@@ -245,10 +233,10 @@ def layers_marker(index: int) -> str:
     return f"reprobuild_layers_{index}"
 
 
-def lock_events(lock: Lock, written: frozenset[int] = frozenset()) -> list[Any]:
-    """The whole document, in the fixed field order (``lock`` must be canonicalized); the
-    layers of the targets whose index is in ``written`` are the word :func:`layers_marker`
-    (their text is written by :func:`layers_text`)."""
+def lock_events(lock: Lock) -> list[Any]:
+    """The whole document but the layers, in the fixed field order (``lock`` must be
+    canonicalized); each target's layers are the word :func:`layers_marker`, replaced by
+    :func:`layers_text`'s text."""
     model: dict[str, Any] = {
         "path": lock.model.path,
         "sha256": lock.model.sha256,
@@ -274,13 +262,8 @@ def lock_events(lock: Lock, written: frozenset[int] = frozenset()) -> list[Any]:
             "outputs": [{"inputs": o.inputs, "sha256": o.sha256} for o in target.outputs],
         }
         out += list(_section(head))[:-1]  # keep the target's mapping open for its layers
-        if index in written:
-            out += (_K["layers"], ScalarEvent(None, None, (True, False), layers_marker(index)))
-            out.append(_MAP_END)
-            continue
-        out += (_K["layers"], _BLOCK_SEQ)
-        _layer_events(target.layers, out)
-        out += (_SEQ_END, _MAP_END)
+        out += (_K["layers"], ScalarEvent(None, None, (True, False), layers_marker(index)))
+        out.append(_MAP_END)
     out += (_SEQ_END, _MAP_END, yaml.DocumentEndEvent(explicit=False), yaml.StreamEndEvent())
     return out
 

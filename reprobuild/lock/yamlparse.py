@@ -18,13 +18,12 @@ from yaml import MappingNode, ScalarNode, SequenceNode
 
 from reprobuild.errors import LockError
 from reprobuild.limits import memory_limit
-from reprobuild.lock.emit import WIDTH, layers_marker, layers_text, lock_events, restyle
+from reprobuild.lock.emit import emit_events, layers_marker, layers_text, lock_events, restyle
 from reprobuild.lock.eventread import STR, read_lock
 from reprobuild.lock.model import Lock
 from reprobuild.lock.schema import Doc, find_duplicate_key
 from reprobuild.lock.validate import FIX, lock_from_data
 
-_Dumper: type = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 MAP = "tag:yaml.org,2002:map"
 SEQ = "tag:yaml.org,2002:seq"
 _MERGE = "tag:yaml.org,2002:merge"
@@ -82,16 +81,12 @@ class CLoader(_QuickResolve, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # 
 
 
 def emit_lock(lock: Lock) -> str:
-    blocks = {i: layers_text(t.layers) for i, t in enumerate(lock.targets()) if t.layers}
-    written = frozenset(i for i, block in blocks.items() if block is not None)
-    options: dict[str, Any] = {"width": WIDTH, "allow_unicode": True}
-    try:
-        text = restyle(yaml.emit(lock_events(lock, written), Dumper=_Dumper, **options))
-    except UnicodeEncodeError:  # a lone surrogate: libyaml takes only valid UTF-8
-        return restyle(yaml.emit(lock_events(lock), Dumper=yaml.SafeDumper, **options))
-    for i in written:
-        line = f"    layers: {layers_marker(i)}\n"
-        text = text.replace(line, f"    layers:\n{blocks[i]}\n", 1)
+    """The lock's canonical text: the head emitted, each target's layers as text."""
+    text = restyle(emit_events(lock_events(lock)))
+    for i, target in enumerate(lock.targets()):
+        block = layers_text(target.layers)
+        layers = f"    layers:\n{block}\n" if block else "    layers: []\n"
+        text = text.replace(f"    layers: {layers_marker(i)}\n", layers, 1)
     return text
 
 

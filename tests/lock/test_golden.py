@@ -19,7 +19,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reprobuild.lock import yamlparse
+from reprobuild.lock import emit, yamlparse
 from reprobuild.lock.yamlio import dumps_lock, load_lock, loads_lock
 
 from ..conftest import sample_lock
@@ -107,7 +107,7 @@ def test_loader_reads_what_the_old_loader_read(path: Path) -> None:
 def test_pure_python_fallback_gives_the_same_bytes_and_locks(path: Path, monkeypatch) -> None:
     """Without libyaml, PyYAML's pure loader and emitter must give the same results."""
     fast = load_lock(path)
-    monkeypatch.setattr(yamlparse, "_Dumper", yaml.SafeDumper)
+    monkeypatch.setattr(emit, "DUMPER", yaml.SafeDumper)
     monkeypatch.setattr(yamlparse, "CLoader", yamlparse.PyLoader)
     slow = load_lock(path)
     assert slow == fast or _joined(repr(slow)) == _joined(repr(fast))
