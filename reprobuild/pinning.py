@@ -241,10 +241,10 @@ def cross_check_kernels(
     (Myelin sub-kernels, fused or split layers running kernels the log never listed) is a
     warning, as is a locked layer with no matching engine layer.
     """
-    from reprobuild.logs.layerinfo import parse_layer_info
+    from reprobuild.logs.layerinfo import build_layer_info
 
     info = (
-        parse_layer_info(layer_info_json, "engine layer information", strict=False)
+        build_layer_info(layer_info_json)
         if isinstance(layer_info_json, str)
         else layer_info_json  # already parsed (``reprobuild layers --lock``)
     )
@@ -279,7 +279,7 @@ def running_keys(layer_info_json: str | None, entries: Sequence[_Entry]) -> dict
 
     The builder runs one key per layer (TensorRT: the lowest cached time; the reference
     builder: the tie rule between keys), which the tactic map does not hold."""
-    from reprobuild.logs.layerinfo import parse_layer_info
+    from reprobuild.logs.layerinfo import build_layer_info
 
     groups = {
         name: group
@@ -288,7 +288,7 @@ def running_keys(layer_info_json: str | None, entries: Sequence[_Entry]) -> dict
     }
     if not groups or not layer_info_json:
         return {}
-    info = parse_layer_info(layer_info_json, "engine layer information", strict=False)
+    info = build_layer_info(layer_info_json)
     if info.names_only:
         return {}
     out: dict[str, bool] = {}

@@ -22,6 +22,7 @@ layer information.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -136,6 +137,14 @@ def _strip_comment_lines(text: str) -> str:
         nl = stripped.find("\n")
         text = "" if nl < 0 else stripped[nl + 1 :]
     return text
+
+
+@functools.lru_cache(maxsize=4)
+def build_layer_info(text: str | bytes) -> LayerInfo:
+    """A build's own inspector JSON (``strict=False``), parsed once however many checks of
+    that build read it (the kernel cross-check, the key choice, idle keys, the plan
+    check): the same text gives the same frozen :class:`LayerInfo`."""
+    return parse_layer_info(text, "engine layer information", strict=False)
 
 
 def parse_layer_info(

@@ -70,10 +70,10 @@ def _inspector_tactics(layer_info: str | None) -> dict[int, list[tuple[str, str 
     if not layer_info:
         return {}
     from reprobuild.errors import ReprobuildError
-    from reprobuild.logs.layerinfo import parse_layer_info
+    from reprobuild.logs.layerinfo import build_layer_info
 
     try:
-        info = parse_layer_info(layer_info, "engine layer information", strict=False)
+        info = build_layer_info(layer_info)
     except ReprobuildError:
         return {}
     out: dict[int, list[tuple[str, str | None]]] = {}

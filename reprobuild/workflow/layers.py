@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.errors import UsageError
-from reprobuild.logs.layerinfo import LayerInfo, load_layer_info, parse_layer_info
+from reprobuild.logs.layerinfo import LayerInfo, build_layer_info, load_layer_info, parse_layer_info
 
 __all__ = ["layers_path", "read_layer_info", "summary_of"]
 
@@ -87,7 +87,7 @@ def summary_of(layer_info: str) -> dict[str, Any]:
     from reprobuild.logs.layertable import summarize
 
     try:
-        info = parse_layer_info(layer_info, "engine layer information", strict=False)
+        info = build_layer_info(layer_info)
     except LogParseError as err:
         return {"error": str(err)}
     return summarize(info).to_json()

@@ -238,12 +238,12 @@ def check_engine(
     without a plan. Unreadable JSON is a note, not a failure: a build's kernels are
     checked elsewhere, and this check must not guess."""
     from reprobuild.errors import LogParseError
-    from reprobuild.logs.layerinfo import parse_layer_info
+    from reprobuild.logs.layerinfo import build_layer_info
 
     if plan is None:
         return None
     try:
-        info = parse_layer_info(layer_info, "engine layer information", strict=False)
+        info = build_layer_info(layer_info)
     except LogParseError as err:
         return PlanCheck(note=f"layer information unreadable: {err}")
     return check_plan(info, plan, model_ops(built_model))

@@ -205,10 +205,10 @@ def shared_names(runs: list[Any]) -> bool:
 
 
 def _typed(layer_info: str) -> bool:
-    from reprobuild.logs.layerinfo import parse_layer_info
+    from reprobuild.logs.layerinfo import build_layer_info
 
     try:
-        info = parse_layer_info(layer_info, "engine layer information", strict=False)
+        info = build_layer_info(layer_info)
     except Exception:  # noqa: BLE001 - unreadable: no types seen
         return False
     return any(t.datatype or t.format for x in info.layers for t in (*x.inputs, *x.outputs))

@@ -71,10 +71,10 @@ def gather_keys(
 
 
 def _tactic_values(layer_info: str, hashes: set[int]) -> tuple[int, int]:
-    from reprobuild.logs.layerinfo import parse_layer_info
+    from reprobuild.logs.layerinfo import build_layer_info
 
     try:
-        info = parse_layer_info(layer_info, "engine layer information", strict=False)
+        info = build_layer_info(layer_info)
     except Exception:  # noqa: BLE001 - unreadable: nothing to count
         return (0, 0)
     values = [int(x.tactic_value) for x in info.layers if x.tactic_value is not None]
@@ -173,11 +173,11 @@ def _engine_tactics(
     be: Any, inner: Any, model: Path, data: bytes, change: tuple[str, int, float] | None
 ) -> set[int]:
     """The TacticValues of a pinned build from ``data`` (one key's value changed first)."""
-    from reprobuild.logs.layerinfo import parse_layer_info
+    from reprobuild.logs.layerinfo import build_layer_info
 
     cache = be.create_timing_cache(data)
     if change is not None:
         cache.update(*change)
     out = inner.build(str(model), BuildSettings(), cache, lambda line: None, pinned=True)
-    info = parse_layer_info(out.layer_info, "engine layer information", strict=False)
+    info = build_layer_info(out.layer_info)
     return {int(x.tactic_value) for x in info.layers if x.tactic_value is not None}
