@@ -53,6 +53,7 @@ from reprobuild.workflow.pinned import (
     with_recorded_times,
 )
 from reprobuild.workflow.prepare import plan_error_report, prepare_model
+from reprobuild.workflow.probe_store import edit_policy
 from reprobuild.workflow.record import Built, record, repin
 from reprobuild.workflow.request import PrecisionRequest
 from reprobuild.workflow.ties import apply_to_entries, decide_recording
@@ -388,7 +389,7 @@ def _locked(
         # the new layers' near-ties are decided by the rule too (from the log's costs)
         # (written back only where edits are proven honoured, as in a recording: record.py)
         ties = decide_recording(rec.log.records, None, settings)
-        apply_to_entries(fresh, ties, write=bool(getattr(be, "edits_proven", True)))
+        apply_to_entries(fresh, ties, edit_policy(be))
         warnings += w
         if existing.schema == 1 and gone:  # keys of an older reprobuild: keep its pins
             kept, dropped = carry_pins([e for e in new_lock.layers if e.key in gone], fresh)
