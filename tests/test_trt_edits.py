@@ -166,3 +166,17 @@ def test_a_pin_the_builder_does_not_honour_is_drift_naming_the_layer(
     with pytest.raises(DriftError, match=f"layer '{layer}'"):
         reprobuild.build(model, lock=lock, out=tmp_path / "b.engine", **kw)
     assert lock.read_bytes() == before
+
+
+def test_the_rules_rebuild_falls_back_where_an_edit_is_not_honoured(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--apply-tie-rule where MatMul edits are ignored: the rebuild's kernel check fails,
+    and the recording keeps the builder's choices with a warning, never a failed recording."""
+    install_standin(monkeypatch, ("myelin-edits-ignored",))
+    lock, report = _record(tmp_path, "c", apply_tie_rule=True)
+    ties = report["tie_break"]
+    moved = [x for x in ties["layers"] if x["chosen"] != x["fastest"]]
+    assert [x["layer"] for x in moved] == ["fc"], moved
+    assert "layer 'fc'" in ties["fallback"] and ties["written_back"] == 0
+    assert any("the tie rule's rebuild failed" in w for w in report["warnings"])
