@@ -180,3 +180,27 @@ def test_the_rules_rebuild_falls_back_where_an_edit_is_not_honoured(
     assert [x["layer"] for x in moved] == ["fc"], moved
     assert "layer 'fc'" in ties["fallback"] and ties["written_back"] == 0
     assert any("the tie rule's rebuild failed" in w for w in report["warnings"])
+
+
+def test_verify_never_blames_the_inputs_for_switches_the_builder_did_not_run(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    """Where no edit is honoured, each control build keeps the switch in its cache map but
+    runs the locked tactic (the inspector shows it): those changes test nothing, so the
+    verdict says the power is unknown, never that the inputs hide the kernels."""
+    install_standin(monkeypatch, ("cask-edits-ignored", "myelin-edits-ignored"))
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(EXAMPLES / "cnn.onnx", tmp_path / "cnn.onnx")
+    kw = ("--backend", "tensorrt", "--cache-dir", "caches", "-q")
+    assert cli("build", "cnn.onnx", "--lock", "t.lock", *kw).code == 0
+    res = cli("verify", "--lock", "t.lock", "-n", "1", *kw, "--report", "v.json")
+    assert res.code == 0, res
+    verdict = [x for x in res.out.splitlines() if x.startswith("REPRODUCIBLE")][0]
+    assert verdict.startswith("REPRODUCIBLE BUT UNPROVEN:") and "could be checked" in verdict
+    assert "the engine did not run the switched tactic" in verdict
+    assert "no power on these inputs" not in verdict
+    control = json.loads((tmp_path / "v.json").read_text())["control"]
+    assert control["power"] is False and control["probes"]
+    assert all(p["error"] and not p["changed"] for p in control["probes"])
+    res = cli("verify", "--lock", "t.lock", "-n", "1", *kw, "--require-power")
+    assert res.code == 1 and "power is unknown" in res.err, res
