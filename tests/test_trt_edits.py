@@ -19,6 +19,7 @@ import reprobuild
 from reprobuild.errors import DriftError
 from reprobuild.lock.edit import edit_lock
 from reprobuild.lock.yamlio import load_lock
+from reprobuild.workflow.probe_edits import KINDS
 from reprobuild.workflow.probe_store import ANSWERS, probe_dir, store_answer, stored_answer
 from tests.conftest import EXAMPLES
 from tests.test_tiebreak_trt import _record, _spy_updates
@@ -73,7 +74,11 @@ def test_the_probe_asks_whether_an_edit_is_honoured_for_cask_and_myelin(
     assert entry is not None and entry["edits"] == stored and entry["bundle"] == str(bundle)
     with tarfile.open(bundle) as tf:
         report = json.load(tf.extractfile("probe/report.json"))
+        # the engines compared: the unchanged cache's and each edited one's inspector JSON
+        engines = {n: json.load(tf.extractfile(f"probe/cnn/edits_{n}.json")) for n in KINDS}
+        control = json.load(tf.extractfile("probe/cnn/edits_control.json"))
     assert {a["question"]: a for a in report["answers"]}["edits"]["detail"] == edits["detail"]
+    assert all(e["Layers"] for e in (control, *engines.values()))
 
 
 def test_the_bundle_records_what_a_strict_miss_printed(

@@ -409,6 +409,8 @@ def write_evidence(run: Any) -> None:
         (d / "recording.log").write_text("\n".join(run.recording.lines) + "\n" + failed)
     if run.keys is not None and run.keys.miss_log:  # (d): what a strict miss printed
         (d / "strict_miss.log").write_text("\n".join(run.keys.miss_log) + "\n")
+    for name, info in (run.keys.edit_evidence if run.keys is not None else {}).items():
+        (d / f"edits_{name}.json").write_text(info)  # (c): the engines it compared
     if run.locked is not None:
         (d / "locked.log").write_text("\n".join(run.locked.lines) + "\n")
         write_json(d / "cache_before.json", run.locked.cache_json("before"))

@@ -29,15 +29,23 @@ KINDS = ("cask", "myelin")
 
 
 def edit_control(
-    be: Any, inner: Any, model: Path, caches: Path, layers: list[Any]
+    be: Any,
+    inner: Any,
+    model: Path,
+    caches: Path,
+    layers: list[Any],
+    evidence: dict[str, str] | None = None,
 ) -> dict[str, tuple[str, str]]:
-    """Per kind: (honoured | ignored | fails | skipped, a one-line detail); never raises."""
+    """Per kind: (honoured | ignored | fails | skipped, a one-line detail); never raises.
+    ``evidence`` receives each build's engine inspector JSON (``control``, ``cask``,
+    ``myelin``) for the bundle."""
     files = sorted(caches.glob("*.cache")) if caches.is_dir() else []
     if not files:
         return {k: ("skipped", "no recording cache") for k in KINDS}
     data = files[0].read_bytes()
+    seen = evidence if evidence is not None else {}
     try:
-        control = _shown(be, inner, model, data, None)
+        control = _shown(be, inner, model, data, None, seen, "control")
     except Exception as err:  # noqa: BLE001 - the answer records what happened
         return {k: ("skipped", f"the unchanged cache: {type(err).__name__}: {err}") for k in KINDS}
     out = {}
@@ -47,7 +55,7 @@ def edit_control(
             out[kind] = ("skipped", f"no {kind} layer with another candidate to edit")
             continue
         entry, other = pick
-        out[kind] = _edit(be, inner, model, data, kind, entry, other)
+        out[kind] = _edit(be, inner, model, data, kind, entry, other, seen)
     return out
 
 
@@ -76,14 +84,22 @@ def _pick(kind: str, layers: list[Any], control: Shown) -> tuple[Any, Any] | Non
 
 
 def _edit(
-    be: Any, inner: Any, model: Path, data: bytes, kind: str, entry: Any, other: Any
+    be: Any,
+    inner: Any,
+    model: Path,
+    data: bytes,
+    kind: str,
+    entry: Any,
+    other: Any,
+    evidence: dict[str, str],
 ) -> tuple[str, str]:
     where = f"layer {entry.layer!r} (key {entry.key})"
     try:
         value = be.create_timing_cache(data).query(entry.key)
         if value is None:
             return "skipped", f"{where}: the key is not in the recording cache"
-        shown = _shown(be, inner, model, data, (entry.key, other.tactic, float(value.time_ms)))
+        change = (entry.key, other.tactic, float(value.time_ms))
+        shown = _shown(be, inner, model, data, change, evidence, kind)
     except Exception as err:  # noqa: BLE001 - a failed build is an answer, its message kept
         return "fails", f"{where} edited to 0x{other.tactic:x}: the build failed: {err}"
     seen = _identity(kind, other.tactic, other.kernel) in shown[kind]
@@ -96,15 +112,23 @@ def _edit(
 
 
 def _shown(
-    be: Any, inner: Any, model: Path, data: bytes, change: tuple[str, int, float] | None
+    be: Any,
+    inner: Any,
+    model: Path,
+    data: bytes,
+    change: tuple[str, int, float] | None,
+    evidence: dict[str, str],
+    name: str,
 ) -> Shown:
-    """A pinned build from ``data`` loaded into a new cache (one key edited first)."""
+    """A pinned build from ``data`` loaded into a new cache (one key edited first); its
+    inspector JSON goes to ``evidence[name]``."""
     from reprobuild.logs.layerinfo import parse_layer_info
 
     cache = be.create_timing_cache(data)
     if change is not None and not cache.update(*change):
         raise ValueError(f"update() refused key {change[0]}")
     out = inner.build(str(model), BuildSettings(), cache, lambda line: None, pinned=True)
+    evidence[name] = out.layer_info
     info = parse_layer_info(out.layer_info, "engine layer information", strict=False)
     return {
         "cask": {int(x.tactic_value) for x in info.layers if x.tactic_value is not None},

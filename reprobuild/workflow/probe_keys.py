@@ -49,6 +49,7 @@ class KeyEvidence:
     miss_log: list[str] = field(default_factory=list)  # what the strict miss build printed
     # per layer kind ("cask", "myelin"): honoured | ignored | fails | skipped, and the detail
     edits: dict[str, tuple[str, str]] = field(default_factory=dict)
+    edit_evidence: dict[str, str] = field(default_factory=dict)  # build -> inspector JSON
 
 
 def gather_keys(
@@ -74,7 +75,7 @@ def gather_keys(
     ev.key_times = key_time_control(be, inner, model, caches, list(layers))
     from reprobuild.workflow.probe_edits import edit_control
 
-    ev.edits = edit_control(be, inner, model, caches, list(layers))
+    ev.edits = edit_control(be, inner, model, caches, list(layers), ev.edit_evidence)
     ev.other_process, ev.other_process_why = _other_process(inner, model)
     return ev
 
