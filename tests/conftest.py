@@ -60,6 +60,14 @@ def _no_installed_tensorrt(request: pytest.FixtureRequest, monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, "tensorrt", None)
 
 
+@pytest.fixture(autouse=True)
+def _private_cache_home(monkeypatch, tmp_path_factory) -> None:
+    """``$XDG_CACHE_HOME`` is a fresh folder per test (and its child processes): the probe's
+    stored answers, which decide whether a TensorRT recording writes the tie rule's
+    choices, never come from (or go to) the user's own ``~/.cache``."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 def trt_env(
     version: str | None = "10.13.3.9",
     gpu: str | None = "NVIDIA A100-SXM4-80GB",

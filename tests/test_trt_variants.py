@@ -23,7 +23,7 @@ from reprobuild.backends.tensorrt import device as device_mod
 from reprobuild.lock.edit import edit_lock
 from reprobuild.lock.yamlio import load_lock
 from tests.conftest import EXAMPLES
-from tests.trt_standin import BEHAVIOURS, make_module
+from tests.trt_standin import BEHAVIOURS, EDITS_IGNORED, make_module
 from tests.trt_standin.host_device import host_device
 
 A100 = cuda_probe.CudaInfo(
@@ -104,7 +104,9 @@ def run_flow_on(tmp_path: Path, model: Path) -> dict:
     }
 
 
-FLOW = ["default", *BEHAVIOURS]
+# under EDITS_IGNORED a pin of that layer kind is not honoured: true drift (tested in
+# tests/test_trt_edits.py), so the whole flow cannot work there
+FLOW = ["default", *(b for b in BEHAVIOURS if b not in EDITS_IGNORED)]
 
 
 @pytest.mark.parametrize("variant", FLOW)

@@ -121,7 +121,8 @@ def build(
         False,
         "--apply-tie-rule",
         help="Recording on TensorRT: write the tie rule's choices back with update() and "
-        "rebuild (off by default: an edited tactic is not proven honoured; docs/tensorrt.md).",
+        "rebuild (by default only where `doctor --probe` showed edited tactics honoured on "
+        "this TensorRT version and GPU; docs/tensorrt.md).",
     ),
     precision: str | None = typer.Option(
         None,

@@ -13,12 +13,11 @@ from reprobuild.cli.render import print_json
 def default_bundle() -> Path:
     """``$XDG_CACHE_HOME/reprobuild/probe/`` (``~/.cache/...``), timestamped: never the
     current folder, which the probe leaves as it was (docs/tensorrt.md)."""
-    import os
     import time
 
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    name = f"reprobuild-probe-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
-    return Path(cache) / "reprobuild" / "probe" / name
+    from reprobuild.workflow.probe_store import probe_dir
+
+    return probe_dir() / f"reprobuild-probe-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz"
 
 
 def run_probe(bundle: Path | None, as_json: bool, quiet: bool) -> None:
@@ -61,6 +60,8 @@ def _print(report: Any) -> None:
     for s in report.steps:
         state = "ok" if s.ok else "skipped" if s.ok is None else "FAILED"
         typer.echo(f"step {s.model}: {s.name}: {state} ({s.seconds:.2f} s) {s.detail}".rstrip())
+    for note in report.notes:
+        typer.echo(f"note: {note}")
     typer.echo(f"bundle: {report.bundle}")
     typer.echo("cycle: " + ("works" if report.ok else "FAILED"))
 

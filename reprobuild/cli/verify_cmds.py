@@ -175,6 +175,8 @@ def verify(
             why = (
                 "nothing is locked (the lock has 0 layers)"
                 if result.nothing_locked
+                else result.control.message()
+                if result.control is not None and result.control.untestable
                 else "the check has no power on these inputs"
             )
             typer.echo(f"error: --require-power: {why}", err=True)
@@ -280,6 +282,8 @@ def _print_verify(result: Any) -> None:
         typer.echo(f"REPRODUCIBLE: {summary} (control skipped: the check's power is unknown)")
     elif result.power:
         typer.echo(f"REPRODUCIBLE: {summary}; the check has power")
+    elif result.control.untestable:
+        typer.echo(f"REPRODUCIBLE BUT UNPROVEN: {summary}; {result.control.message()}")
     else:
         typer.echo(
             f"REPRODUCIBLE BUT UNPROVEN: {summary}; the check has no power on these inputs "

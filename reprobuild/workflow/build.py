@@ -53,6 +53,7 @@ from reprobuild.workflow.pinned import (
     with_recorded_times,
 )
 from reprobuild.workflow.prepare import plan_error_report, prepare_model
+from reprobuild.workflow.probe_store import edit_policy
 from reprobuild.workflow.record import Built, record, repin
 from reprobuild.workflow.request import PrecisionRequest
 from reprobuild.workflow.ties import apply_to_entries, decide_recording
@@ -225,7 +226,7 @@ def _build(
         else:
             done = _locked(
                 existing, be, built_model, settings, cfile, progress, warnings, frozen, lock_path,
-                save,
+                save, apply_tie_rule,
             )  # fmt: skip
             if existing.precision is None and plan is not None:
                 if frozen:
@@ -350,8 +351,10 @@ def _locked(
     frozen: bool,
     lock_path: Path,
     save: SavedLog | None = None,
+    apply_tie_rule: bool = False,
 ) -> Built:
-    """Apply the lock; reconcile keys the lock lacks or has extra (a stale lock)."""
+    """Apply the lock; reconcile keys the lock lacks or has extra (a stale lock): the new
+    keys' near-ties follow the same edit policy as a recording's."""
     new_lock = copy.deepcopy(existing)
     expected = existing.tactic_map()
     changes: list[str] = []
@@ -388,7 +391,7 @@ def _locked(
         # the new layers' near-ties are decided by the rule too (from the log's costs)
         # (written back only where edits are proven honoured, as in a recording: record.py)
         ties = decide_recording(rec.log.records, None, settings)
-        apply_to_entries(fresh, ties, write=bool(getattr(be, "edits_proven", True)))
+        apply_to_entries(fresh, ties, edit_policy(be, apply_tie_rule))
         warnings += w
         if existing.schema == 1 and gone:  # keys of an older reprobuild: keep its pins
             kept, dropped = carry_pins([e for e in new_lock.layers if e.key in gone], fresh)

@@ -77,9 +77,23 @@ class Control:
         """The lock has no layers: there is no tactic whose change the check could see."""
         return self.locked == 0
 
+    def untested(self) -> list[TacticProbe]:
+        """Changes whose build failed or did not run the switched tactic: they show
+        nothing about the inputs."""
+        return [p for p in self.probes if p.error is not None]
+
+    @property
+    def untestable(self) -> bool:
+        """No change could be checked at all: no power found, and none shown missing."""
+        return not self.power and bool(self.probes) and len(self.untested()) == len(self.probes)
+
     def tried(self) -> str:
         """What was tried, in the words every verdict uses."""
-        return f"{len(self.probes)} single-tactic changes tried (of {self.possible} possible)"
+        n = len(self.untested())
+        built = f"; {n} not built as switched" if n else ""
+        return (
+            f"{len(self.probes)} single-tactic changes tried (of {self.possible} possible{built})"
+        )
 
     def message(self) -> str:
         p = self.decisive
@@ -96,6 +110,12 @@ class Control:
             return (
                 "no layer has another recorded candidate (0 single-tactic changes possible): "
                 "the check has no power"
+            )
+        if self.untestable:
+            first = self.untested()[0]
+            return (
+                f"none of the {self.tried()} could be checked (layer {first.layer!r}: "
+                f"{first.error}): the check's power is unknown, not a property of the inputs"
             )
         stopped = (
             f"; the limit of {self.limit} builds (--control-limit) stopped the search, raise "
@@ -195,6 +215,10 @@ class ProbeContext:
                 return result
             if pb.after.get(entry.key) != tactic:
                 result.error = "the build did not use the switched tactic"
+                return result
+            if pb.problems:  # the cache holds the switch, the engine shows otherwise: an
+                # edit the builder did not honour tests nothing (never "no change")
+                result.error = f"the engine did not run the switched tactic: {pb.problems[0]}"
                 return result
             if self.run is not None:
                 outputs = self.run(pb.output.engine)

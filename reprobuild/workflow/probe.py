@@ -50,11 +50,13 @@ QUESTIONS = {
     "compute the same keys (Python API)?",
     "tactic-value": "is the inspector's TacticValue the timing cache's tactic hash?",
     "miss-fails": "does ERROR_ON_TIMING_CACHE_MISS fail a build whose cache lacks a key "
-    "(negative control)?",
+    "(negative control), and what exactly does it print?",
     "strict-retried": "was a pinned build retried without ERROR_ON_TIMING_CACHE_MISS?",
     "recording-bits": "does the recording engine give the bits of a build from its serialized "
     "cache (a replay)?",
     "key-times": "does a change of a key's cached time move a multi-key layer to another key?",
+    "edits": "is an edited non-chosen tactic honoured for a Cask and a Myelin layer, in a cache "
+    "deserialized into a new config?",
     "stable-keys": "are the keys the same when another process builds the model?",
 }
 EXPECTED_MISS = "missed a key (expected: trtexec cannot set EDITABLE_TIMING_CACHE)"
@@ -161,6 +163,7 @@ def probe(
         report = ProbeReport(
             ok, env, steps, answers(runs, steps, QUESTIONS), timings(runs), str(bundle)
         )
+        report.notes += _store_edits(runs, env, str(bundle))
         write_json(root / "report.json", report.to_json())
         write_json(root / "environment.json", env)
         write_json(root / "timings.json", report.timings)
@@ -168,6 +171,23 @@ def probe(
             write_evidence(run)
         tar(root, Path(bundle))
     return report
+
+
+def _store_edits(runs: list[_ModelRun], env: dict[str, Any], bundle: str) -> list[str]:
+    """Store the ``edits`` answer for this target, where recordings read it (probe_store);
+    a question no model could ask stores nothing."""
+    from reprobuild.workflow.probe_answers import edit_kinds
+    from reprobuild.workflow.probe_edits import edits_verdict
+    from reprobuild.workflow.probe_store import store_answer
+
+    kinds = edit_kinds([(r.name, r.keys) for r in runs if r.keys is not None])
+    if all(v == "skipped" for v in kinds.values()):
+        return []
+    verdict = edits_verdict(kinds)
+    path = store_answer(env.get("identity") or {}, verdict, kinds, bundle)
+    if path is None:
+        return ["the edits answer was not stored: the TensorRT version or GPU is unknown"]
+    return [f"edits {verdict} stored in {path} (recordings on this target read it)"]
 
 
 def _step(run: _ModelRun, steps: list[ProbeStep], name: str, fn: Any) -> Any:

@@ -46,6 +46,44 @@ def _key_times_answer(evs: list[tuple[str, Any]], questions: dict[str, str]) -> 
     )
 
 
+def edit_kinds(evs: list[tuple[str, Any]]) -> dict[str, str]:
+    """(c) per layer kind over every model: ``ignored``/``fails`` if any model showed it,
+    else ``honoured`` if one did, else ``skipped``."""
+    from reprobuild.workflow.probe_edits import KINDS
+
+    out = {}
+    for kind in KINDS:
+        seen = [e.edits[kind][0] for _, e in evs if kind in e.edits]
+        bad = [v for v in seen if v in ("ignored", "fails")]
+        out[kind] = bad[0] if bad else "honoured" if "honoured" in seen else "skipped"
+    return out
+
+
+def _edits_answer(evs: list[tuple[str, Any]], questions: dict[str, str]) -> Answer:
+    """(c): an edited tactic in a deserialized cache, for a Cask and a Myelin layer; each
+    kind's negative control is the unchanged cache running the recorded tactic."""
+    from reprobuild.workflow.probe_edits import edits_verdict
+
+    kinds = edit_kinds(evs)
+    verdict = edits_verdict(kinds)
+    return Answer(
+        "edits",
+        questions["edits"],
+        "skipped" if all(v == "skipped" for v in kinds.values()) else "pass",
+        [f"{k}-edits-ignored" for k, v in kinds.items() if v in ("ignored", "fails")]
+        or ["default"],
+        "; ".join(f"{n} {k}: {v} ({d})" for n, e in evs for k, (v, d) in e.edits.items())
+        or "not asked",
+        "records this TensorRT and GPU as honouring edits: recordings here write the tie "
+        "rule's choices by default"
+        if verdict == "honoured"
+        else "recordings here keep the builder's choices (--apply-tie-rule writes the rule's "
+        f"choices anyway): edits are {verdict} ("
+        + ", ".join(f"{k} {v}" for k, v in kinds.items())
+        + ")",
+    )
+
+
 def _replay_answer(runs: list[Any], questions: dict[str, str], built: bool) -> Answer:
     """(b): the recording engine's bits against a replay's, on the same seeded inputs; the
     negative control is the other models (and the stand-in's ``recording-bits``)."""
@@ -285,6 +323,7 @@ def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False
     )
     out.append(_replay_answer(runs, questions, bool(runs) and all(r.locked_ok for r in runs)))
     out.append(_key_times_answer(evs, questions))
+    out.append(_edits_answer(evs, questions))
     other = [(n, e) for n, e in evs if e.other_process is not None]
     stable = all(set(e.other_process) == set(e.recorded) for _, e in other)
     # a second recording in this process (the plain build) that made other keys is an
@@ -368,6 +407,10 @@ def write_evidence(run: Any) -> None:
     if run.recording is not None:  # also when the recording failed: the log is the evidence
         failed = f"# the build failed: {run.recording.error}\n" if run.recording.error else ""
         (d / "recording.log").write_text("\n".join(run.recording.lines) + "\n" + failed)
+    if run.keys is not None and run.keys.miss_log:  # (d): what a strict miss printed
+        (d / "strict_miss.log").write_text("\n".join(run.keys.miss_log) + "\n")
+    for name, info in (run.keys.edit_evidence if run.keys is not None else {}).items():
+        (d / f"edits_{name}.json").write_text(info)  # (c): the engines it compared
     if run.locked is not None:
         (d / "locked.log").write_text("\n".join(run.locked.lines) + "\n")
         write_json(d / "cache_before.json", run.locked.cache_json("before"))

@@ -15,6 +15,9 @@ the probe just recorded, with the recording's cache as the starting point:
   negative control): does the engine move to the other key?
 - keys across processes: a fresh Python process records the same model; its key set must
   equal this one's (only with the installed TensorRT: a test stand-in lives in-process).
+
+Whether an edited tactic is honoured (one Cask and one Myelin layer, each edited alone in a
+cache deserialized into a new config) is asked by :mod:`.probe_edits`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,10 @@ class KeyEvidence:
     key_times: tuple[str, str] = ("skipped", "not asked")  # moves | stays | skipped, detail
     # the probe's plain build: a second recording in this process (None: it failed)
     again: list[str] | None = None
+    miss_log: list[str] = field(default_factory=list)  # what the strict miss build printed
+    # per layer kind ("cask", "myelin"): honoured | ignored | fails | skipped, and the detail
+    edits: dict[str, tuple[str, str]] = field(default_factory=dict)
+    edit_evidence: dict[str, str] = field(default_factory=dict)  # build -> inspector JSON
 
 
 def gather_keys(
@@ -64,8 +71,11 @@ def gather_keys(
         ev.non_editable_why = f"{type(err).__name__}: {err}"
     if recording is not None and recording.layer_info:
         ev.tactic_values = _tactic_values(recording.layer_info, set(recording.after.values()))
-    ev.miss, ev.miss_detail = _miss_control(be, inner, model, caches)
+    ev.miss, ev.miss_detail = _miss_control(be, inner, model, caches, ev.miss_log)
     ev.key_times = key_time_control(be, inner, model, caches, list(layers))
+    from reprobuild.workflow.probe_edits import edit_control
+
+    ev.edits = edit_control(be, inner, model, caches, list(layers), ev.edit_evidence)
     ev.other_process, ev.other_process_why = _other_process(inner, model)
     return ev
 
@@ -81,7 +91,11 @@ def _tactic_values(layer_info: str, hashes: set[int]) -> tuple[int, int]:
     return (sum(1 for v in values if v in hashes), len(values))
 
 
-def _miss_control(be: Any, inner: Any, model: Path, caches: Path) -> tuple[str, str]:
+def _miss_control(
+    be: Any, inner: Any, model: Path, caches: Path, printed: list[str]
+) -> tuple[str, str]:
+    """(d) what a strict miss prints: every line the strict build (and its retry) logged
+    goes to ``printed`` (the bundle's ``strict_miss.log``), recorded, never matched."""
     files = sorted(caches.glob("*.cache")) if caches.is_dir() else []
     if not files:
         return "skipped", "no recording cache was written"
@@ -95,7 +109,7 @@ def _miss_control(be: Any, inner: Any, model: Path, caches: Path) -> tuple[str, 
         cache.update(gone, value.tactic_hash if value else 0, float("nan"))  # NaN deletes
         if gone in cache.query_keys():
             return "skipped", f"update() with a NaN time did not remove key {gone}"
-        out = inner.build(str(model), BuildSettings(), cache, lambda line: None, pinned=True)
+        out = inner.build(str(model), BuildSettings(), cache, printed.append, pinned=True)
     except Exception as err:  # noqa: BLE001 - the answer records what happened
         return "skipped", f"{type(err).__name__}: {err}"
     if "ERROR_ON_TIMING_CACHE_MISS" not in out.extra.get("builder_flags", []):

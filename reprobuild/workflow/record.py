@@ -31,6 +31,7 @@ from reprobuild.workflow.pinned import (
     run_build,
     with_recorded_times,
 )
+from reprobuild.workflow.probe_store import edit_policy
 from reprobuild.workflow.ties import (
     RecordingTimes,
     apply_to_entries,
@@ -87,17 +88,18 @@ def record(
     ties = decide_recording(log.records, output.extra.get("autotune"), new_lock.settings, more)
     if (w := noise_warning(ties)) is not None:
         warnings.append(w)
-    # Where edits of a tactic the builder did not choose are not proven honoured (TensorRT),
-    # the rule's choices are reported, not written, unless the user opts in.
-    write = apply_tie_rule or bool(getattr(be, "edits_proven", True))
+    # Where edits of a tactic the builder did not choose are not proven honoured (TensorRT
+    # without a stored probe answer for this target), the rule's choices are reported, not
+    # written, unless the user opts in (probe_store.edit_policy: the one decision).
+    policy = edit_policy(be, apply_tie_rule)
     builder = _choices(new_lock.layers)
-    apply_to_entries(new_lock.layers, ties, write=write)
-    if not write and ties.held_back:
+    apply_to_entries(new_lock.layers, ties, policy)
+    if not policy.write and ties.held_back:
         held = count(len(ties.held_back), "key")
         warnings.append(
             f"the tie rule would take another near-tie for {held}; the builder's choices are "
-            "kept, since this backend has not been shown to honour an edited tactic (the "
-            "report's tie_break lists them; --apply-tie-rule writes them back)"
+            f"kept: {policy.why} (the report's tie_break lists them; --apply-tie-rule writes "
+            "them back)"
         )
     log_warnings = list(log.parser.warnings)
 

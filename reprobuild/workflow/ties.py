@@ -3,11 +3,12 @@
 TensorRT has already chosen (the fastest as measured) when the recording build ends. So
 the workflow reads every key's candidates and times (the verbose log's table; the
 reference backend also reports each candidate's runs), lets :mod:`reprobuild.tiebreak`
-decide, and, where the backend honours an edited tactic (or ``--apply-tie-rule`` asks),
-writes the rule's tactic with ``update()`` where it differs from the builder's and builds
-again from that cache, checked like any pinned build (cache map and engine kernels; the
-report counts the keys it timed). On TensorRT by default the rule's choices are only
-reported (``held_back``): see :mod:`.record`. The reference builder applies the same rule
+decide, and, where edits are proven honoured (:func:`.probe_store.edit_policy`: a stored
+``doctor --probe`` answer for this target, or ``--apply-tie-rule``), writes the rule's tactic
+with ``update()`` where it differs from the builder's and builds again from that cache,
+checked like any pinned build (cache map and engine kernels; the report counts the keys it
+timed). Otherwise on TensorRT the rule's choices are only reported (``held_back``, and
+``edit_policy`` says why): see :mod:`.record`. The reference builder applies the same rule
 to the same costs while it times, so there it agrees and nothing is written back. With
 ``tie_band`` 0 nothing is decided and nothing is rebuilt.
 
@@ -28,6 +29,7 @@ from typing import Any
 from reprobuild.lock.model import LayerEntry
 from reprobuild.tiebreak import OUTLIER_BELOW, TieCandidate, TieDecision, decide, describe_policy
 from reprobuild.types import DEFAULT_TIE_BAND, LOG_TIE_BAND, BuildSettings
+from reprobuild.workflow.probe_store import EditPolicy
 
 MEASURED_RUNS = (
     "each candidate's timed runs on the builder's clock (the reference builder: CPU time, in "
@@ -71,6 +73,7 @@ class TieOutcome:
     # this backend, or the rebuild failed): the builder's choice is kept for them
     held_back: list[str] = field(default_factory=list)
     fallback: str | None = None  # why the rule's rebuild failed and the builder's choice stays
+    policy: str | None = None  # why the rule's choices are written back or held back
 
     def to_json(self) -> dict[str, Any]:
         head = describe_policy(self.band, self.settings.tie_rule, self.measured)
@@ -85,6 +88,7 @@ class TieOutcome:
             "written_back": len(self.moved),
             "held_back": len(self.held_back),
             "fallback": self.fallback,
+            "edit_policy": self.policy,
             "rebuilt_from_cache": self.rebuilt,
             "second_build_timed": self.second_build_timed,
             "layers": [
@@ -195,15 +199,20 @@ def noise_warning(outcome: TieOutcome) -> str | None:
 
 
 def apply_to_entries(
-    entries: list[LayerEntry], outcome: TieOutcome, *, write: bool = True
+    entries: list[LayerEntry], outcome: TieOutcome, policy: EditPolicy | None = None
 ) -> list[LayerEntry]:
     """Entries with the rule's tactic, the band and the near-ties; the keys whose tactic
-    changed are listed in ``outcome.moved``. With ``write`` False the builder's tactic stays
-    and those keys are listed in ``outcome.held_back`` (reported, not written).
+    changed are listed in ``outcome.moved``. Where ``policy`` does not write (edits not
+    proven honoured: :func:`.probe_store.edit_policy`) the builder's tactic stays and those
+    keys are listed in ``outcome.held_back`` (reported, not written); ``outcome.policy`` says
+    why either way.
 
     A moved key keeps its recorded time, as a pin does: the cached time is what the builder
     compares between a layer's keys, so an edit changes which kernel a key runs, never
     which key wins (docs/tensorrt.md, "The tie rule on TensorRT")."""
+    write = policy is None or policy.write
+    if policy is not None:
+        outcome.policy = policy.why
     for e in entries:
         d = outcome.decisions.get(e.key)
         if d is None:

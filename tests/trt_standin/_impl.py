@@ -434,6 +434,7 @@ class IBuilderConfig(_Strict):
             return cache
         cache._device = header["device"]
         cache._entries = {k: (int(h), float(ms)) for k, (h, ms) in header["entries"].items()}
+        cache._origin = {k: int(h) for k, h in header.get("origin", {}).items()}
         cache._from_bytes = True
         return cache
 
@@ -515,6 +516,9 @@ class ITimingCache(_Strict):
         self._entries = {}
         self._compiled = {}  # JIT-compiled kernels kept with the cache (compilation cache)
         self._from_bytes = False
+        # The tactic the builder itself wrote per key, kept through serialize(): what a
+        # build runs instead of an edit under ``cask-edits-ignored``/``myelin-edits-ignored``.
+        self._origin = {}
 
     def _key(self, key):
         if not isinstance(key, TimingCacheKey):
@@ -565,6 +569,7 @@ class ITimingCache(_Strict):
             "version": self._state.version,
             "device": self._device,
             "entries": {k: [h, ms] for k, (h, ms) in sorted(self._entries.items())},
+            "origin": dict(sorted(self._origin.items())),
         }
         return IHostMemory(_CACHE_MAGIC + _json.dumps(header).encode())
 
@@ -693,7 +698,7 @@ class _Tuner:
                     f"timing cache (key: {key}) is not a valid tactic for this layer)",
                 )
                 return None
-            chosen = match[0]
+            chosen = self._edit_ignored(op, key, allowed) or match[0]
             if "cached-result-lines" in st.behaviours:
                 # A cache hit as 10.16 trtexec prints it on a rebuild
                 # (tests/fixtures/trt-logs/trt1016_cookbook_trtexec_verbose_excerpt.log:
@@ -729,9 +734,23 @@ class _Tuner:
         chosen = costs[0][2]
         stored = float("inf") if "inf-nan" in st.behaviours else round(costs[0][0], 7)
         entries[key] = (chosen.tactic_hash, stored)
+        self.cache._origin[key] = chosen.tactic_hash
         if op != "Conv" and self.compile_cache:
             self.cache._compiled[key] = chosen
         return chosen, stored
+
+    def _edit_ignored(self, op, key, allowed):
+        """``cask-edits-ignored`` (Conv) / ``myelin-edits-ignored`` (MatMul, Gemm): in a
+        cache deserialized into a new config, a key whose tactic was edited with
+        ``update()`` runs the tactic the builder wrote; the cache keeps the edit, so only
+        the engine shows it. None where the edit is honoured (see ``__init__``)."""
+        kind = "cask-edits-ignored" if op == "Conv" else "myelin-edits-ignored"
+        origin = self.cache._origin.get(key)
+        if kind not in self.st.behaviours or not self.cache._from_bytes or origin is None:
+            return None
+        if origin == self.cache._entries[key][0]:
+            return None
+        return next((c for c in allowed if c.tactic_hash == origin), None)
 
     def _table(self, marker, name, key, costs, *, write):
         say = self.say

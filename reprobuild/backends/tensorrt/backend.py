@@ -114,7 +114,8 @@ class TensorRTBackend:
     key_rule = False  # TensorRT runs the key with the lowest cached time: recorded, checked
     # Whether a build honours a tactic written with update() that the builder did not choose:
     # shown by NVIDIA only for single-key Myelin layers edited in the same config, so the tie
-    # rule's choices are reported, not written, unless the user opts in (--apply-tie-rule).
+    # rule's choices are reported, not written, unless the user opts in (--apply-tie-rule) or
+    # `doctor --probe` showed edits honoured on this target (workflow/probe_store.py).
     edits_proven = False
 
     def __init__(self, *, strongly_typed: bool = True, allow_miss_retry: bool = False) -> None:
