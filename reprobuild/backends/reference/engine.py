@@ -154,6 +154,7 @@ _LOADED_MAX = 1  # one engine in memory at a time: verify runs one engine, then 
 # on AlexNet and VGG (weights of 240 and 570 MB). Dropped by ``forget_engine_bytes`` when a
 # build starts, so a caller that dropped its engine does not keep it alive through the build.
 _LAST_BYTES: list[tuple[bytes, LoadedEngine]] = []
+_RUNS = [0]  # runs of the engine in ``_LAST_BYTES`` before this one (:func:`run_number`)
 
 
 def clear_loaded() -> None:
@@ -174,12 +175,22 @@ def load_engine(data: bytes, environment: Environment) -> LoadedEngine:
     """Parse, check and prepare an engine; the last loaded engine stays in memory, and the
     folded model is shared with the build that made it (:mod:`.modelcache`)."""
     if type(data) is bytes and _LAST_BYTES and _LAST_BYTES[0][0] is data:
+        _RUNS[0] += 1
         return _LAST_BYTES[0][1]  # the very object checked last time: bytes never change
     loaded = _load_engine(data, environment)
     _LAST_BYTES.clear()
+    _RUNS[0] = 0
     if type(data) is bytes:
         _LAST_BYTES.append((data, loaded))
     return loaded
+
+
+def run_number() -> int:
+    """How many times the engine :func:`load_engine` returned last ran before: 0 for an
+    engine object met for the first time (a rebuilt engine, even of identical bytes), one
+    more for each run of the same object since (the run-to-run kernels follow it,
+    :class:`.kernels.engine_run`)."""
+    return _RUNS[0]
 
 
 def _load_engine(data: bytes, environment: Environment) -> LoadedEngine:
