@@ -216,7 +216,7 @@ class ReferenceBackend:
         loaded = load_engine(engine, self.environment())
         feeds = check_inputs(loaded.prepared, inputs)
         try:
-            with limited(self.threads), engine_run(run_number()):
+            with limited(self.threads), engine_run(run_number(feeds)):
                 return run_compiled(loaded.prepared, feeds, loaded.plan)
         except ReprobuildError:
             raise
