@@ -259,6 +259,9 @@ def verify(
     if chosen is None:  # the lock's digests cover every output
         recorded = next((o.sha256 for o in data.outputs if o.inputs == label), None)
 
+    def select(got: dict[str, Any]) -> dict[str, Any]:
+        return got if chosen is None else {n: got[n] for n in chosen}
+
     def run_engine(engine: Any) -> dict[str, Any]:
         return select(samples.run(partial(be.run, engine)))
 
@@ -274,8 +277,8 @@ def verify(
     names = {e.key: e.layer for e in data.layers}
     checks: list[BuildCheck] = []
     run_check = RunCheck(runs, rebuilds) if runs > 1 else None
-    batch: BatchCheck | None = None
-    batch_feeds, why = (None, "")
+    batch: BatchCheck | None = None  # set by the first rebuild, or now if none can be run
+    batch_feeds = None
     if batch_invariance:
         import onnx
 
@@ -288,9 +291,6 @@ def verify(
     def batch_of(engine: Any) -> BatchCheck:
         assert batch_feeds is not None
         return check_batch(lambda f: select(be.run(engine, f)), batch_feeds)
-
-    def select(got: dict[str, Any]) -> dict[str, Any]:
-        return got if chosen is None else {n: got[n] for n in chosen}
 
     first_outputs: dict[str, Any] | None = None
     first_layer_info: str | None = None
