@@ -146,3 +146,36 @@ def test_a_fixed_batch_of_one_is_said_plainly_and_a_dynamic_one_is_seeded(
 def test_runs_below_one_are_refused(work) -> None:
     with pytest.raises(UsageError, match="--runs must be at least 1"):
         verify("mlp.onnx", lock="t.lock", runs=0)
+
+
+def test_the_deny_line_quotes_what_a_shell_would_split() -> None:
+    from reprobuild.lock.model import LayerEntry
+    from reprobuild.workflow.determinism import deny_line
+
+    plain = LayerEntry("0x1", "fc1", 0xAB, "ref_gemm_atomic4_f32")
+    assert deny_line("t.lock", plain) == (
+        "reprobuild deny --lock t.lock kernel=ref_gemm_atomic4_f32 layer=fc1"
+    )
+    odd = LayerEntry("0x1", "block 1/fc", 0xAB, None)
+    assert deny_line("my locks/t.lock", odd) == (
+        "reprobuild deny --lock 'my locks/t.lock' kernel=0xab 'layer=block 1/fc'"
+    )
+
+
+def test_a_batch_whose_second_run_moves_blames_no_sample() -> None:
+    """An engine that changes its bits from run to run: the batch check says so rather
+    than calling every sample batch-dependent."""
+    from reprobuild.workflow.determinism import check_batch
+
+    calls = []
+
+    def unsteady(feeds):
+        calls.append(1)
+        return {"y": feeds["x"] * np.float32(1 + len(calls) * 1e-3)}
+
+    feeds = {"x": np.arange(8, dtype=np.float32).reshape(4, 2) + 1}
+    check = check_batch(unsteady, feeds)
+    assert check.invariant is False and check.moved == [] and len(calls) == 2
+    assert [(m.output, m.run) for m in check.unsteady] == [("y", 2)]
+    steady = check_batch(lambda f: {"y": f["x"] * 2, "n": np.float32(1)}, feeds)
+    assert steady.invariant is True and steady.sizes == [1, 4] and steady.not_compared == ["n"]
