@@ -23,14 +23,17 @@ figures.
 
 The rules (neither reads a time or the order candidates were timed in):
 
-- ``steady-then-splits`` (default): among the candidates within the band, (1) a kernel that
-  accumulates in a wide type before one whose name says it accumulates in FP16/BF16
-  (``f16acc``, ``bf16acc``, the reference ``k16`` kernels), because its result moves less
-  with the summation order; (2) the fewest partial sums its name says the reduction is cut
-  into (:func:`partial_sums`: ``splitkN`` and ``treeN`` N, the reference ``direct`` Conv one
+- ``steady-then-splits`` (default): among the candidates within the band, (0) a kernel
+  whose name says its bits change from run to run or with the batch size (the reference
+  ``atomic4`` and ``rowsplit`` kernels, :data:`VARIABLE`) after every other one, because
+  no lock can make its outputs repeat; (1) a kernel that accumulates in a wide type
+  before one whose name says it accumulates in FP16/BF16 (``f16acc``, ``bf16acc``, the
+  reference ``k16`` kernels), because its result moves less with the summation order;
+  (2) the fewest partial sums its name says the reduction is cut into
+  (:func:`partial_sums`: ``splitkN`` and ``treeN`` N, the reference ``direct`` Conv one
   per kernel tap, ``kN`` chunks many, any other name one); (3) the lowest tactic hash,
   compared as an integer.
-- ``steady-then-hash``: steps (1) and (3) alone.
+- ``steady-then-hash``: steps (0), (1) and (3) alone.
 
 :func:`unsure` tells a backend that times in rounds which candidates' side of the band edge
 is still in doubt, so it can time them again before the decision (the reference backend
@@ -51,6 +54,9 @@ from typing import Any
 from reprobuild.types import DEFAULT_TIE_RULE, TIE_RULES
 
 _LOW_ACCUMULATION = ("f16acc", "bf16acc", "_k16_")
+VARIABLE = ("_atomic", "_rowsplit_")
+"""Name parts of kernels whose bits vary from run to run (split-K partials added with
+atomics) or with the batch size (a split chosen from the row count): ranked last."""
 _SPLITS = re.compile(r"_(?:splitk|tree)(\d+)_")
 _CHUNKS = re.compile(r"_k(\d+)_")
 _PER_TAP = "ref_conv_direct_"
@@ -152,15 +158,23 @@ def partial_sums(kernel: str | None) -> int:
     return 1
 
 
-def rule_key(c: TieCandidate, rule: str = DEFAULT_TIE_RULE) -> tuple[int, int, int]:
-    """The rule's order: wide accumulation first, then (``steady-then-splits``) the fewest
-    partial sums, then the lowest tactic hash."""
+def varies(kernel: str | None) -> bool:
+    """Whether the kernel's name says its bits change from run to run or with the batch
+    size (:data:`VARIABLE`)."""
+    name = (kernel or "").lower()
+    return any(m in name for m in VARIABLE)
+
+
+def rule_key(c: TieCandidate, rule: str = DEFAULT_TIE_RULE) -> tuple[int, int, int, int]:
+    """The rule's order: run-to-run and batch-dependent kernels last, then wide
+    accumulation first, then (``steady-then-splits``) the fewest partial sums, then the
+    lowest tactic hash."""
     if rule not in TIE_RULES:
         raise ValueError(f"unknown tie rule {rule!r}")
     name = (c.kernel or "").lower()
     low = 1 if any(m in name for m in _LOW_ACCUMULATION) else 0
     splits = partial_sums(c.kernel) if rule == "steady-then-splits" else 0
-    return (low, splits, c.tactic)
+    return (int(varies(c.kernel)), low, splits, c.tactic)
 
 
 def measured_noise(cands: Sequence[TieCandidate]) -> float | None:
@@ -233,12 +247,14 @@ def unsure(
 
 RULE_TEXT = {
     "steady-then-splits": (
-        "among candidates within the band of the best: wide accumulation before "
-        "f16acc/bf16acc/k16 kernels, then the fewest partial sums, then the lowest tactic hash"
+        "among candidates within the band of the best: run-to-run and batch-dependent "
+        "kernels last, then wide accumulation before f16acc/bf16acc/k16 kernels, then the "
+        "fewest partial sums, then the lowest tactic hash"
     ),
     "steady-then-hash": (
-        "among candidates within the band of the best: wide accumulation before "
-        "f16acc/bf16acc/k16 kernels, then the lowest tactic hash"
+        "among candidates within the band of the best: run-to-run and batch-dependent "
+        "kernels last, then wide accumulation before f16acc/bf16acc/k16 kernels, then the "
+        "lowest tactic hash"
     ),
 }
 
@@ -286,11 +302,11 @@ class KeyOption:
         return math.inf if math.isnan(self.time_ms) else self.time_ms
 
 
-def key_rule_key(o: KeyOption, rule: str = DEFAULT_TIE_RULE) -> tuple[int, int, int]:
+def key_rule_key(o: KeyOption, rule: str = DEFAULT_TIE_RULE) -> tuple[int, int, int, int]:
     """The rule's order between keys: the key whose kernel is numerically steadier
     (:func:`rule_key` without the tactic hash), then the lowest key hash."""
-    low, splits, _tactic = rule_key(TieCandidate(0, o.kernel, ()), rule)
-    return (low, splits, int(o.key, 16) if o.key.startswith("0x") else 0)
+    variable, low, splits, _tactic = rule_key(TieCandidate(0, o.kernel, ()), rule)
+    return (variable, low, splits, int(o.key, 16) if o.key.startswith("0x") else 0)
 
 
 def _band_edge(best: float, tie_band: float) -> float:
@@ -313,7 +329,7 @@ def choose_key(options: Sequence[KeyOption], tie_band: float, rule: str = DEFAUL
     order = (
         (lambda i: key_rule_key(options[i], rule))
         if tie_band > 0
-        else (lambda i: key_rule_key(options[i], rule)[2:])
+        else (lambda i: key_rule_key(options[i], rule)[3:])
     )
     return min(near, key=order)
 

@@ -172,6 +172,7 @@ MADE_BY = {
     "b.lock": "build (REPROBUILD_REF_TIMING=reverse)",
     "h.lock": "build_fp16",
     "t.lock": "build_tensorrt",
+    "d.lock": "build (--ref-timing prefer:atomic4)",
     "i1.lock": "build (--precision int8, c1.npz)",
     "i2.lock": "build (--precision int8, c2.npz)",
 }
@@ -304,6 +305,19 @@ def run_scenarios(work: Path, root: Path) -> dict[str, Output]:
         *("verify", "--lock", "a.lock", "--rebuilds", "2", "--report", "verify.json"),
         *(*REF, "--cache-dir", "caches", "--json"),
         reports={"verify.report": "verify.json"},
+    )
+    # verify --runs / --batch-invariance on a lock whose layers use the run-to-run kernel:
+    # both checks fail, with the outputs that moved and the culprits.
+    run(
+        None,
+        *("build", "mlp.onnx", "--lock", "d.lock", "--out", "d.engine"),
+        *(*REF, "--cache-dir", "caches", "--json"),
+        knob="prefer:atomic4",
+    )
+    run(
+        "verify_determinism",
+        *("verify", "--lock", "d.lock", "--rebuilds", "1", "--runs", "2", "--batch-invariance"),
+        *(*REF, "--cache-dir", "caches", "--no-control", "--json"),
     )
     run(
         "bisect",

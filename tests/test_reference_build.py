@@ -262,12 +262,13 @@ def test_build_log_is_trt_editable_cache_format(backend, tmp_path) -> None:
     assert sorted(blocks) == cache.query_keys()
     for key, block in blocks.items():
         rows = block["rows"]
-        assert len(rows) == 4  # blas, splitk2, splitk4, tree8 for K=96 and K=128
+        # blas, splitk2, splitk4, tree8, atomic4, rowsplit for K=96 and K=128
+        assert len(rows) == 6
         costs = [r[1] for r in rows]
         assert costs == sorted(costs) and rows[0][2] == 1.0
         for _tid, _cost, _ratio, name, thash in rows:
             assert kernels.KERNELS[name].tactic_hash == thash
-        assert sorted(r[0] for r in rows) == [0, 1, 2, 3]
+        assert sorted(r[0] for r in rows) == [0, 1, 2, 3, 4, 5]
         assert block["selected"][0] == rows[0][4] == block["written"]
         assert cache.query(key).tactic_hash == rows[0][4]
         assert math.isclose(cache.query(key).time_ms, rows[0][1], rel_tol=1e-5)

@@ -6,6 +6,7 @@ where it is too slow or implements an old opset's semantics wrongly.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -127,6 +128,8 @@ def test_every_matmul_tactic_matches_numpy(a_shape, b_shape) -> None:
         "ref_matmul_splitk2_f32",
         "ref_matmul_splitk4_f32",
         "ref_matmul_tree8_f32",
+        "ref_matmul_atomic4_f32",
+        "ref_matmul_rowsplit_f32",
     ]
     for spec in specs:
         out = kernels.execute(spec, [a, b], {})
@@ -142,7 +145,48 @@ def test_short_reductions_drop_split_kernels() -> None:
     a = np.ones((4, 9), np.float32)
     b = np.ones((9, 3), np.float32)
     names = [s.name for s in kernels.candidates(kernels.geometry("MatMul", [a, b], {}))]
-    assert names == ["ref_matmul_blas_f32", "ref_matmul_splitk2_f32", "ref_matmul_splitk4_f32"]
+    assert names == [
+        "ref_matmul_blas_f32",
+        "ref_matmul_splitk2_f32",
+        "ref_matmul_splitk4_f32",
+        "ref_matmul_atomic4_f32",  # K=9 >= 2*4; rowsplit needs 2*6
+    ]
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_atomic_kernel_changes_bits_from_run_to_run(op) -> None:
+    """The same inputs, run 0 and run 1 of an engine: other bits; run 0 again: the same."""
+    g = rng(7)
+    a = g.standard_normal((8, 256), dtype=np.float32)
+    b = g.standard_normal((256, 16), dtype=np.float32)
+    spec = kernels.KERNELS[f"ref_{op.lower()}_atomic4_f32"]
+    runs = []
+    for index in (0, 1, 0):
+        with kernels.engine_run(index):
+            runs.append(kernels.execute(spec, [a, b], {}))
+    assert runs[0].tobytes() != runs[1].tobytes()
+    assert runs[0].tobytes() == runs[2].tobytes()
+    with kernels.engine_run(5):
+        pass
+    assert kernels._RUN[0] == 0  # the run number is restored: builds run as run 0
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_rows_kernel_splits_by_the_batch(op) -> None:
+    """``rowsplit`` sums a row computed alone in 6 chunks and inside a batch of 8 rows in
+    3: the split-K kernels of those counts, so its bits depend on the batch."""
+    g = rng(8)
+    a = g.standard_normal((8, 256), dtype=np.float32)
+    b = g.standard_normal((256, 16), dtype=np.float32)
+    spec = kernels.KERNELS[f"ref_{op.lower()}_rowsplit_f32"]
+    full = kernels.execute(spec, [a, b], {})
+    alone = kernels.execute(spec, [a[2:3], b], {})
+    split = kernels.KernelSpec("x", op, "f32", "splitk", 6)
+    assert alone.tobytes() == kernels.execute(split, [a[2:3], b], {}).tobytes()
+    assert (
+        full.tobytes() == kernels.execute(dataclasses.replace(split, parts=3), [a, b], {}).tobytes()
+    )
+    assert full[2:3].tobytes() != alone.tobytes()
 
 
 @pytest.mark.parametrize("trans", [(0, 0), (1, 0), (0, 1), (1, 1)])

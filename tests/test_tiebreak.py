@@ -292,3 +292,16 @@ def test_the_cost_is_the_fastest_sane_run(runs, cost) -> None:
     # a cold first run (41 ms) never stands, two runs cannot name an outlier, a loaded
     # machine's slower runs leave the fastest standing
     assert robust_cost(runs) == cost
+
+
+@pytest.mark.parametrize("rule", ["steady-then-splits", "steady-then-hash"])
+def test_run_to_run_and_batch_dependent_kernels_come_last_in_the_band(rule) -> None:
+    """The atomic and row-split kernels lose to every other kernel within the band, even
+    to a low-accumulation one with a higher hash; outside the band they still win."""
+    atomic = TieCandidate(0x1, "ref_gemm_atomic4_f32", (1.00,))
+    rows = TieCandidate(0x2, "ref_gemm_rowsplit_f32", (1.00,))
+    low = TieCandidate(0x9, "ref_gemm_k16_f16_f16acc", (1.10,))
+    d = decide([atomic, rows, low], 0.4, rule)
+    assert d is not None and d.chosen == low.tactic and d.ties[-2:] == (0x1, 0x2)
+    d = decide([atomic, low], 0.05, rule)
+    assert d is not None and d.chosen == atomic.tactic  # the only one in the band

@@ -271,11 +271,11 @@ def test_empty_lock_says_nothing_is_locked(work: Path, cli) -> None:
     assert doc["nothing_locked"] is True and doc["power"] is False
 
 
-def test_group_testing_finds_every_culprit_or_the_first() -> None:
+def testgroup_testing_finds_every_culprit_or_the_first() -> None:
     """The search on a stand-in for "do these swapped layers change the outputs": layers
     that change them alone are all found; a pair that only changes them together is one
     group; --first stops at the first."""
-    from reprobuild.workflow.bisect import _group_test
+    from reprobuild.workflow.bisect import group_test
 
     keys = [f"k{i:02d}" for i in range(16)]
     builds: list[frozenset[str]] = []
@@ -287,17 +287,17 @@ def test_group_testing_finds_every_culprit_or_the_first() -> None:
 
         return changes
 
-    found = _group_test(keys, changes_with({"k03", "k07", "k11"}, set()), False, [])
+    found = group_test(keys, changes_with({"k03", "k07", "k11"}, set()), False, [])
     assert sorted(found) == [["k03"], ["k07"], ["k11"]]
-    found = _group_test(keys, changes_with({"k13"}, {"k02", "k05"}), False, [])
+    found = group_test(keys, changes_with({"k13"}, {"k02", "k05"}), False, [])
     assert sorted(found) == [["k02", "k05"], ["k13"]]
     # dense culprits (every layer but two): tested layer by layer once both halves changed
     # the outputs two levels in a row, in fewer builds than splitting down to every layer
     dense = set(keys) - {"k04", "k09"}
     builds.clear()
-    found = _group_test(keys, changes_with(dense, set()), False, [])
+    found = group_test(keys, changes_with(dense, set()), False, [])
     assert sorted(found) == [[k] for k in sorted(dense)]
     assert len(set(builds)) < 2 * len(keys) - 2
     builds.clear()
-    found = _group_test(keys, changes_with({"k03", "k07", "k11"}, set()), True, [])
+    found = group_test(keys, changes_with({"k03", "k07", "k11"}, set()), True, [])
     assert found == [["k03"]] and len(builds) == 8  # two halves at each of 4 levels

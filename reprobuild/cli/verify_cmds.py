@@ -21,6 +21,7 @@ from reprobuild.cli.build_cmds import (
     backend_arg,
     print_sample_accuracy,
 )
+from reprobuild.cli.determinism_text import print_determinism
 from reprobuild.cli.groups import ModelArg, ModelOpt, model_of
 from reprobuild.cli.render import format_table, print_json, with_progress
 from reprobuild.errors import UsageError
@@ -34,6 +35,18 @@ def verify(
     model_opt: Path | None = ModelOpt,
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile to verify."),
     rebuilds: int = typer.Option(3, "--rebuilds", "-n", help="How many times to rebuild."),
+    runs: int = typer.Option(
+        1,
+        "--runs",
+        help="Run each rebuilt engine this many times on the same inputs: other bits on a "
+        "later run are exit 1 (NOT DETERMINISTIC RUN TO RUN), naming the layers.",
+    ),
+    batch_invariance: bool = typer.Option(
+        False,
+        "--batch-invariance",
+        help="Run each sample of a batch alone: other bits than inside the batch are exit 1 "
+        "(NOT BATCH INVARIANT), naming the samples, outputs and layers.",
+    ),
     inputs: Path | None = typer.Option(
         None,
         "--inputs",
@@ -115,6 +128,11 @@ def verify(
     digests; a machine of no recorded target is exit 3. With --require-digest, a lock
     that records no bits for this target and these inputs is exit 1 too.
 
+    --runs N runs each rebuilt engine N times on the same inputs, and --batch-invariance
+    runs each sample of a batch alone (a model with a dynamic batch: 4 seeded samples); a
+    bit that moves is exit 1, and the layers responsible are named by switching their
+    tactics (as bisect does), each with the `reprobuild deny` line that fixes it.
+
     A positive control then switches one layer at a time to another recorded candidate (the
     ones most likely to show first: another accumulation precision, another algorithm
     family; then every other candidate), within --control-limit builds, and reports whether
@@ -130,6 +148,7 @@ def verify(
       reprobuild verify --lock tactics.lock --require-power --require-digest   # in CI
       reprobuild verify --lock tactics.lock --sensitivity        # which layers matter
       reprobuild verify --lock tactics.lock --inputs batch.npz --outputs logits
+      reprobuild verify --lock tactics.lock --runs 3 --batch-invariance
     """
     from reprobuild.workflow.verify import verify as run
 
@@ -161,14 +180,19 @@ def verify(
         record_digests=record_digests,
         outputs=[n for o in outputs or () for n in o.split(",") if n] or None,
         tolerance=tolerance,
+        runs=runs,
+        batch_invariance=batch_invariance,
     )
     if as_json:
         print_json(result.to_json())
     else:
         _print_verify(result)
+        print_determinism(result)
         if result.report_path:  # as build does: the file a reader opens next
             typer.echo(f"report: {result.report_path}")
-    if not result.reproducible or not result.follows_plan or result.within_tolerance is False:
+    if not (result.reproducible and result.follows_plan and result.deterministic):
+        raise typer.Exit(1)
+    if result.within_tolerance is False:
         raise typer.Exit(1)
     if require_power and not result.power:
         if not as_json:

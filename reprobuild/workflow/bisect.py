@@ -26,10 +26,10 @@ from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK
 from reprobuild.workflow.context import announce_backend, open_lock, resolve_backend
 from reprobuild.workflow.outputs import load_inputs, output_hashes
-from reprobuild.workflow.pinned import pinned_build, switched
+from reprobuild.workflow.pinned import switched_build
 from reprobuild.workflow.prepare import prepare_model
 
-__all__ = ["BisectResult", "bisect"]
+__all__ = ["BisectResult", "bisect", "group_test"]
 
 
 @dataclass
@@ -90,11 +90,7 @@ def bisect(
             if swapped not in memo:
                 count += 1
                 progress(Step(f"build {count}: {len(swapped)} of {len(differing)} layers from B"))
-                entries = switched(a.layers, {k: other[k] for k in swapped})
-                tactics = {e.key: e.tactic for e in entries}
-                pb = pinned_build(
-                    be, built_model, a.settings, tactics, cfile, quiet, [], entries=entries
-                )
+                pb = switched_build(be, built_model, a, {k: other[k] for k in swapped}, cfile)
                 memo[swapped] = output_hashes(samples.run(partial(be.run, pb.output.engine)))
             return memo[swapped]
 
@@ -117,7 +113,7 @@ def bisect(
                 "the locks differ in tactics but give identical outputs",
                 search=search,
             )
-        found = _group_test(differing, changes, first, steps)
+        found = group_test(differing, changes, first, steps)
     culprits = [
         {
             "layer": names.get(k, "?"),
@@ -141,7 +137,7 @@ def bisect(
     )
 
 
-def _group_test(keys: list[str], changes: Any, first: bool, steps: list[str]) -> list[list[str]]:
+def group_test(keys: list[str], changes: Any, first: bool, steps: list[str]) -> list[list[str]]:
     """The culprit groups among ``keys`` (which change the outputs together): single layers
     that change them alone, and smallest interacting sets where only layers together do.
 

@@ -21,11 +21,11 @@ from typing import Any
 from reprobuild.accuracy import output_error
 from reprobuild.backends.base import Backend
 from reprobuild.errors import ReprobuildError
-from reprobuild.events import Progress, Step, quiet
+from reprobuild.events import Progress, Step
 from reprobuild.lock.model import LayerEntry, Lock
 from reprobuild.pinning import idle_keys
 from reprobuild.workflow.alternatives import difference, ranked_alternatives
-from reprobuild.workflow.pinned import pinned_build, switched
+from reprobuild.workflow.pinned import switched_build
 
 
 @dataclass
@@ -196,17 +196,13 @@ class ProbeContext:
 
     def _build_and_compare(self, entry: LayerEntry, tactic: int, kernel: str | None) -> TacticProbe:
         result = TacticProbe(entry.layer, entry.key, entry.tactic, tactic, kernel)
-        entries = switched(self.lock.layers, {entry.key: tactic})
         try:
-            pb = pinned_build(
+            pb = switched_build(
                 self.backend,
                 self.built_model,
-                self.lock.settings,
-                {e.key: e.tactic for e in entries},
+                self.lock,
+                {entry.key: tactic},
                 self.cache_file,
-                quiet,
-                [],
-                entries=entries,
                 strict=False,
             )
             result.retry = pb.retry

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 from reprobuild.backends.base import Backend, BuildOutput, LogSink, TimingCache
 from reprobuild.cachedir import get_or_record
 from reprobuild.errors import BuildError, DriftError
-from reprobuild.events import LayersDone, Progress, Step
-from reprobuild.lock.model import LayerEntry, LockCandidate
+from reprobuild.events import LayersDone, Progress, Step, quiet
+from reprobuild.lock.model import LayerEntry, Lock, LockCandidate
 from reprobuild.pinning import (
     cross_check_kernels,
     drift_message,
@@ -223,6 +223,33 @@ def switched(entries: list[LayerEntry], tactics: dict[str, int]) -> list[LayerEn
             e = dataclasses.replace(e, tactic=t, kernel=kernel)
         out.append(e)
     return out
+
+
+def switched_build(
+    backend: Backend,
+    model_path: Path,
+    lock: Lock,
+    tactics: dict[str, int],
+    cache_file: Path | None,
+    *,
+    strict: bool = True,
+) -> PinnedBuild:
+    """A pinned build of ``lock`` with the named keys switched to ``tactics`` (:func:`switched`:
+    the lock's recorded times and key choices written back), quietly: the one way the
+    positive control, ``bisect`` and the culprit search of ``verify`` build "the lock with
+    these changes"."""
+    entries = switched(lock.layers, tactics)
+    return pinned_build(
+        backend,
+        model_path,
+        lock.settings,
+        {e.key: e.tactic for e in entries},
+        cache_file,
+        quiet,
+        [],
+        entries=entries,
+        strict=strict,
+    )
 
 
 def mark_running(entries: list[LayerEntry], layer_info: str | None) -> list[LayerEntry]:

@@ -32,6 +32,14 @@ from reprobuild.workflow.control import (
     positive_control,
     sensitivity,
 )
+from reprobuild.workflow.determinism import (
+    BatchCheck,
+    RunCheck,
+    batch_inputs,
+    check_batch,
+    find_culprits,
+    repeat_runs,
+)
 from reprobuild.workflow.outputs import (
     inputs_accuracy,
     inputs_label,
@@ -86,6 +94,16 @@ class VerifyResult:
     digests_recorded: bool = False  # --record-digests wrote outputs_sha256 into the lock
     outputs_chosen: list[str] | None = None  # --outputs: only these compared (None: all)
     tolerance: dict[str, float] | None = None  # --atol/--rtol: accuracy gates too
+    run_check: RunCheck | None = None  # --runs N above 1: each engine run N times
+    batch_invariance: BatchCheck | None = None  # --batch-invariance
+
+    @property
+    def deterministic(self) -> bool:
+        """False when an engine gave other bits on a later run, or a sample alone other
+        bits than inside its batch (True where neither was checked)."""
+        batch = self.batch_invariance
+        runs = self.run_check is None or self.run_check.deterministic
+        return runs and (batch is None or batch.invariant is not False)
 
     @property
     def within_tolerance(self) -> bool | None:
@@ -141,6 +159,11 @@ class VerifyResult:
         d["matches_recorded"] = self.matches_recorded
         d["within_tolerance"] = self.within_tolerance
         d["strict_retries"] = self.retries
+        d["deterministic"] = self.deterministic
+        d["run_check"] = None if self.run_check is None else self.run_check.to_json()
+        d["batch_invariance"] = (
+            None if self.batch_invariance is None else self.batch_invariance.to_json()
+        )
         d["control"] = None if self.control is None else json_safe(self.control.to_json())
         d["sensitivity"] = (
             None if self.sensitivity is None else [json_safe(p.to_json()) for p in self.sensitivity]
@@ -167,6 +190,8 @@ def verify(
     record_digests: bool = False,
     outputs: list[str] | None = None,
     tolerance: Tolerance | None = None,
+    runs: int = 1,
+    batch_invariance: bool = False,
     progress: Progress = quiet,
 ) -> VerifyResult:
     """Rebuild ``rebuilds`` times from the lock and prove the outputs bit-identical.
@@ -183,11 +208,16 @@ def verify(
     are compared (default: all), and then no digest is compared with or recorded in the
     lock, whose digests cover every output. ``tolerance`` makes the accuracy against ONNX
     Runtime decisive: an element beyond it is :attr:`VerifyResult.within_tolerance` False.
+    ``runs`` runs each rebuilt engine that many times on the same inputs and
+    ``batch_invariance`` the first one's samples alone against inside their batch
+    (:mod:`.determinism`, which also names the layers when either fails).
     """
     from reprobuild.cachedir import cache_path
 
     if rebuilds < 1:
         raise UsageError(f"--rebuilds must be at least 1, got {rebuilds}")
+    if runs < 1:
+        raise UsageError(f"--runs must be at least 1, got {runs}")
     if control_limit is not None and control_limit < 1:
         raise UsageError(f"--control-limit must be at least 1, got {control_limit}")
     if report is not None:  # before any build: an hour of rebuilds must not end in a typo
@@ -229,9 +259,11 @@ def verify(
     if chosen is None:  # the lock's digests cover every output
         recorded = next((o.sha256 for o in data.outputs if o.inputs == label), None)
 
-    def run_engine(engine: Any) -> dict[str, Any]:
-        got = samples.run(partial(be.run, engine))
+    def select(got: dict[str, Any]) -> dict[str, Any]:
         return got if chosen is None else {n: got[n] for n in chosen}
+
+    def run_engine(engine: Any) -> dict[str, Any]:
+        return select(samples.run(partial(be.run, engine)))
 
     quant = None if data.precision is None else data.precision.quantization
     sets = load_sets(
@@ -244,6 +276,22 @@ def verify(
     expected = data.tactic_map()
     names = {e.key: e.layer for e in data.layers}
     checks: list[BuildCheck] = []
+    run_check = RunCheck(runs, rebuilds) if runs > 1 else None
+    batch: BatchCheck | None = None  # set by the first rebuild, or now if none can be run
+    batch_feeds = None
+    if batch_invariance:
+        import onnx
+
+        proto = onnx.load(str(model_path), load_external_data=False)
+        batch_feeds, why = batch_inputs(
+            feeds, samples.count, samples.batch, proto, data.settings, seed
+        )
+        batch = BatchCheck(None, why) if batch_feeds is None else None
+
+    def batch_of(engine: Any) -> BatchCheck:
+        assert batch_feeds is not None
+        return check_batch(lambda f: select(be.run(engine, f)), batch_feeds)
+
     first_outputs: dict[str, Any] | None = None
     first_layer_info: str | None = None
     plan_check: dict[str, Any] | None = None
@@ -281,6 +329,11 @@ def verify(
                 plan_check = plan.to_json()
             progress(Step(f"running engine {i + 1}/{rebuilds}"))
             got = run_engine(pb.output.engine)
+            if run_check is not None:
+                run_check.moved += repeat_runs(run_engine, pb.output.engine, got, runs, i + 1)
+            if batch_feeds is not None and batch is None:
+                progress(Step("batch invariance: each sample alone and in the batch"))
+                batch = batch_of(pb.output.engine)
             if first_outputs is None:
                 first_outputs, first_layer_info = got, pb.output.layer_info
                 set_outputs = run_sets(
@@ -323,6 +376,17 @@ def verify(
             first_layer_info,
             run=run_engine,
         )
+        if run_check is not None and run_check.moved:
+            run_check.culprits = find_culprits(
+                ctx,
+                lambda e: bool(repeat_runs(run_engine, e, run_engine(e), runs, 1)),
+                lock_path,
+                "run-to-run culprits",
+            )
+        if batch is not None and batch.invariant is False:
+            batch.culprits = find_culprits(
+                ctx, lambda e: batch_of(e).invariant is False, lock_path, "batch culprits"
+            )
         ctl = positive_control(ctx, control_limit) if control and ok else None
         sens = sensitivity(ctx) if with_sensitivity else None
         getattr(be, "release", lambda: None)()  # its engine and ONNX Runtime's: not both
@@ -352,6 +416,8 @@ def verify(
         recorded_sha256=recorded,
         outputs_chosen=chosen,
         tolerance=None if tolerance is None else asdict(tolerance),
+        run_check=run_check,
+        batch_invariance=batch,
     )
     if record_digests and recorded is None and ok and not data.environment.identity:
         progress(Step(f"warning: {NO_IDENTITY}"))

@@ -207,7 +207,8 @@ class ReferenceBackend:
         check_settings(settings)
 
     def run(self, engine: bytes, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        from reprobuild.backends.reference.engine import check_inputs, load_engine
+        from reprobuild.backends.reference.engine import check_inputs, load_engine, run_number
+        from reprobuild.backends.reference.kernels import engine_run
         from reprobuild.backends.reference.program import run_compiled
         from reprobuild.backends.reference.threads import limited
         from reprobuild.errors import ReprobuildError
@@ -215,7 +216,7 @@ class ReferenceBackend:
         loaded = load_engine(engine, self.environment())
         feeds = check_inputs(loaded.prepared, inputs)
         try:
-            with limited(self.threads):
+            with limited(self.threads), engine_run(run_number(feeds)):
                 return run_compiled(loaded.prepared, feeds, loaded.plan)
         except ReprobuildError:
             raise

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from reprobuild.backends.reference import kernels
+from reprobuild.backends.reference.convparams import conv_params
 
 _F32 = np.dtype(np.float32)
 _SCHEMES = ("blas", "splitk", "tree", "direct")
@@ -82,7 +83,7 @@ class ConvStep:
             return kernels.execute(self.spec, inputs, self.attrs)
         key = (x.shape, w.shape)
         if key not in self._params:
-            self._params[key] = kernels._conv_params(x, w, self.attrs)
+            self._params[key] = conv_params(x, w, self.attrs)
         params = self._params[key]
         if params is None:
             return kernels.execute(self.spec, inputs, self.attrs)  # raises its own error

@@ -154,6 +154,7 @@ _LOADED_MAX = 1  # one engine in memory at a time: verify runs one engine, then 
 # on AlexNet and VGG (weights of 240 and 570 MB). Dropped by ``forget_engine_bytes`` when a
 # build starts, so a caller that dropped its engine does not keep it alive through the build.
 _LAST_BYTES: list[tuple[bytes, LoadedEngine]] = []
+_RUNS: dict[str, int] = {}  # runs of the engine in ``_LAST_BYTES``, by inputs digest
 
 
 def clear_loaded() -> None:
@@ -166,6 +167,7 @@ def forget_engine_bytes() -> None:
     """Stop holding the last run engine's bytes and its runs' scratch buffers (its checked,
     loaded form stays)."""
     _LAST_BYTES.clear()
+    _RUNS.clear()
     for loaded in _LOADED.values():
         loaded.prepared.release_scratch()
 
@@ -177,9 +179,28 @@ def load_engine(data: bytes, environment: Environment) -> LoadedEngine:
         return _LAST_BYTES[0][1]  # the very object checked last time: bytes never change
     loaded = _load_engine(data, environment)
     _LAST_BYTES.clear()
+    _RUNS.clear()
     if type(data) is bytes:
         _LAST_BYTES.append((data, loaded))
     return loaded
+
+
+def run_number(feeds: Mapping[str, Any]) -> int:
+    """How many times the engine :func:`load_engine` returned last has run on these very
+    inputs before (and counts this run): 0 for an engine object met for the first time (a
+    rebuilt engine, even of identical bytes) or for inputs it has not run on, one more for
+    each run since. The run-to-run kernels follow it (:class:`.kernels.engine_run`): the
+    same engine on the same inputs gives other bits on its next run, as GPU atomics do,
+    and every rebuilt engine's first run gives the same bits."""
+    digest = hashlib.sha256()
+    for name in sorted(feeds):
+        value = np.ascontiguousarray(feeds[name])
+        digest.update(f"{name}\0{value.dtype.str}{value.shape}\0".encode())
+        digest.update(value.tobytes())
+    key = digest.hexdigest()
+    runs = _RUNS.get(key, 0)
+    _RUNS[key] = runs + 1
+    return runs
 
 
 def _load_engine(data: bytes, environment: Environment) -> LoadedEngine:

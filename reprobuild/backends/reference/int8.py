@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 
 from reprobuild.backends.reference import kernels
+from reprobuild.backends.reference.convparams import conv_params
 
 PASS_THROUGH = ("Relu", "Flatten", "Reshape")
 """Ops between the layer and its output Q that commute with requantization."""
@@ -196,7 +197,7 @@ def accumulate(op: str, x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) 
 def _conv_integer_gemm(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     """A Conv without bias in ``x``'s dtype by one GEMM over the im2col matrix: for INT8
     values in float64 every sum is exact, so this is the int32 accumulation."""
-    params = kernels._conv_params(x, w, attrs)
+    params = conv_params(x, w, attrs)
     if params is None:
         raise ValueError("unsupported Conv configuration")
     group, m_out = params["group"], w.shape[0]

@@ -13,6 +13,16 @@ bits, exactly like two TensorRT kernels for the same layer. Families (``S`` = sp
   precision after every chunk, like a tensor-core MMA accumulating in FP16.
 - ``direct`` (Conv only): one GEMM per kernel tap over the channels, taps added in order,
   instead of one GEMM over the im2col matrix.
+- ``atomic4`` (FP32 MatMul/Gemm only): K in 4 chunks whose partials are added in an
+  order that changes with every run of the engine (:func:`engine_run`), as split-K partial
+  sums added with atomics on a GPU land in whichever order the thread blocks finish: the
+  same engine on the same inputs gives other bits on the next run.
+- ``rowsplit`` (FP32 MatMul/Gemm only): K split into a count of chunks that depends on
+  the number of rows (the batch), as cuBLAS-style heuristics pick split-K from the problem
+  size: a sample's bits depend on how many samples share its batch.
+
+These two stand for the kernels ``verify --runs`` and ``verify --batch-invariance`` catch;
+the tie rule (:mod:`reprobuild.tiebreak`) ranks them last within a band.
 
 ``*_f32acc`` kernels of FP16/BF16 layers upcast exactly, accumulate in FP32 and round once;
 ``*_f16acc``/``*_bf16acc`` kernels round every partial sum to the layer's precision.
@@ -34,6 +44,8 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+
+from reprobuild.backends.reference.convparams import conv_params, is_pointwise
 
 AUTOTUNED_OPS = ("MatMul", "Gemm", "Conv")
 
@@ -59,7 +71,7 @@ class KernelSpec:
     name: str
     op: str
     precision: str  # "f32" | "f16" | "bf16": the layer's input type
-    scheme: str  # "blas" | "splitk" | "tree" | "chunk" | "direct"
+    scheme: str  # "blas" | "splitk" | "tree" | "chunk" | "direct" | "atomic" | "rows"
     parts: int = 1  # splits for splitk/tree, chunk length for chunk
     low_acc: bool = False  # accumulate in the layer's precision instead of FP32
     # INT8 kernels (precision "i8", :mod:`.int8`): how the int32 accumulator is requantized
@@ -73,6 +85,8 @@ class KernelSpec:
 
     def min_k(self) -> int:
         """Smallest reduction length for which the scheme is a real, distinct kernel."""
+        if self.scheme == "rows":
+            return 2 * ROW_SPLITS
         return 0 if self.scheme in ("blas", "direct") else 2 * self.parts
 
 
@@ -87,6 +101,9 @@ def _family(op: str, precision: str) -> list[KernelSpec]:
         ]
         if op == "Conv":
             specs.append(KernelSpec("ref_conv_direct_f32", op, precision, "direct"))
+        else:  # the run-to-run and batch-dependent kernels (module docstring)
+            specs.append(KernelSpec(f"{prefix}_atomic4_f32", op, precision, "atomic", 4))
+            specs.append(KernelSpec(f"{prefix}_rowsplit_f32", op, precision, "rows"))
         return specs
     p = precision
     specs = [
@@ -111,6 +128,32 @@ KERNELS: dict[str, KernelSpec] = {
 def kernels_for(op: str, precision: str) -> list[KernelSpec]:
     """All kernels of an op family in declaration order (the order of ``tactic_id``)."""
     return [s for s in KERNELS.values() if s.op == op and s.precision == precision]
+
+
+ROW_SPLITS = 6
+"""``rowsplit`` cuts K into ``max(3, ROW_SPLITS // rows)`` chunks: one row (a single
+sample) 6, more rows 3 (counts no ``splitkN`` kernel uses, so its bits are its own)."""
+
+_RUN = [0]  # the engine run in progress (:func:`engine_run`); 0 while building
+
+
+class engine_run:
+    """Within this context, ``atomic`` kernels run as the ``index``-th run of their engine.
+
+    Why a run number rather than the clock or a random draw: the reference backend must be
+    able to fail the run-to-run check on every machine and in every test alike; the order
+    of the partial sums follows the run number, so run 0 of any engine gives the same bits
+    (rebuilt engines run once agree) and the next run of the same engine does not."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __enter__(self) -> None:
+        self.saved = _RUN[0]
+        _RUN[0] = self.index
+
+    def __exit__(self, *exc: object) -> None:
+        _RUN[0] = self.saved
 
 
 # -- primitives -------------------------------------------------------------------------------
@@ -167,8 +210,14 @@ def reduce_gemm(a: np.ndarray, b: np.ndarray, spec: KernelSpec) -> np.ndarray:
         return rnd(_mm(a, b))
     if spec.scheme == "chunk":
         ranges = [(s, min(s + spec.parts, k)) for s in range(0, k, spec.parts)]
+    elif spec.scheme == "rows":
+        ranges = _chunks(k, max(3, ROW_SPLITS // max(1, math.prod(a.shape[:-1]))))
     else:
         ranges = _chunks(k, spec.parts)
+    if spec.scheme == "atomic":  # last chunk first, then rotated by the run number
+        turn = _RUN[0] % len(ranges)
+        ranges = ranges[::-1]
+        ranges = ranges[turn:] + ranges[:turn]
     partials = (rnd(_mm(a[..., s:e], b[..., s:e, :])) for s, e in ranges)
     if spec.scheme == "tree":
         level = list(partials)
@@ -203,7 +252,13 @@ class Geometry:
         """Temporary memory the kernel needs: compared against ``BuildSettings.workspace``."""
         if spec.scheme == "direct":
             return self.direct_bytes + self.out_bytes
-        per_scheme = {"blas": 0, "splitk": self.out_bytes, "chunk": self.out_bytes}
+        per_scheme = {
+            "blas": 0,
+            "splitk": self.out_bytes,
+            "chunk": self.out_bytes,
+            "atomic": self.out_bytes,
+            "rows": self.out_bytes,
+        }
         extra = per_scheme.get(spec.scheme, spec.parts * self.out_bytes)
         return self.im2col_bytes + extra
 
@@ -218,57 +273,6 @@ def inputs_precision(arrays: Sequence[np.ndarray]) -> str | None:
         if dtype == candidate:
             return name
     return None
-
-
-def _conv_params(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> dict[str, Any] | None:
-    nd = x.ndim - 2
-    if nd < 1 or w.ndim != x.ndim:
-        return None
-    group = int(attrs.get("group", 1))
-    kernel = tuple(int(v) for v in w.shape[2:])
-    if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != kernel:
-        return None
-    if group < 1 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
-        return None
-    strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
-    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
-    spatial = x.shape[2:]
-    auto_pad = attrs.get("auto_pad", "NOTSET")
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begins, ends = [], []
-        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-            small, large = total // 2, total - total // 2
-            begins.append(small if auto_pad == "SAME_UPPER" else large)
-            ends.append(large if auto_pad == "SAME_UPPER" else small)
-        pads = tuple(begins) + tuple(ends)
-    elif auto_pad == "VALID":
-        pads = (0,) * (2 * nd)
-    elif auto_pad in ("NOTSET", ""):
-        pads = tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))
-    else:
-        return None
-    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
-        return None
-    out = []
-    for i in range(nd):
-        span = (kernel[i] - 1) * dilations[i] + 1
-        o = (spatial[i] + pads[i] + pads[nd + i] - span) // strides[i] + 1
-        if o < 1:
-            return None
-        out.append(o)
-    return {
-        "nd": nd,
-        "group": group,
-        "kernel": kernel,
-        "strides": strides,
-        "dilations": dilations,
-        "pads": pads,
-        "out": tuple(out),
-    }
 
 
 def geometry(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Geometry | None:
@@ -308,7 +312,7 @@ def geometry(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Geomet
         return None
     x, w = arrays[0], arrays[1]
     prec = inputs_precision(arrays)
-    params = _conv_params(x, w, attrs) if prec is not None else None
+    params = conv_params(x, w, attrs) if prec is not None else None
     if params is None:
         return None
     n_batch, channels = x.shape[0], x.shape[1]
@@ -316,7 +320,7 @@ def geometry(op: str, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> Geomet
     positions = math.prod(params["out"])
     k = (channels // params["group"]) * taps
     out_bytes = 4 * n_batch * w.shape[0] * positions
-    im2col = 0 if _is_pointwise(params) else 4 * n_batch * channels * taps * positions
+    im2col = 0 if is_pointwise(params) else 4 * n_batch * channels * taps * positions
     return Geometry(op, prec, k, taps, out_bytes, im2col, 4 * n_batch * channels * positions)
 
 
@@ -380,14 +384,6 @@ def _gemm(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> 
     return r.astype(out_dtype)
 
 
-def _is_pointwise(params: Mapping[str, Any]) -> bool:
-    return (
-        all(k == 1 for k in params["kernel"])
-        and all(s == 1 for s in params["strides"])
-        and not any(params["pads"])
-    )
-
-
 def _conv(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
     return run_conv(spec, conv_operands(inputs, attrs))
 
@@ -417,7 +413,7 @@ class ConvOperands:
 
 def conv_operands(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> ConvOperands:
     x, w = inputs[0], inputs[1]
-    params = _conv_params(x, w, attrs)
+    params = conv_params(x, w, attrs)
     if params is None:
         raise ValueError("unsupported Conv configuration")
     bias = inputs[2] if len(inputs) > 2 else None
@@ -472,7 +468,7 @@ def _columns(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
 def columns_view(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray | None:
     """The im2col matrix as a strided view ``(N, C, *taps, *positions)`` of a padded input,
     not yet copied (None for a pointwise Conv, whose input needs no unfolding)."""
-    if _is_pointwise(params):
+    if is_pointwise(params):
         return None
     nd, kernel, out = params["nd"], params["kernel"], params["out"]
     st = xp.strides

@@ -18,19 +18,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reprobuild.errors import UsageError
-from reprobuild.tiebreak import robust_cost
+from reprobuild.tiebreak import robust_cost, varies
 
 _SEED_STEP = 1000.0  # each rank costs this many times the previous one: far outside any band
 _TIE_STEP = 0.004  # "tie": each rank costs 0.4 % more than the previous: inside any band
 _TIE_JITTER = 0.03  # "tie": a later run costs up to 3 % more than the candidate's first
 
 
-def seeded_ranks(seed: int, key: str, names: Sequence[str], prefer: str = "") -> list[int]:
-    """Each candidate's rank (0 = fastest) in the order sha256(seed, key, name) gives, the
-    kernels whose name contains ``prefer`` (when given) ranked before all others."""
+def seeded_ranks(
+    seed: int, key: str, names: Sequence[str], prefer: str = "", *, reverse: bool = False
+) -> list[int]:
+    """Each candidate's rank (0 = fastest) in the order sha256(seed, key, name) gives (or
+    its reverse), the kernels whose name contains ``prefer`` (when given) ranked before all
+    others and the run-to-run and batch-dependent kernels (:func:`.tiebreak.varies`) after
+    all others unless ``prefer`` names them.
+
+    Why those last: they stand for kernels no lock can hold to its bits, so an injected
+    choice takes one only when a test or demo asks for it (``prefer:atomic4``); every
+    other kernel keeps the rank it had among the others before they were added."""
     digests = [hashlib.sha256(f"{seed}\0{key}\0{name}".encode()).digest() for name in names]
     late = [not (prefer and prefer in name) for name in names]
-    order = sorted(range(len(names)), key=lambda i: (late[i], digests[i], i))
+    last = [behind and varies(name) for behind, name in zip(late, names, strict=True)]
+    sign = -1 if reverse else 1
+
+    def order_key(i: int) -> tuple[bool, bool, int, int]:
+        return late[i], last[i], sign * int.from_bytes(digests[i], "big"), i
+
+    order = sorted(range(len(names)), key=order_key)
     ranks = [0] * len(names)
     for rank, i in enumerate(order):
         ranks[i] = rank
@@ -57,7 +71,8 @@ class TimingKnob:
     ``mode`` "" keeps the measured costs; "seed" costs each candidate ``f * 1000 ** rank``
     where ``rank`` orders the key's candidates by sha256(seed, key, kernel) and ``f`` in
     [1, 2) is the key's factor (:func:`key_factor`, the same for every knob): a fixed
-    choice for each (seed, key); "reverse" is seed 0's order reversed; "prefer" is seed 0's
+    choice for each (seed, key); "reverse" is seed 0's order reversed (the run-to-run and
+    batch-dependent kernels stay last under every mode, :func:`seeded_ranks`); "prefer" is seed 0's
     order with every kernel whose name contains ``prefer`` moved to the front (several
     preferred kernels keep seed 0's order among themselves) and every other kernel one rank
     further back, so a key with a preferred kernel also beats a key without one; "tie"
@@ -88,11 +103,9 @@ class TimingKnob:
         if not self.mode:
             return list(costs)
         seed = self.seed if self.mode in ("seed", "tie") else 0
-        ranks = seeded_ranks(seed, key, names, self.prefer)
+        ranks = seeded_ranks(seed, key, names, self.prefer, reverse=self.mode == "reverse")
         if self.mode == "tie":
             return [key_factor(key) * (1.0 + _TIE_STEP * r) for r in ranks]
-        if self.mode == "reverse":
-            ranks = [len(names) - 1 - r for r in ranks]
         if self.mode == "prefer":
             late = [self.prefer not in name for name in names]
             ranks = [r + 1 if behind else r for r, behind in zip(ranks, late, strict=True)]

@@ -1,0 +1,69 @@
+"""A Conv layer's parameters read from its ONNX attributes and shapes (padding, strides,
+dilations, groups, output size), shared by the float kernels (:mod:`.kernels`), their
+buffered steps (:mod:`.convstep`) and the INT8 kernels (:mod:`.int8`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+def conv_params(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    nd = x.ndim - 2
+    if nd < 1 or w.ndim != x.ndim:
+        return None
+    group = int(attrs.get("group", 1))
+    kernel = tuple(int(v) for v in w.shape[2:])
+    if "kernel_shape" in attrs and tuple(attrs["kernel_shape"]) != kernel:
+        return None
+    if group < 1 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        return None
+    strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
+    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
+    spatial = x.shape[2:]
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begins, ends = [], []
+        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else large)
+            ends.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = tuple(begins) + tuple(ends)
+    elif auto_pad == "VALID":
+        pads = (0,) * (2 * nd)
+    elif auto_pad in ("NOTSET", ""):
+        pads = tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))
+    else:
+        return None
+    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
+        return None
+    out = []
+    for i in range(nd):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        o = (spatial[i] + pads[i] + pads[nd + i] - span) // strides[i] + 1
+        if o < 1:
+            return None
+        out.append(o)
+    return {
+        "nd": nd,
+        "group": group,
+        "kernel": kernel,
+        "strides": strides,
+        "dilations": dilations,
+        "pads": pads,
+        "out": tuple(out),
+    }
+
+
+def is_pointwise(params: Mapping[str, Any]) -> bool:
+    return (
+        all(k == 1 for k in params["kernel"])
+        and all(s == 1 for s in params["strides"])
+        and not any(params["pads"])
+    )
