@@ -183,9 +183,9 @@ def test_rows_kernel_splits_by_the_batch(op) -> None:
     alone = kernels.execute(spec, [a[2:3], b], {})
     split = kernels.KernelSpec("x", op, "f32", "splitk", 6)
     assert alone.tobytes() == kernels.execute(split, [a[2:3], b], {}).tobytes()
-    assert (
-        full.tobytes() == kernels.execute(dataclasses.replace(split, parts=3), [a, b], {}).tobytes()
-    )
+    # the whole batch in one split-K GEMM of 3 chunks (reduce_gemm: no per-sample calls)
+    whole = kernels.reduce_gemm(a, b, dataclasses.replace(split, parts=3))
+    assert full.tobytes() == whole.tobytes()
     assert full[2:3].tobytes() != alone.tobytes()
 
 
@@ -354,3 +354,22 @@ def test_dropout_inference_is_identity_with_typed_mask() -> None:
     assert np.array_equal(y, x) and mask.dtype == np.float32 and mask.all()
     y, mask = ops.run_fast("Dropout", "", [x], {}, 2, 13)
     assert mask.dtype == np.bool_ and mask.all()
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+def test_a_sample_gets_its_bits_alone_or_in_a_batch_but_with_rowsplit(op: str) -> None:
+    """Every float32 MatMul/Gemm kernel but ``rowsplit`` is batch invariant by
+    construction (each sample's own BLAS calls), whatever the BLAS library does with a
+    4-row GEMM (OpenBLAS gives a row other bits there than alone); ``rowsplit`` is not,
+    which is what it is for."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 1000)).astype(np.float32)
+    b = rng.standard_normal((100, 1000)).astype(np.float32)
+    operands, attrs = ([a, b], {"transB": 1}) if op == "Gemm" else ([a, b.T.copy()], {})
+    varying = []
+    for spec in kernels.kernels_for(op, "f32"):
+        full = kernels.execute(spec, operands, attrs)
+        alone = [kernels.execute(spec, [a[i : i + 1], operands[1]], attrs) for i in range(4)]
+        if not all(np.array_equal(x, full[i : i + 1]) for i, x in enumerate(alone)):
+            varying.append(spec.name)
+    assert varying == [f"ref_{op.lower()}_rowsplit_f32"]

@@ -1,9 +1,11 @@
 """A Conv layer's parameters read from its ONNX attributes and shapes (padding, strides,
-dilations, groups, output size), shared by the float kernels (:mod:`.kernels`), their
-buffered steps (:mod:`.convstep`) and the INT8 kernels (:mod:`.int8`)."""
+dilations, groups, output size) and the im2col matrix they give, shared by the float
+kernels (:mod:`.kernels`), their buffered steps (:mod:`.convstep`) and the INT8 kernels
+(:mod:`.int8`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,3 +69,45 @@ def is_pointwise(params: Mapping[str, Any]) -> bool:
         and all(s == 1 for s in params["strides"])
         and not any(params["pads"])
     )
+
+
+def padded(x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
+    nd, pads = params["nd"], params["pads"]
+    if not any(pads):
+        return x
+    return np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)])
+
+
+def columns(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
+    """The im2col matrix ``(N, group, C/group * taps, positions)`` of a padded input."""
+    view = columns_view(xp, params)
+    if view is None:  # pointwise: the input is already the matrix
+        return xp.reshape(xp.shape[0], params["group"], xp.shape[1] // params["group"], -1)
+    return np.ascontiguousarray(view).reshape(column_shape(xp, params))
+
+
+def columns_view(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray | None:
+    """The im2col matrix as a strided view ``(N, C, *taps, *positions)`` of a padded input,
+    not yet copied (None for a pointwise Conv, whose input needs no unfolding)."""
+    if is_pointwise(params):
+        return None
+    nd, kernel, out = params["nd"], params["kernel"], params["out"]
+    st = xp.strides
+    return np.lib.stride_tricks.as_strided(
+        xp,
+        shape=(xp.shape[0], xp.shape[1], *kernel, *out),
+        strides=(
+            st[0],
+            st[1],
+            *(st[2 + i] * params["dilations"][i] for i in range(nd)),
+            *(st[2 + i] * params["strides"][i] for i in range(nd)),
+        ),
+        writeable=False,
+    )
+
+
+def column_shape(xp: np.ndarray, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """``(N, group, C/group * taps, positions)``: the im2col matrix's shape."""
+    group, channels = params["group"], xp.shape[1]
+    rows = (channels // group) * math.prod(params["kernel"])
+    return xp.shape[0], group, rows, math.prod(params["out"])

@@ -28,7 +28,12 @@ from typing import Any
 import numpy as np
 
 from reprobuild.backends.reference import kernels
-from reprobuild.backends.reference.convparams import conv_params
+from reprobuild.backends.reference.convparams import (
+    column_shape,
+    columns,
+    columns_view,
+    conv_params,
+)
 
 _F32 = np.dtype(np.float32)
 _SCHEMES = ("blas", "splitk", "tree", "direct")
@@ -130,7 +135,7 @@ class ConvStep:
         return acc
 
     def _padded(self, x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
-        """``np.pad(x)`` with zeros, as :func:`.kernels._padded`, in the kept buffer: the
+        """``np.pad(x)`` with zeros, as :func:`.convparams.padded`, in the kept buffer: the
         border slabs are zeroed and the interior copied."""
         nd, pads = params["nd"], params["pads"]
         if not any(pads):
@@ -148,13 +153,13 @@ class ConvStep:
         return buf
 
     def _columns(self, xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
-        """The im2col matrix of :func:`.kernels._columns`, copied into a kept buffer."""
-        view = kernels.columns_view(xp, params)
+        """The im2col matrix of :func:`.convparams.columns`, copied into a kept buffer."""
+        view = columns_view(xp, params)
         if view is None:
-            return kernels._columns(xp, params)
+            return columns(xp, params)
         buf = self.scratch.get("cols", view.shape)
         np.copyto(buf, view)
-        return buf.reshape(kernels.column_shape(xp, params))
+        return buf.reshape(column_shape(xp, params))
 
 
 def _all_f32(*arrays: Any) -> bool:

@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 
 from reprobuild.backends.reference import kernels
-from reprobuild.backends.reference.convparams import conv_params
+from reprobuild.backends.reference.convparams import columns, conv_params, padded
 
 PASS_THROUGH = ("Relu", "Flatten", "Reshape")
 """Ops between the layer and its output Q that commute with requantization."""
@@ -201,7 +201,7 @@ def _conv_integer_gemm(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -
     if params is None:
         raise ValueError("unsupported Conv configuration")
     group, m_out = params["group"], w.shape[0]
-    cols = kernels._columns(kernels._padded(x, params), params)
+    cols = columns(padded(x, params), params)
     result = np.matmul(w.reshape(group, m_out // group, -1), cols)
     return result.reshape(x.shape[0], m_out, *params["out"])
 

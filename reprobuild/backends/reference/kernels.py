@@ -38,14 +38,14 @@ import functools
 import hashlib
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from reprobuild.backends.reference.convparams import conv_params, is_pointwise
+from reprobuild.backends.reference.convparams import columns, conv_params, is_pointwise, padded
 
 AUTOTUNED_OPS = ("MatMul", "Gemm", "Conv")
 
@@ -349,7 +349,10 @@ def _f32(x: np.ndarray) -> np.ndarray:
 
 def _matmul(spec: KernelSpec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out_dtype = a.dtype
-    af, bf = _f32(a), _f32(b)
+    return np.asarray(_by_sample(_matmul_f32, _f32(a), _f32(b), spec)).astype(out_dtype)
+
+
+def _matmul_f32(af: np.ndarray, bf: np.ndarray, spec: KernelSpec) -> np.ndarray:
     a_vec, b_vec = af.ndim == 1, bf.ndim == 1
     if a_vec:
         af = af[None, :]
@@ -364,7 +367,26 @@ def _matmul(spec: KernelSpec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         r = r[..., 0]
     if a_vec:
         r = r[..., 0] if b_vec else r[..., 0, :]
-    return np.asarray(r).astype(out_dtype)
+    return r
+
+
+def _by_sample(
+    fn: Callable[[np.ndarray, np.ndarray, KernelSpec], np.ndarray],
+    a: np.ndarray,
+    b: np.ndarray,
+    spec: KernelSpec,
+) -> np.ndarray:
+    """``fn`` on each sample alone, the first dimension of ``a`` being the batch (a Gemm's
+    rows, a MatMul's leading dimension), joined: a sample gets the same BLAS calls, with
+    the same shapes, in a batch of any size as alone, so its bits never depend on the
+    batch (BLAS itself is not batch invariant: OpenBLAS gives a row other bits in a
+    4-row GEMM than alone). ``rowsplit`` sees the whole batch: it stands for the kernels
+    that are not batch invariant."""
+    if spec.scheme == "rows" or a.ndim < 2 or a.shape[0] <= 1 or b.ndim > a.ndim:
+        return fn(a, b, spec)
+    batched_b = b.ndim == a.ndim > 2 and b.shape[0] == a.shape[0]
+    parts = [fn(a[i : i + 1], b[i : i + 1] if batched_b else b, spec) for i in range(len(a))]
+    return np.concatenate(parts)
 
 
 def _gemm(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray:
@@ -373,7 +395,7 @@ def _gemm(spec: KernelSpec, inputs: Sequence[Any], attrs: Mapping[str, Any]) -> 
     out_dtype = a.dtype
     af = _f32(a).T if int(attrs.get("transA", 0)) else _f32(a)
     bf = _f32(b).T if int(attrs.get("transB", 0)) else _f32(b)
-    r = reduce_gemm(af, bf, spec)
+    r = _by_sample(reduce_gemm, af, bf, spec)
     alpha = float(attrs.get("alpha", 1.0))
     beta = float(attrs.get("beta", 1.0))
     if alpha != 1.0:
@@ -407,7 +429,7 @@ class ConvOperands:
 
     def columns(self) -> np.ndarray:
         if self.cols is None:
-            self.cols = _columns(self.padded, self.params)
+            self.cols = columns(self.padded, self.params)
         return self.cols
 
 
@@ -417,7 +439,7 @@ def conv_operands(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> ConvOperan
     if params is None:
         raise ValueError("unsupported Conv configuration")
     bias = inputs[2] if len(inputs) > 2 else None
-    return ConvOperands(params, _padded(_f32(x), params), _f32(w), bias, x.dtype)
+    return ConvOperands(params, padded(_f32(x), params), _f32(w), bias, x.dtype)
 
 
 def run_conv(spec: KernelSpec, ops: ConvOperands) -> np.ndarray:
@@ -448,45 +470,3 @@ def run_conv(spec: KernelSpec, ops: ConvOperands) -> np.ndarray:
     if ops.bias is not None:
         result = result + _f32(ops.bias).reshape((1, m_out) + (1,) * nd)
     return result.astype(ops.out_dtype)
-
-
-def _padded(x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
-    nd, pads = params["nd"], params["pads"]
-    if not any(pads):
-        return x
-    return np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)])
-
-
-def _columns(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
-    """The im2col matrix ``(N, group, C/group * taps, positions)`` of a padded input."""
-    view = columns_view(xp, params)
-    if view is None:  # pointwise: the input is already the matrix
-        return xp.reshape(xp.shape[0], params["group"], xp.shape[1] // params["group"], -1)
-    return np.ascontiguousarray(view).reshape(column_shape(xp, params))
-
-
-def columns_view(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray | None:
-    """The im2col matrix as a strided view ``(N, C, *taps, *positions)`` of a padded input,
-    not yet copied (None for a pointwise Conv, whose input needs no unfolding)."""
-    if is_pointwise(params):
-        return None
-    nd, kernel, out = params["nd"], params["kernel"], params["out"]
-    st = xp.strides
-    return np.lib.stride_tricks.as_strided(
-        xp,
-        shape=(xp.shape[0], xp.shape[1], *kernel, *out),
-        strides=(
-            st[0],
-            st[1],
-            *(st[2 + i] * params["dilations"][i] for i in range(nd)),
-            *(st[2 + i] * params["strides"][i] for i in range(nd)),
-        ),
-        writeable=False,
-    )
-
-
-def column_shape(xp: np.ndarray, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """``(N, group, C/group * taps, positions)``: the im2col matrix's shape."""
-    group, channels = params["group"], xp.shape[1]
-    rows = (channels // group) * math.prod(params["kernel"])
-    return xp.shape[0], group, rows, math.prod(params["out"])
