@@ -399,6 +399,18 @@ command's commit point has nothing left to roll back, and the CLI says these wer
 (the CLI clears the list when a command starts)."""
 
 
+@contextlib.contextmanager
+def working_files() -> Iterator[None]:
+    """What the block commits is a command's own working files (``stability``'s recordings,
+    ``probe``'s builds, in a temporary folder), not its outputs: left out of ``COMMITTED``,
+    so a late signal never names files that are gone."""
+    mark = len(COMMITTED)
+    try:
+        yield
+    finally:
+        del COMMITTED[mark:]
+
+
 def make_folders(directory: Path) -> list[Path]:
     """Create ``directory`` and its missing parents; the ones created, outermost first.
 

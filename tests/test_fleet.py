@@ -154,7 +154,10 @@ def test_other_bits_than_recorded_are_not_reproducible(fleet, tmp_path: Path) ->
     assert "NOT REPRODUCIBLE" in p.stdout and "recorded eeeeeeeeeeeeeeee" in p.stdout
 
 
-def test_advisory_edit_warns_identity_edit_selects_no_target(fleet, tmp_path: Path) -> None:
+def test_advisory_edit_warns_identity_edit_is_refused_at_its_line(fleet, tmp_path: Path) -> None:
+    """An advisory field is shown, never refused on; an identity field is what the target's
+    label is made of, so a hand-edited one is refused (exit 2) at its line by every command
+    that reads the lock, with the lock left as it was."""
     work, families = fleet
     shutil.copy(work / "cnn.onnx", tmp_path / "cnn.onnx")
     text = (work / "fleet.lock").read_text()
@@ -164,9 +167,23 @@ def test_advisory_edit_warns_identity_edit_selects_no_target(fleet, tmp_path: Pa
     assert p.returncode == 0, p.stderr
     assert "advisory cpu: lock 'Some Other CPU'" in p.stderr
     arch = _arch(families[0])
-    (tmp_path / "i.lock").write_text(text.replace(f"blas_kernels: {arch}", "blas_kernels: Other"))
-    p = _run(tmp_path, families[0], "build", "cnn.onnx", "--lock", "i.lock", "--frozen", *REF)
-    assert p.returncode == EXIT_ENV and "blas_kernels: lock 'Other'" in p.stderr, p.stderr
+    edited = text.replace(f"blas_kernels: {arch}", "blas_kernels: Other", 1)
+    (tmp_path / "i.lock").write_text(edited)
+    lines = edited.splitlines()
+    edit_at = lines.index("      blas_kernels: Other")
+    line = next(i for i in range(edit_at, 0, -1) if lines[i - 1] == "    identity:")
+    for args in (
+        ("build", "cnn.onnx", "--lock", "i.lock", "--frozen", *REF),
+        ("build", "cnn.onnx", "--lock", "i.lock", *REF),
+        ("show", "--lock", "i.lock", "--targets"),
+        ("merge", "i.lock", str(work / "m0.lock"), "--out", "merged.lock"),
+    ):
+        p = _run(tmp_path, families[0], *args)
+        assert p.returncode == EXIT_USAGE, (args, p.stderr)
+        assert p.stderr.startswith(f"error: i.lock:{line + 1}:7: targets["), p.stderr
+        assert "gives the target label" in p.stderr and "restore the identity" in p.stderr
+    assert (tmp_path / "i.lock").read_text() == edited
+    assert not (tmp_path / "merged.lock").exists()
 
 
 def test_fleet_names_the_odd_machine(fleet, tmp_path: Path) -> None:

@@ -348,12 +348,12 @@ def _show_targets(lock: Path, data: Lock, as_json: bool) -> None:
         print_json({"lock": str(lock), "targets": rows})
         return
     for r in rows:
-        ident = ", ".join(f"{k}={v}" for k, v in r["identity"].items()) or "none recorded"
+        ident = ", ".join(f"{k}={shown(v)}" for k, v in r["identity"].items()) or "none recorded"
         echo(f"{r['target']}: {count(r['layers'], 'layer')}, {r['pinned']} pinned, "
              f"{count(len(r['outputs']), 'recorded digest')}")  # fmt: skip
         echo(f"  identity: {ident}")
         if r["advisory"]:
-            echo("  advisory: " + ", ".join(f"{k}={v}" for k, v in r["advisory"].items()))
+            echo("  advisory: " + ", ".join(f"{k}={shown(v)}" for k, v in r["advisory"].items()))
     n = len(rows)
     echo(f"{n} target{'s' if n != 1 else ''}")
 

@@ -72,8 +72,34 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _main(argv)
     finally:
-        for signum, handler in old.items():
-            signal.signal(signum, handler)
+        if argv is None:  # the process itself, which ends here: see _late_signals
+            _late_signals()
+        else:
+            for signum, handler in old.items():
+                signal.signal(signum, handler)
+
+
+def _late_signals() -> None:
+    """A signal after the command ended, while the interpreter shuts down, still says what
+    was written: without this it would kill the process silently (SIGTERM's default) or
+    print a traceback (Ctrl-C), right after the outputs were moved into place."""
+    import contextlib
+    import os
+    import signal
+    import threading
+
+    def late(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()  # what the command printed, whole
+            sys.stderr.write(_signal_line(signum) + "\n")
+            sys.stderr.flush()
+        os._exit(128 + signum)
+
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                signal.signal(signum, late)
 
 
 def _main(argv: list[str] | None) -> None:
@@ -152,12 +178,19 @@ def _interrupted(signum: int) -> None:
     line then says which files were written, so nobody redoes or reverts a finished pin."""
     from reprobuild.cli import render
 
+    render.echo(_signal_line(signum), err=True)
+    sys.exit(128 + signum)
+
+
+def _signal_line(signum: int) -> str:
+    """The one line for a signal: what it did, and the outputs already written, if any."""
+    from reprobuild.cli.render import shown
+
     what = "interrupted" if signum == 2 else f"terminated (signal {signum})"
     if COMMITTED:
-        names = ", ".join(dict.fromkeys(str(p) for p in COMMITTED))
+        names = ", ".join(dict.fromkeys(shown(p) for p in COMMITTED))
         what += f" after the outputs were written: {names} (complete; nothing to roll back)"
-    render.echo(what, err=True)
-    sys.exit(128 + signum)
+    return what
 
 
 def _typer(args: list[str]) -> Any:

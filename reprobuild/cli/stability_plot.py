@@ -13,6 +13,7 @@ Drawn with matplotlib, an optional extra (``pip install 'reprobuild[plot]'``): w
 from __future__ import annotations
 
 import importlib.util
+import io
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +75,14 @@ def write_plot(report: Any, path: Path) -> None:
     )
     _legend(ax)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    drawn = io.BytesIO()
+    fig.savefig(drawn, format=path.suffix.lower()[1:])
     plt.close(fig)
+    from reprobuild.transaction import Outputs
+
+    with Outputs() as out:  # whole or not at all, like every output; named on a late signal
+        out.stage_bytes(path, drawn.getvalue(), "plot")
+        out.commit()
 
 
 def _label(k: Any) -> str:

@@ -186,6 +186,8 @@ def _strictly_increasing(candidates: list[LockCandidate]) -> bool:
 
 NO_IDENTITY = (
     "no digest recorded: the lock's target has no identity (a schema-1 lock), so its bits "
-    "would be claimed for every machine; build with --re-record to record this machine's target"
+    "would be claimed for every machine; build without --frozen to record this machine's "
+    "target in its place"
 )
-"""Why a section without identity never receives a digest (build and verify say it)."""
+"""Why verify never records a digest into a section without identity (a build records the
+machine's target in its place first)."""

@@ -109,12 +109,20 @@ def _targets(doc: Doc, value: Any, path: Path_) -> list[Target]:
         m = doc.mapping(
             item, p, ("target", "backend", "identity", "layers"), ("advisory", "outputs")
         )
-        doc.string(m["target"], p + ("target",))
+        label = doc.string(m["target"], p + ("target",))
         env = Environment.make(
             doc.string(m["backend"], p + ("backend",)),
             _fields(doc, m["identity"], p + ("identity",)),
             _fields(doc, m.get("advisory") or {}, p + ("advisory",)),
         )
+        if label != env.name:  # the label is derived: a difference is an edit of one or other
+            doc.fail(
+                p + ("identity",),
+                f"gives the target label {env.name}, not the recorded {label[:70]!r} (an "
+                "identity field or the label was edited)",
+                "restore the identity as it was recorded, or delete the lock and re-record "
+                "it with reprobuild build on the machine it is for",
+            )
         if env.name in seen:
             doc.fail(
                 p + ("identity",),

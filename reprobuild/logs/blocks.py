@@ -76,6 +76,39 @@ class OpBlock:
         self.written: int | None = None
 
 
+_GROWING = ("cands", "fastest")
+"""A block's lists that only grow while it is open: hashed incrementally by ``fingerprint``."""
+
+
+class _ListDigest:
+    """A running digest of a list that only grows, or is replaced or cut (which restarts
+    it: another list, fewer items, or another first item than the one hashed first; the
+    first item is held, so a new one can never be taken for it)."""
+
+    __slots__ = ("items", "first", "count", "hash")
+
+    def __init__(self) -> None:
+        self.items: list[object] | None = None
+        self.first: object = None
+        self.count = 0
+        self.hash = hashlib.blake2b(digest_size=20)
+
+    def digest(self, items: list[object]) -> bytes:
+        if (
+            items is not self.items
+            or len(items) < self.count
+            or (self.count and items[0] is not self.first)
+        ):
+            self.items, self.count = items, 0
+            self.hash = hashlib.blake2b(digest_size=20)
+        h = self.hash
+        for item in items[self.count :]:
+            h.update(repr(item).encode("utf-8", "surrogatepass") + b"\n")
+        self.count = len(items)
+        self.first = items[0] if items else None
+        return h.digest()
+
+
 class BlockState:
     """What the parser remembers between lines; records leave through ``_out``."""
 
@@ -96,7 +129,7 @@ class BlockState:
         self._pending: tuple[str, int | None] | None = None
         self._legacy = False
         self._layers_open = False
-        self._layers_digest: tuple[list[EngineLayer], int, hashlib._Hash] | None = None
+        self._digests: dict[tuple[str, str], _ListDigest] = {}
 
     @property
     def max_warnings(self) -> int:
@@ -110,16 +143,21 @@ class BlockState:
         Why: ``logs.split`` reads the second half of a log in another process from a fresh
         parser; where that parser's fingerprint meets the one read from the start, the two
         read every later line alike. ``repr`` of these values is exact (floats included).
+        It is taken after every block read (a MiB), so what only grows (an open block's
+        candidates, which can run to 100,000, the orphans, the engine layers) is hashed
+        incrementally (:class:`_ListDigest`): a check costs the lines added since the last.
         """
 
         def block(b: RunnerBlock | OpBlock | None) -> object:
-            return None if b is None else (type(b).__name__, [getattr(b, a) for a in b.__slots__])
+            if b is None:
+                return None
+            fixed = [getattr(b, a) for a in b.__slots__ if a not in _GROWING]
+            return (type(b).__name__, fixed, [self._grown(b, a) for a in _GROWING])
 
         state = (
             self.lineno,
             block(self._blk),
             block(self._op),
-            self._orphans,
             self._cur_layer,
             self._set_layer,
             self._meta,
@@ -128,21 +166,20 @@ class BlockState:
             self._layers_open,
         )
         h = hashlib.blake2b(repr(state).encode("utf-8", "surrogatepass"), digest_size=20)
-        h.update(self._engine_digest())
+        h.update(self._grown(self, "_orphans"))
+        h.update(self._grown(self, "engine_layers"))
         return h.digest()
 
-    def _engine_digest(self) -> bytes:
-        """The engine layers' share of ``fingerprint``, extended by the layers added since
-        the last call (the list only grows or is replaced, and it can hold 100,000 layers)."""
-        layers = self.engine_layers
-        cached = self._layers_digest
-        if cached is None or cached[0] is not layers or cached[1] > len(layers):
-            cached = (layers, 0, hashlib.blake2b(digest_size=20))
-        h = cached[2]
-        for layer in layers[cached[1] :]:
-            h.update(repr(layer).encode("utf-8", "surrogatepass") + b"\n")
-        self._layers_digest = (layers, len(layers), h)
-        return h.digest()
+    def _grown(self, owner: object, name: str) -> bytes:
+        """The digest of list ``name`` of ``owner`` (b"" where it has none), kept per list."""
+        lst = getattr(owner, name, None)
+        if lst is None:
+            return b""
+        where = (type(owner).__name__, name)
+        found = self._digests.get(where)
+        if found is None:
+            found = self._digests[where] = _ListDigest()
+        return found.digest(lst)
 
     def _open_implicit(self, layer: str, kind: str = "runner") -> RunnerBlock:
         """A block whose header was not printed (excerpt starting mid-block)."""

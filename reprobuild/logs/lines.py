@@ -9,6 +9,7 @@ a separator or a number. Patterns run only on lines that passed a cheaper substr
 
 from __future__ import annotations
 
+import json
 import re
 from typing import NamedTuple
 
@@ -75,6 +76,70 @@ _WARNING_CHECKS = tuple(
     (kind, pattern.search, gate, bool(pattern.flags & re.IGNORECASE))
     for kind, pattern, gate in WARNINGS
 )  # flags read once: ``int & RegexFlag`` runs enum code on every call
+
+
+# --- quoted names ----------------------------------------------------------------------------
+# The reference backend writes a node name as a JSON string where it could be read as
+# something else (``escape_name``); the parser reads such a string as one token: nothing in
+# it is a key, a candidate row or any other line's marker.
+
+MARKERS = (
+    "Tactic", "Autotuning ", "Timing Runner", "Computing costs for", "ache", "(tactic hash",
+    "Layer", "(key: ", ", 0x", "[", "]",
+)  # fmt: skip
+"""What ``LogParser.feed_lines`` dispatches on (or splits at): a name holding one is quoted."""
+
+_JSON = json.JSONDecoder()
+
+
+def escape_name(name: str) -> str:
+    """A node name as it may appear in a log line: unchanged when it is plain, else as a
+    JSON string (quotes, escapes). A newline in a name would end the line and let the
+    name forge log lines; leading or trailing spaces would be stripped by any reader; a
+    marker (``MARKERS``) would be read as a key, a candidate or another line. The lock
+    never takes names from these lines (the builder hands over its own records), so
+    escaping changes only what a person or ``reprobuild log`` reads."""
+    plain = (
+        name
+        and name.isprintable()
+        and name == name.strip()
+        and not name.startswith('"')
+        and not any(m in name for m in MARKERS)
+    )
+    return name if plain else json.dumps(name)
+
+
+def mask_quoted(line: str) -> str:
+    """``line`` with the inside of every JSON string blanked (same length, same places), so
+    that a marker inside a quoted name is never seen; ``line`` itself when it has none."""
+    parts: list[str] = []
+    pos = 0
+    i = line.find('"')
+    while i >= 0:
+        try:
+            _, end = _JSON.raw_decode(line, i)
+        except ValueError:  # not a string (a lone quote): the rest is left as it is
+            break
+        parts += (line[pos : i + 1], "_" * (end - i - 2), '"')
+        pos = end
+        i = line.find('"', end)
+    return "".join(parts) + line[pos:] if parts else line
+
+
+def quoted_name(text: str) -> tuple[str, str] | None:
+    """(name, what follows) when ``text`` starts with a quoted name, else None."""
+    if not text.startswith('"'):
+        return None
+    try:
+        name, end = _JSON.raw_decode(text)
+    except ValueError:
+        return None
+    return (name, text[end:]) if isinstance(name, str) else None
+
+
+def _unquoted(name: str) -> str:
+    whole = quoted_name(name)
+    return whole[0] if whole is not None and not whole[1] else name
 
 
 def strip_prefix(line: str) -> str:
@@ -148,6 +213,9 @@ class CachedLine(NamedTuple):
 def cached_line(line: str) -> CachedLine | None:
     """The parts of a ``got cached result`` line, or None when it does not read as one."""
     s = strip_prefix(line)
+    quoted = quoted_name(s)
+    if quoted is not None:  # the name is one token; the rest of the line is read after it
+        s = quoted[1]
     i = s.find("got cached result")
     tail = s[i + 17 :].lstrip(":")
     m = _CACHED_TAIL.match(tail)
@@ -158,6 +226,8 @@ def cached_line(line: str) -> CachedLine | None:
         return None
     head = s[:i].strip(WS)
     formats = None
+    if quoted is not None:
+        head = f"_ {head}"  # the name's place: formats and key are read after it
     if head.endswith("]"):
         j = head.rfind(" [")
         if j >= 0:
@@ -170,6 +240,8 @@ def cached_line(line: str) -> CachedLine | None:
     time_text = m["time"]
     if time_text is not None and time_text.endswith("ms"):
         time_text = time_text[:-2]
+    if quoted is not None:
+        head = quoted[0]
     return CachedLine(head, key, formats, tac, m["runner"] or None, to_float(time_text))
 
 
@@ -183,23 +255,29 @@ class OpHeader(NamedTuple):
 
 
 def op_header(rest: str) -> OpHeader:
-    """What follows ``Autotuning op ``; a key that is not 32 hex digits is dropped."""
+    """What follows ``Autotuning op ``; a key that is not 32 hex digits is dropped. A quoted
+    name is one token: the key is the one after it, never one inside a name."""
     rest = rest.strip(WS)
+    quoted = quoted_name(rest)
+    text = rest if quoted is None else "_" + quoted[1]  # "_": the quoted name's place
+    masked = mask_quoted(text)
     key: str | None = None
     keyed = False
-    m = _OP_KEYED.match(rest)
+    m = _OP_KEYED.match(masked)
     if m is not None:
         keyed = True
-        name, suffix = m["name"].strip(WS), m["rest"].strip(WS)
+        name, suffix = text[: m.end("name")].strip(WS), text[m.start("rest") :].strip(WS)
         if _KEY32.fullmatch(m["key"].strip(WS)):
             key = m["key"].strip(WS).lower()
     else:
-        p = rest.find(": [")
+        p = masked.find(": [")
         if p >= 0:
-            name, suffix = rest[:p].strip(WS), rest[p + 2 :].strip(WS)
+            name, suffix = text[:p].strip(WS), text[p + 2 :].strip(WS)
         else:
-            name, suffix = rest.rstrip(":").strip(WS), ""
-    onnx = split_onnx_layers(suffix) if suffix.startswith("[") else ()
+            name, suffix = text.rstrip(":").strip(WS), ""
+    if quoted is not None:
+        name = quoted[0]
+    onnx = tuple(map(_unquoted, split_onnx_layers(suffix))) if suffix.startswith("[") else ()
     return OpHeader(name, key, keyed, onnx)
 
 

@@ -39,6 +39,7 @@ from reprobuild.logs.lines import (
     cost_of,
     fastest_parts,
     layer_line,
+    mask_quoted,
     oneline_layer,
     op_header,
     runner_parts,
@@ -96,22 +97,25 @@ class LogParser(BlockState):
         for the substring checks that rule out the handlers it cannot reach; ``lineno``
         lives in a local, stored where a handler reads it; and lines are cut with
         ``partition`` (one argument, no argument parsing) rather than ``find`` with
-        offsets.
+        offsets. A line with a quoted name is dispatched and cut on ``probe``, the line with
+        its quoted strings blanked (``mask_quoted``): a name is one token, and nothing in
+        it is a candidate, a row or another line's marker.
         """
         new = tuple.__new__  # Candidate(...) without NamedTuple's interpreted __new__
         lineno = self.lineno
         for line in lines:
             lineno += 1
+            probe = mask_quoted(line) if '"' in line else line
             if line and line[0] == "#" and line[:2] == "# ":  # line[0]: no new string
                 self.lineno = lineno
                 self._separator()
                 continue
-            if "Tactic" in line:
+            if "Tactic" in probe:
                 # "Tactic Name: K Tactic: 0x.. Time: t" and "Tactic: 0x.. Time: t" (8.6+):
                 # the first "Tactic: ", the first " Time: " after it, no "Fastest " before
                 # it. (A " Time: " right after the colon, "Tactic: Time: 5", leaves no
                 # tactic; here the token then starts with "Time: ", which int() refuses.)
-                head, found, rest = line.partition("Tactic: ")
+                head, found, rest = probe.partition("Tactic: ")
                 if found and head[-8:] != "Fastest ":
                     tok, found, tail = rest.partition(" Time: ")
                     if found:
@@ -144,7 +148,7 @@ class LogParser(BlockState):
             if op is not None:
                 # a sorted-table row: "<id>, <cost>, <ratio>, <correlation>, <kernel>,
                 # 0x<hash>, [<tunable>]", the hash after the last ", 0x"
-                before, found, after = line.rpartition(", 0x")
+                before, found, after = probe.rpartition(", 0x")
                 if found:
                     digits, found, _ = after.partition(",")
                 if found:
@@ -161,25 +165,25 @@ class LogParser(BlockState):
                                 kernel = parts[4].strip(WS) or None
                                 op.cands.append(new(Candidate, (ident, tac, kernel, cost, None)))
                             continue
-            if "Autotuning " in line:
+            if "Autotuning " in probe:
                 self.lineno = lineno
                 if self._autotuning(line):
                     continue
-            if "Timing Runner" in line:
+            if "Timing Runner" in probe:
                 self.lineno = lineno
                 if self._timing_runner(line):
                     continue
-            if "Computing costs for" in line:
+            if "Computing costs for" in probe:
                 self._computing_costs(line)
                 continue
-            if "ache" in line:
+            if "ache" in probe:
                 self.lineno = lineno
                 if self._cache_line(line):
                     continue
-            if "(tactic hash" in line:
+            if "(tactic hash" in probe:
                 self._selected(line)
                 continue
-            if "Layer" in line:
+            if "Layer" in probe:
                 self.lineno = lineno
                 self._layer_misc(line)
         self.lineno = lineno

@@ -179,6 +179,7 @@ def _split(
         yield from _alone(src.chunks_at(0), parser, render)
         return
     text = index = None
+    parent = os.getpid()
     try:
         text = tempfile.TemporaryFile()
         index = tempfile.TemporaryFile()
@@ -195,6 +196,7 @@ def _split(
         code = 1
         try:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            _die_with(parent)
             _second_half(src, parser, render, split, text, index)
             code = 0
         finally:
@@ -234,6 +236,25 @@ def _split(
             os.waitpid(pid, 0)
         text.close()
         index.close()
+
+
+def _die_with(parent: int) -> None:
+    """Make the second process end with this one: a ``reprobuild log`` killed outright
+    (SIGKILL, no ``finally``) must not leave it reading to the end of the file. Linux's
+    parent-death signal does it (``prctl(PR_SET_PDEATHSIG, SIGKILL)``); a parent that died
+    before it was set is seen as a changed parent id."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no libc to ask: the parent's finally still kills it
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _second_half(

@@ -22,7 +22,7 @@ from reprobuild.backends.base import Backend
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import exclusive, sha256_file
-from reprobuild.lock.model import DEFAULT_LOCK, NO_IDENTITY, LayerEntry, Lock
+from reprobuild.lock.model import DEFAULT_LOCK, LayerEntry, Lock
 from reprobuild.lock.yamlio import dumps_lock, load_lock
 from reprobuild.transaction import Outputs
 from reprobuild.types import BuildSettings
@@ -191,7 +191,9 @@ def _build(
         existing, rerecord = check_existing(
             existing, lock_path, info, settings, be, frozen, warnings
         )
-        if not rerecord:  # the keys this target was recorded with
+        if rerecord and not existing.environment.identity:  # recorded in its place
+            existing, pins = start_over(existing, info, settings, be, lock_path, warnings)
+        elif not rerecord:  # the keys this target was recorded with
             be = be.for_target(existing.environment)
     settings = settings or BuildSettings()
     check_profiles(settings)
@@ -243,9 +245,7 @@ def _build(
             warnings.append(empty_lock_warning(be, built_model))
         seeded = any(o.inputs == "seeded:0" for o in done.lock.outputs)
         replay_check = None
-        if not done.lock.environment.identity:  # bits must name the machines they hold for
-            warnings.append(NO_IDENTITY)
-        elif done.recorded or (not seeded and not frozen):
+        if done.recorded or (not seeded and not frozen):
             progress(Step("running the engine on seeded inputs (the target's expected bits)"))
             try:
                 bits = expected_bits(be, done.output.engine, model_path)

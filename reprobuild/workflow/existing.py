@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from reprobuild.backends.base import Backend
-from reprobuild.errors import EnvironmentMismatch
+from reprobuild.errors import EnvironmentMismatch, UsageError
 from reprobuild.lock.model import LayerEntry, Lock, ModelInfo, OutputDigest, by_layer
 from reprobuild.lock.targets import describe_names, matching, no_target_message, select
 from reprobuild.types import BuildSettings
@@ -31,8 +31,9 @@ def check_existing(
     warnings: list[str],
 ) -> tuple[Lock, bool]:
     """Refuse a lock for another model or settings (exit 2); the lock's view for this
-    machine's target, and whether that target is missing and must be recorded (beside the
-    others; ``--frozen`` refuses that with exit 3, naming the lock's targets)."""
+    machine's target, and whether that target must be recorded: missing (recorded beside
+    the others; ``--frozen`` refuses that with exit 3, naming the lock's targets) or without
+    identity (recorded in its place, see :func:`_without_identity`)."""
     check_lock_matches(existing, lock_path, info, settings)
     here = be.environment()
     if matching(existing, here) is None:
@@ -49,8 +50,30 @@ def check_existing(
         )
         return existing, True
     chosen = select(existing, here, lock_path)
+    if not chosen.lock.environment.identity:
+        return _without_identity(chosen.lock, lock_path, here.name, frozen, warnings), True
     warnings += chosen.warnings
     return chosen.lock, False
+
+
+def _without_identity(
+    view: Lock, lock_path: Path, here: str, frozen: bool, warnings: list[str]
+) -> Lock:
+    """A section without identity (a schema-1 lock) would claim its tactics and bits for
+    every machine: a build records this machine's target in its place (keeping its pins,
+    as ``--re-record`` does); ``--frozen``, which never writes, refuses (exit 2)."""
+    if frozen:
+        raise UsageError(
+            f"{lock_path}: the lock's target has no identity (a schema-1 lock), so it cannot "
+            "say which machines its tactics and bits hold for; --frozen never rewrites the "
+            "lock: build once without --frozen to record this machine's target (pins kept), "
+            "then commit the lock"
+        )
+    warnings.append(
+        f"{lock_path}: the target without identity (a schema-1 lock) is recorded anew as "
+        f"this machine's target {here}, keeping its pins"
+    )
+    return view
 
 
 def start_over(

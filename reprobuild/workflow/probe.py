@@ -23,6 +23,7 @@ from typing import Any
 from reprobuild.backends.base import Backend
 from reprobuild.errors import ReprobuildError
 from reprobuild.events import Progress, Step, quiet
+from reprobuild.transaction import working_files
 from reprobuild.workflow.probe_answers import (
     Answer,
     answers,
@@ -156,7 +157,8 @@ def probe(
             run = _ModelRun(path.stem, root / path.stem)
             run.dir.mkdir(parents=True)
             progress(Step(f"probe: {path.name}"))
-            _cycle(be, path, run, steps, progress)
+            with working_files():  # its builds' outputs are evidence for the bundle
+                _cycle(be, path, run, steps, progress)
             runs.append(run)
         env = be.environment().to_dict()
         ok = all(s.ok is not False for s in steps)

@@ -172,6 +172,7 @@ def stability(
 ) -> StabilityReport:
     """``records`` independent recordings of ``model``; see the module docstring."""
     from reprobuild.errors import UsageError
+    from reprobuild.transaction import working_files
     from reprobuild.workflow.build import build
     from reprobuild.workflow.context import check_model_file
 
@@ -183,7 +184,7 @@ def stability(
     runs: list[tuple[dict[str, Any], Any]] = []
     durations: list[float] = []
     name = backend if isinstance(backend, str) else backend.name
-    with tempfile.TemporaryDirectory(prefix="reprobuild-stability-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="reprobuild-stability-") as tmp, working_files():
         for i in range(records):
             progress(Step(f"recording {i + 1} of {records} (own cache folder)"))
             here = Path(tmp) / f"r{i}"

@@ -14,8 +14,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from reprobuild.backends.reference.buildlog import escape_name
 from reprobuild.lock.yamlio import load_lock
+from reprobuild.logs.lines import escape_name
 
 FORGED = (
     "x(key: 0x" + "0" * 32 + "): [ONNX Layer: y]\n"
@@ -28,10 +28,10 @@ FORGED = (
 NAMES = ["fc1", " fc1 ", "a\nb", FORGED, "tab\there"]
 
 
-def _model(path: Path) -> None:
+def _model(path: Path, names: list[str] = NAMES) -> None:
     """A chain of MatMuls of growing width (so every layer has its own key)."""
     nodes, inits, prev, width = [], [], "x", 4
-    for i, name in enumerate(NAMES):
+    for i, name in enumerate(names):
         w = np.full((width, width + 1), 0.01 * (i + 1), np.float32)
         inits.append(numpy_helper.from_array(w, f"w{i}"))
         nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"t{i}"], name=name))
@@ -76,3 +76,28 @@ def test_a_key_the_log_does_not_name_takes_the_backends_candidates() -> None:
     (entry,), _ = entries_from_records([], {key: 5}, info, known)
     assert (entry.layer, entry.kernel) == ("L", "k5")
     assert [c.tactic for c in entry.candidates] == [5, 7]
+
+
+def test_names_that_read_as_keys_or_rows_are_one_token_to_log(tmp_path: Path, cli, monkeypatch):
+    """A node named ``fc2(key: <fc1's key>)`` keeps its own table and key, in ``reprobuild
+    log`` and in the build's own reading of its log; one named like a candidate row is no
+    row."""
+    monkeypatch.chdir(tmp_path)
+    _model(tmp_path / "a.onnx", ["fc1", "fc2", "fc3"])
+    assert cli("build", "a.onnx", "--lock", "a.lock", "--backend", "reference", "-q").code == 0
+    fc1 = next(e.key for e in load_lock("a.lock").layers if e.layer == "fc1")
+    names = ["fc1", f"fc2(key: {fc1})", "Tactic: 0x1 Time: 0.1"]
+    _model(tmp_path / "m.onnx", names)
+    r = cli("build", "m.onnx", "--lock", "t.lock", "--backend", "reference", "-q", "--log", "b.log")
+    assert r.code == 0, r
+    entries = {e.layer: e for e in load_lock("t.lock").layers}
+    assert sorted(entries) == sorted(names) and entries["fc1"].key == fc1
+    assert len({e.key for e in entries.values()}) == 3
+    r = cli("log", "b.log", "--json")
+    assert r.code == 0, r
+    records = {rec["layer"]: rec for rec in json.loads(r.out)["records"]}
+    assert sorted(records) == sorted(names), records.keys()
+    assert {n: records[n]["key"] for n in names} == {n: entries[n].key for n in names}
+    for n in names:  # each table holds its own candidates, none from a name
+        got = sorted(int(c["tactic_hash"], 16) for c in records[n]["candidates"])
+        assert got == sorted(c.tactic for c in entries[n].candidates), n

@@ -115,3 +115,47 @@ def test_sigterm_of_a_real_process_is_143(tmp_path: Path) -> None:
         assert "Traceback" not in err, err
         assert {"t.lock", "mlp.engine", "caches"} <= set(names), names
         assert not [n for n in names if n.startswith(".") or "tmp" in n], names
+
+
+LATE = """
+import os, signal, sys
+from reprobuild.cli.main import main
+sys.argv = ["reprobuild", *sys.argv[1:]]
+try:
+    main()
+finally:  # the signal lands as the interpreter shuts down, after every output is in place
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(1000):
+        pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "outputs"),
+    [
+        (("build", "mlp.onnx", "--lock", "t.lock", "-q"), ["t.lock", "mlp.engine"]),
+        (("stability", "mlp.onnx", "--records", "2", "--plot", "s.svg", "-q"), ["s.svg"]),
+    ],
+    ids=["build", "stability"],
+)
+def test_a_signal_after_the_command_names_its_outputs(
+    tmp_path: Path, args: tuple[str, ...], outputs: list[str]
+) -> None:
+    """One line naming what was written, and nothing else (never a recording's temporary
+    files): a signal after the end would otherwise kill the process without a word."""
+    import shutil
+
+    from ..conftest import EXAMPLES, child_env
+
+    shutil.copy(EXAMPLES / "mlp.onnx", tmp_path / "mlp.onnx")
+    p = subprocess.run(
+        [sys.executable, "-c", LATE, *args, "--backend", "reference"],
+        cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600,
+    )  # fmt: skip
+    assert p.returncode == 143, (p.returncode, p.stderr)
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("terminated (signal 15) after the outputs were written: "), last
+    named = last.split("written: ", 1)[1].split(" (complete")[0].split(", ")
+    assert all(n in named for n in outputs), named
+    assert all((tmp_path / n).is_file() for n in named), named  # nothing that is gone
+    assert "Traceback" not in p.stderr

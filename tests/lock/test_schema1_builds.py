@@ -1,11 +1,13 @@
-"""Schema-1 reference locks of the test corpus build the engines they lock.
+"""Schema-1 reference locks of the test corpus: verified with their own keys, and upgraded
+by the first build.
 
 Before targets, a reference lock's keys hashed the flat environment of that time (CPU name,
 numerics versions) and gave a Conv one key for all its kernels. Today's keys hash the
 target's identity and split a Conv by format, so a schema-1 target keeps its own key scheme
-(``ReferenceBackend.for_target``): ``--frozen`` builds it unchanged, a plain build writes no
-expected bits (bits need an identity to be claimed for), and ``--re-record`` moves it to
-today's keys keeping its pins.
+(``ReferenceBackend.for_target``) where it is only read (``verify``). Its one section has no
+identity, so it would claim its tactics and bits for every machine: a plain build records
+this machine's target in its place (today's keys, its pins kept, its expected bits), and
+``--frozen``, which never writes, refuses (exit 2) naming that fix.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 import pytest
 
 import reprobuild
-from reprobuild.errors import DriftError
+from reprobuild.backends.reference import ReferenceBackend
+from reprobuild.errors import DriftError, UsageError
 from reprobuild.lock.yamlio import load_lock
 from tests.conftest import EXAMPLES
 
@@ -35,7 +38,7 @@ def _engine_tactics(engine: str) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("name", RECORDED)
-def test_a_schema_1_reference_lock_builds_its_engine_frozen(
+def test_a_schema_1_reference_lock_verifies_with_its_own_keys_and_frozen_refuses(
     name: str, tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -43,17 +46,17 @@ def test_a_schema_1_reference_lock_builds_its_engine_frozen(
     before = Path("old.lock").read_bytes()
     old = load_lock("old.lock")
     assert old.schema == 1 and old.layers
-    result = reprobuild.build(
-        EXAMPLES / f"{name}.onnx", lock="old.lock", out="e.engine", frozen=True,
-        backend="reference", cache_dir=tmp_path / "caches",
-    )  # fmt: skip
-    assert Path("old.lock").read_bytes() == before  # --frozen never rewrites
-    assert not result.recorded and result.tactic_map == old.tactic_map()
-    engine = _engine_tactics("e.engine")
-    assert {e.layer: engine[e.layer] for e in old.layers} == {e.layer: e.tactic for e in old.layers}
+    kw = {"backend": "reference", "cache_dir": tmp_path / "caches"}
+    model = EXAMPLES / f"{name}.onnx"
+    with pytest.raises(UsageError, match="has no identity .* build once without --frozen"):
+        reprobuild.build(model, lock="old.lock", out="e.engine", frozen=True, **kw)
+    assert not Path("e.engine").exists()
+    result = reprobuild.verify(model, lock="old.lock", rebuilds=1, control=False, **kw)
+    assert result.reproducible and not result.builds[0].problems
+    assert Path("old.lock").read_bytes() == before  # neither writes
 
 
-def test_a_schema_1_reference_lock_keeps_its_keys_until_re_recorded(
+def test_a_plain_build_records_this_machines_target_in_place_keeping_pins(
     tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -61,35 +64,33 @@ def test_a_schema_1_reference_lock_keeps_its_keys_until_re_recorded(
     old = load_lock("old.lock")
     kw = {"backend": "reference", "cache_dir": tmp_path / "caches"}
     model = EXAMPLES / "cnn.onnx"
-    plain = reprobuild.build(model, lock="old.lock", out="a.engine", **kw)
-    written = load_lock("old.lock")  # a section without identity never receives a digest
-    assert not written.outputs and any("has no identity" in w for w in plain.warnings)
-    assert written.tactic_map() == old.tactic_map() and not written.others
-    again = reprobuild.build(model, lock="old.lock", out="b.engine", frozen=True, **kw)
-    assert again.tactic_map == old.tactic_map()
-    assert Path("a.engine").read_bytes() == Path("b.engine").read_bytes()
     pinned = {e.layer: e.tactic for e in old.layers if e.pinned}
-    assert pinned  # the corpus lock pins conv1: --re-record must keep it
-    reprobuild.build(model, lock="old.lock", out="c.engine", re_record=True, **kw)
+    assert pinned  # the corpus lock pins conv1: the upgrade must keep it
+    plain = reprobuild.build(model, lock="old.lock", out="c.engine", **kw)
+    assert any("recorded anew as this machine's target" in w for w in plain.warnings)
     new = load_lock("old.lock")
-    assert not new.others, "the old target is replaced, not kept beside today's"
-    assert new.environment.identity and set(new.tactic_map()) != set(old.tactic_map())
+    assert new.schema == 2 and not new.others, "the old target is replaced, not kept beside"
+    assert new.environment == ReferenceBackend().environment()
+    assert set(new.tactic_map()) != set(old.tactic_map())  # today's keys
+    assert [o.inputs for o in new.outputs] == ["seeded:0"]  # bits, now for one identity
     assert {e.layer: e.tactic for e in new.layers if e.pinned} == pinned
     # conv1 now has two keys; the pin went to the one holding its tactic (hwc: direct), and
-    # that key must be the one conv1 runs, here and in every build of the re-recorded lock
+    # that key must be the one conv1 runs, here and in every build of the upgraded lock
     assert _engine_tactics("c.engine")["conv1"] == pinned["conv1"]
     reprobuild.build(model, lock="old.lock", out="d.engine", frozen=True, **kw)
     assert Path("d.engine").read_bytes() == Path("c.engine").read_bytes()
 
 
-def test_a_lock_whose_keys_match_neither_scheme_is_stale(tmp_path: Path, monkeypatch) -> None:
+def test_a_lock_whose_keys_match_neither_scheme_does_not_verify(
+    tmp_path: Path, monkeypatch
+) -> None:
     """The old scheme is taken from the lock's own advisory fields: a hand-edited CPU name
-    gives other keys, and --frozen says the lock is stale rather than building blind."""
+    gives other keys, and verify says the build is off the lock rather than agreeing blind."""
     monkeypatch.chdir(tmp_path)
     text = (GOLDEN / "recorded_cnn.lock").read_text().replace('gpu: "AMD EPYC"', 'gpu: "Other"')
     Path("old.lock").write_text(text)
-    with pytest.raises(DriftError, match="stale"):
-        reprobuild.build(
-            EXAMPLES / "cnn.onnx", lock="old.lock", out="e.engine", frozen=True,
+    with pytest.raises(DriftError, match="keys are not the lock's"):
+        reprobuild.verify(
+            EXAMPLES / "cnn.onnx", lock="old.lock", rebuilds=1, control=False,
             backend="reference", cache_dir=tmp_path / "caches",
         )  # fmt: skip

@@ -184,6 +184,18 @@ def test_error_points_at_line_and_column() -> None:
     assert _err(text).startswith(f"t.lock:{line}:17: ")
 
 
+def test_a_label_that_is_not_its_identitys_is_refused_at_the_identity() -> None:
+    """A hand-edited identity field (or label) would make the section another machine's
+    while it holds this one's tactics and digests: refused at the identity's first field."""
+    line = next(i for i, s in enumerate(GOOD.splitlines(), 1) if s == "      blas_kernels: Test")
+    for edit in (("blas_kernels: Test", "blas_kernels: Other"), ("-Test-ec0a4d", "-Test-000000")):
+        message = _err(GOOD.replace(*edit, 1))
+        assert message.startswith(f"t.lock:{line}:7: targets[0].identity: gives the target "), (
+            message
+        )
+        assert "restore the identity as it was recorded" in message and "\n" not in message
+
+
 def test_missing_and_binary_files(tmp_path: Path) -> None:
     with pytest.raises(LockError, match="no such lockfile; record one"):
         load_lock(tmp_path / "absent.lock")
@@ -538,8 +550,8 @@ def test_edits_are_refused_where_they_are(old: str, new: str, expected: str) -> 
 
 
 def test_escapes_the_writer_never_makes_are_read_as_yaml_reads_them() -> None:
-    text = dumps_lock(sample_lock(1)).replace("    backend: reference\n", '    backend: "a\\x41"\n')
-    assert loads_lock(text).environment.backend == "aA"
+    text = dumps_lock(sample_lock(1)).replace('      cpu: "test cpu"\n', '      cpu: "a\\x41"\n')
+    assert loads_lock(text).environment.advisory_dict()["cpu"] == "aA"
 
 
 def test_sections_with_block_sequences_round_trip() -> None:

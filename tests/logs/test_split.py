@@ -219,3 +219,55 @@ def test_a_remembered_foreign_node_is_part_of_the_state(tmp_path: Path) -> None:
     assert report.fallback == "the two readings never met"
     text, records = read(log, split_at=None)[:2]
     assert records == 1 and "onnx_layers=('a', 'b')" in text
+
+
+KILLED = """
+import sys, time
+from reprobuild.logs import split
+from reprobuild.logs.parser import LogParser
+from reprobuild.logs.source import open_log
+split._cpus = lambda: 2
+split._second_half = lambda *args: time.sleep(600)  # a second half that reads on and on
+pieces = split.iter_pieces(open_log(sys.argv[1]), LogParser(), lambda r: "", min_bytes=0)
+next(pieces)
+print(split.REPORT.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie left for a parent that does not reap counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_reader_leaves_no_second_process(tmp_path: Path) -> None:
+    """SIGKILL runs no ``finally``: the second process ends with its parent all the same."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import child_env
+
+    log = tmp_path / "all.log"
+    log.write_bytes(b"".join(p.read_bytes() for p in LOG_FIXTURES) * 4)
+    env = child_env(drop=("REPROBUILD_LOG_PROCESSES",))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(log)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        second = int(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+    for _ in range(600):  # the kernel signals it at once; this only waits for the exit
+        if _gone(second):
+            break
+        time.sleep(0.05)
+    assert _gone(second), f"the second process {second} outlived its killed parent"

@@ -8,7 +8,6 @@ engine-inspector tensor names TensorRT uses.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +17,7 @@ import numpy as np
 
 from reprobuild.backends.base import LogSink
 from reprobuild.backends.reference import kernels
+from reprobuild.logs.lines import escape_name
 
 LOG_TAG = "REF"
 
@@ -54,24 +54,6 @@ class BuildLog:
 
     def warning(self, message: str) -> None:
         self._emit("W", message)
-
-
-def escape_name(name: str) -> str:
-    """A node name as it may appear in a log line: unchanged when it is plain, else as a
-    JSON string (quotes, escapes). A newline in a name would end the line and let the
-    name forge log lines; leading or trailing spaces would be stripped by any reader. The
-    lock never takes names from these lines (the builder hands over its own records), so
-    escaping changes only what a person or ``reprobuild log`` reads."""
-    plain = (
-        name
-        and name.isprintable()
-        and name == name.strip()
-        and not name.startswith('"')
-        and "(key: " not in name
-        and "[" not in name
-        and "]" not in name
-    )
-    return name if plain else json.dumps(name)
 
 
 def trt_type_name(dtype: np.dtype) -> str:

@@ -29,17 +29,13 @@ import numpy as np
 from reprobuild.backends.base import BuildSettings, TimingValue
 from reprobuild.backends.reference import int8, kernels
 from reprobuild.backends.reference.autotune import CLOCKS, AutotuneStats, tune
-from reprobuild.backends.reference.buildlog import (
-    BuildLog,
-    autotune_lines,
-    escape_name,
-    tensor_format,
-)
+from reprobuild.backends.reference.buildlog import BuildLog, autotune_lines, tensor_format
 from reprobuild.backends.reference.formats import HWC, LINEAR, by_format
 from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.prepared import Layer, execute_spec
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError
+from reprobuild.logs.lines import escape_name
 from reprobuild.tiebreak import KeyOption, TieCandidate, ahead, choose_key, decide, unsure
 
 
