@@ -169,6 +169,58 @@ def test_program_matches_layer_by_layer_run_and_reuses_buffers(
     assert steps["m2"].free == ("r", "m") and "c" in steps["s"].free
 
 
+def _biased_conv_model(tmp_path: Path) -> Path:
+    """Conv(+bias) -> Relu, Conv(+bias) -> BatchNormalization -> Relu, and a Conv(+bias)
+    whose output a later layer reads too (no chain may write into it)."""
+    g = _rng(8)
+
+    def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+        return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
+
+    bn = [init(n, (4,)) for n in ("scale", "bias", "mean")]
+    bn.append(numpy_helper.from_array((g.random(4) + 0.5).astype(np.float32), "var"))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c2", "scale", "bias", "mean", "var"], ["n"]),
+        helper.make_node("Relu", ["n"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Add", ["r3", "c3"], ["y"]),
+    ]
+    inits = [init("w1", (4, 3, 3, 3)), init("b1", (4,)), init("w2", (4, 4, 2, 2))]
+    inits += [init("b2", (4,)), init("w3", (4, 4, 1, 1)), init("b3", (4,)), *bn]
+    graph = helper.make_graph(
+        nodes,
+        "biased",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    path = tmp_path / "biased.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
+def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
+    path = _biased_conv_model(tmp_path)
+    backend = ReferenceBackend()
+    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    feeds = {"x": _rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    loaded = engine.load_engine(out.engine, backend.environment())
+    want = _generic(loaded.prepared, feeds, loaded.plan)
+    for _ in range(2):
+        assert _same_bits(backend.run(out.engine, feeds)["y"], want["y"])
+    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
+    # c1 and c2 die in their chains; c3 is read by Add too, so Conv 3 adds its own bias
+    assert [step.outputs[0] for step in compiled.steps] == ["r1", "r2", "c3", "r3", "y"]
+
+
 def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, monkeypatch):
     path = _residual_model(tmp_path)
     backend = ReferenceBackend()

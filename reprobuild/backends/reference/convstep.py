@@ -76,16 +76,28 @@ class ConvStep:
         self._taps: tuple[np.ndarray, list[np.ndarray]] | None = None  # (weights, per tap)
 
     def __call__(self, inputs: Sequence[Any]) -> np.ndarray:
+        result = self.product(inputs)
+        if result is None:
+            return kernels.execute(self.spec, inputs, self.attrs)  # raises its own errors
+        bias = inputs[2] if len(inputs) > 2 else None
+        if bias is not None:
+            result += bias.reshape((1, result.shape[1]) + (1,) * (result.ndim - 2))
+        return result
+
+    def product(self, inputs: Sequence[Any]) -> np.ndarray | None:
+        """The layer's output before its bias is added, in a new array (the program adds the
+        bias in the pass of the elementwise layers that follow, :mod:`.chain`); None where
+        :func:`.kernels.execute` must run the layer."""
         x, w = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 else None
         if not _all_f32(x, w, bias):
-            return kernels.execute(self.spec, inputs, self.attrs)
+            return None
         key = (x.shape, w.shape)
         if key not in self._params:
             self._params[key] = kernels._conv_params(x, w, self.attrs)
         params = self._params[key]
         if params is None:
-            return kernels.execute(self.spec, inputs, self.attrs)  # raises its own error
+            return None
         group, out = params["group"], params["out"]
         n_batch, m_out = x.shape[0], w.shape[0]
         xp = self._padded(x, params)
@@ -94,10 +106,7 @@ class ConvStep:
         else:
             cols = self._columns(xp, params)
             result = kernels.reduce_gemm(w.reshape(group, m_out // group, -1), cols, self.spec)
-        result = result.reshape(n_batch, m_out, *out)
-        if bias is not None:
-            result += bias.reshape((1, m_out) + (1,) * params["nd"])
-        return result
+        return result.reshape(n_batch, m_out, *out)
 
     def _direct(self, xp: np.ndarray, w: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         """The ``direct`` kernel: one GEMM per tap, taps added in order, as the kernel does;

@@ -11,7 +11,9 @@ a new tensor. A :class:`Program` is compiled once per (folded model, kernel plan
   with numpy directly, writing into an input's buffer when that input dies at the layer and
   nothing else can see it: a chain such as Conv -> BatchNormalization -> Relu (-> Mul ->
   Add) runs in the Conv output's buffer, one tensor instead of one per layer;
-- folds BatchNormalization's per-channel scale and shift once, at compile time.
+- folds BatchNormalization's per-channel scale and shift once, at compile time;
+- adds a Conv layer's constant bias in the pass of the elementwise layers that follow it
+  (Conv -> Relu is one pass over the output after the GEMM, not two).
 
 Each numpy step computes what the generic path computes, the same float operations in the
 same order (``tests/test_reference_program.py`` holds them to it bit for bit); the one
@@ -64,6 +66,7 @@ class LayerStep:
     outputs: tuple[str, ...]
     run: Runner
     free: tuple[str, ...]
+    conv: ConvStep | None = None  # a Conv layer's step, whose bias a chain may add
 
 
 @dataclass(frozen=True)
@@ -146,12 +149,32 @@ def _step(
             if n and prepared.last_use.get(n) == position and n not in prepared.constants
         )
     )
+    spec = plan.get(layer.index)
+    conv = None
+    if spec is not None and supported(spec) and layer.fusion is None:
+        conv = ConvStep(spec, layer.attrs, scratch)
     return LayerStep(
         inputs=inputs,
         outputs=tuple(o for o in layer.node.output if o),
-        run=_runner(prepared, layer, plan.get(layer.index), donate, scratch),
+        run=_runner(prepared, layer, spec, donate, conv),
         free=free,
+        conv=conv,
     )
+
+
+def _conv_head(
+    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
+) -> tuple[str, list[ElementOp]] | None:
+    """(its input, the bias add) of a Conv layer run by :class:`.ConvStep` whose bias is a
+    float32 constant: a chain may start with it and add the bias in its own pass over the
+    output (one pass over the Conv's output fewer), else None."""
+    if spec is None or not supported(spec) or layer.fusion is not None:
+        return None
+    names = list(layer.node.input)
+    bias = prepared.constants.get(names[2]) if len(names) > 2 and names[2] else None
+    if type(bias) is not np.ndarray or bias.dtype != np.float32 or bias.ndim != 1:
+        return None
+    return names[0], [ElementOp(np.add, bias, channels=True)]
 
 
 def _element_ops(
@@ -186,7 +209,9 @@ def _chain_end(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], 
     layer reads the previous one's output, which nothing else reads."""
     layers = prepared.layers
     position = start
-    if _element_ops(prepared, layers[start], plan.get(layers[start].index)) is None:
+    spec = plan.get(layers[start].index)
+    head = _element_ops(prepared, layers[start], spec) or _conv_head(prepared, layers[start], spec)
+    if head is None:
         return start
     while position + 1 < len(layers):
         (out,) = (o for o in layers[position].node.output if o)
@@ -209,8 +234,11 @@ def _chain_step(
 ) -> LayerStep:
     """One step for the layers ``parts`` (starting at position ``start``), as a chain."""
     layers = prepared.layers[start : start + len(parts)]
+    conv = parts[0].conv
+    found = [_element_ops(prepared, layer, None) for layer in layers[conv is not None :]]
+    if conv is not None:
+        found.insert(0, _conv_head(prepared, layers[0], conv.spec))
     ops: list[ElementOp] = []
-    found = [_element_ops(prepared, layer, None) for layer in layers]
     for item in found:
         assert item is not None
         ops += item[1]
@@ -218,11 +246,13 @@ def _chain_step(
     assert ops_of_head is not None
     x_name = ops_of_head[0]
     head = parts[0].inputs.index(x_name)
-    donate = x_name in ownable and prepared.last_use.get(x_name) == start
+    # a Conv head's product is a new array, which nothing else sees
+    donate = conv is not None or (x_name in ownable and prepared.last_use.get(x_name) == start)
     chain = ChainStep(ops, donate)
 
     def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
-        out = chain(inputs[head])
+        x = inputs[head] if conv is None else conv.product(inputs)
+        out = None if x is None else chain(x)
         if out is not None:
             return [out]
         value = parts[0].run(inputs, values, model)[0]  # one by one, as unchained
@@ -260,10 +290,9 @@ def _runner(
     layer: Layer,
     spec: kernels.KernelSpec | None,
     donate: tuple[bool, ...],
-    scratch: Scratch,
+    conv: ConvStep | None,
 ) -> Runner:
-    if spec is not None and supported(spec) and layer.fusion is None:
-        conv = ConvStep(spec, layer.attrs, scratch)
+    if conv is not None:
         return lambda inputs, _values, _model: [conv(inputs)]
     if spec is not None:
         return lambda inputs, _values, _model: [execute_spec(layer, spec, inputs)]
