@@ -171,7 +171,8 @@ def test_program_matches_layer_by_layer_run_and_reuses_buffers(
 
 def _biased_conv_model(tmp_path: Path) -> Path:
     """Conv(+bias) -> Relu, Conv(+bias) -> BatchNormalization -> Relu, and a Conv(+bias)
-    whose output a later layer reads too (no chain may write into it)."""
+    whose output a later layer reads too (no chain may write into it); the first chain's
+    output is the padded second Conv's input."""
     g = _rng(8)
 
     def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
@@ -182,7 +183,7 @@ def _biased_conv_model(tmp_path: Path) -> Path:
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"]),
-        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2], pads=[1, 0, 0, 1]),
         helper.make_node("BatchNormalization", ["c2", "scale", "bias", "mean", "var"], ["n"]),
         helper.make_node("Relu", ["n"], ["r2"]),
         helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"]),
@@ -214,8 +215,15 @@ def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
     feeds = {"x": _rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     loaded = engine.load_engine(out.engine, backend.environment())
     want = _generic(loaded.prepared, feeds, loaded.plan)
+    in_place = []
+    real = convstep._same_memory
+    monkeypatch.setattr(
+        convstep, "_same_memory", lambda a, b: in_place.append(real(a, b)) or in_place[-1]
+    )
     for _ in range(2):
         assert _same_bits(backend.run(out.engine, feeds)["y"], want["y"])
+    # the second Conv's input was written into its padded buffer by the chain before it
+    assert in_place == [False, True] * 2
     compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
     # c1 and c2 die in their chains; c3 is read by Add too, so Conv 3 adds its own bias
     assert [step.outputs[0] for step in compiled.steps] == ["r1", "r2", "c3", "r3", "y"]

@@ -17,7 +17,7 @@ run the layers one by one, as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,11 @@ class ChainStep:
         self.ops, self.donate = tuple(ops), donate
         self._plans: dict[tuple[int, ...], list[tuple[Any, list[Any]]] | None] = {}
 
-    def __call__(self, x: Any) -> np.ndarray | None:
+    def __call__(
+        self, x: Any, into: Callable[[np.ndarray], Any] | None = None
+    ) -> np.ndarray | None:
+        """The chain's output; written where ``into(x)`` says when it names a place (an
+        array of ``x``'s shape that nothing else uses: the next Conv's padded buffer)."""
         if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim < 2:
             return None
         plan = self._plans.get(x.shape, False)
@@ -87,7 +91,9 @@ class ChainStep:
             plan = self._plans[x.shape] = self._plan(x.shape)
         if plan is None:
             return None
-        out = x if self.donate and x.flags.c_contiguous else np.empty_like(x)
+        out = into(x) if into is not None else None
+        if out is None:
+            out = x if self.donate and x.flags.c_contiguous else np.empty_like(x)
         for index, constants in plan:
             src, dst = x[index], out[index]
             for op, c in zip(self.ops, constants, strict=True):

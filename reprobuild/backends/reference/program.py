@@ -125,9 +125,33 @@ def compile_program(
         if end - position < 2:
             fused.append(steps[position])
         else:
-            fused.append(_chain_step(prepared, steps[position:end], position, ownable))
+            into = _next_conv_input(prepared, steps, end)
+            fused.append(_chain_step(prepared, steps[position:end], position, ownable, into))
         position = max(end, position + 1)
     return Program(tuple(fused), scratch)
+
+
+def _next_conv_input(
+    prepared: PreparedModel, steps: Sequence[LayerStep], end: int
+) -> Callable[[np.ndarray], np.ndarray | None] | None:
+    """Where a chain ending before position ``end`` may write its output: into the padded
+    buffer of the Conv at ``end`` (:meth:`.ConvStep.input_buffer`), when that Conv runs right
+    after it, is the only layer that reads the output (as its data input) and its weights
+    are constant; the next Conv's padding then copies nothing. Else None."""
+    if end >= len(steps) or steps[end].conv is None:
+        return None
+    (out,) = steps[end - 1].outputs
+    conv, names = steps[end].conv, list(prepared.layers[end].node.input)
+    w = prepared.constants.get(names[1])
+    if (
+        names[0] != out
+        or names.count(out) != 1
+        or prepared.last_use.get(out) != end
+        or out in prepared.output_names
+        or type(w) is not np.ndarray
+    ):
+        return None
+    return lambda x: conv.input_buffer(x, w)
 
 
 def _step(
@@ -230,9 +254,14 @@ def _chain_end(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], 
 
 
 def _chain_step(
-    prepared: PreparedModel, parts: Sequence[LayerStep], start: int, ownable: set[str]
+    prepared: PreparedModel,
+    parts: Sequence[LayerStep],
+    start: int,
+    ownable: set[str],
+    into: Callable[[np.ndarray], np.ndarray | None] | None = None,
 ) -> LayerStep:
-    """One step for the layers ``parts`` (starting at position ``start``), as a chain."""
+    """One step for the layers ``parts`` (starting at position ``start``), as a chain that
+    writes its output where ``into`` says (:func:`_next_conv_input`)."""
     layers = prepared.layers[start : start + len(parts)]
     conv = parts[0].conv
     found = [_element_ops(prepared, layer, None) for layer in layers[conv is not None :]]
@@ -252,7 +281,7 @@ def _chain_step(
 
     def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
         x = inputs[head] if conv is None else conv.product(inputs)
-        out = None if x is None else chain(x)
+        out = None if x is None else chain(x, into)
         if out is not None:
             return [out]
         value = parts[0].run(inputs, values, model)[0]  # one by one, as unchained
