@@ -85,6 +85,22 @@ def test_relu_sum_concat_match_onnx_reference() -> None:
     assert ops.run_fast("Add", "", [x, y], {}, 1, 6) is None  # opset 6: the broadcast attribute
 
 
+@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
+def test_a_chain_relu_against_zeros_gives_the_bits_of_relu(monkeypatch, block) -> None:
+    """Relu inside a chain takes the maximum with an array of zeros: the same bits as
+    ``maximum(x, 0)`` for signed zeros, NaNs (with payloads), subnormals and infinities."""
+    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
+    x = _rng(10).standard_normal((2, 5, 4, 3)).astype(np.float32)
+    bits = [0x80000000, 0x7FC00001, 0xFFC00123, 0x7F800001, 0xFF800000, 0x80000001, 0x00000001]
+    x.reshape(-1).view(np.uint32)[: len(bits)] = bits
+    x[1, 2] = -0.0
+    want = _reference("Relu", [x])
+    assert _same_bits(chain.ChainStep([chain.RELU], donate=False)(x), want)
+    mine = x.copy()
+    assert chain.ChainStep([chain.RELU, chain.RELU], donate=True)(mine) is mine
+    assert _same_bits(mine, want)
+
+
 # -- the compiled program ---------------------------------------------------------------------
 def _residual_model(tmp_path: Path) -> Path:
     """Conv -> BN -> Relu, a Reshape view of the Relu output kept as a graph output while the

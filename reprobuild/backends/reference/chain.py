@@ -127,8 +127,11 @@ class ChainStep:
 
 
 def _block(constant: Any, shape: tuple[int, ...], block: slice) -> Any:
-    """The part of a broadcast ``constant`` that meets the channels ``block`` of ``shape``."""
+    """The part of a broadcast ``constant`` that meets the channels ``block`` of ``shape``;
+    Relu's 0 as zeros of the block's shape (:func:`_zeros`)."""
     if not isinstance(constant, np.ndarray):
+        if constant == 0:
+            return _zeros((shape[0], block.stop - block.start, *shape[2:]))
         return constant
     axis = constant.ndim - (len(shape) - 1)  # the constant's axis aligned with the channels
     if axis < 0 or constant.shape[axis] == 1:
@@ -136,3 +139,19 @@ def _block(constant: Any, shape: tuple[int, ...], block: slice) -> Any:
     index = [slice(None)] * constant.ndim
     index[axis] = block
     return constant[tuple(index)]
+
+
+_ZEROS: list[np.ndarray] = [np.zeros(0, _F32)]
+
+
+def _zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """Read-only float32 zeros of ``shape``, views of one array shared by every chain.
+
+    Why: ``np.maximum(x, 0)`` runs numpy's element-by-element loop, ``np.maximum(x, zeros)``
+    on contiguous operands its vector loop, twice as fast; both give the same bits (the
+    maximum of each element and +0.0, NaN and -0.0 included)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if _ZEROS[0].size < size:
+        _ZEROS[0] = np.zeros(size, _F32)
+        _ZEROS[0].flags.writeable = False
+    return _ZEROS[0][:size].reshape(shape)
