@@ -345,9 +345,12 @@ def test_building_and_running_an_mlp_never_imports_onnx_reference(tmp_path: Path
         {"kernel_shape": [1, 1]},
     ],
 )
-def test_pools_sum_taps_in_the_order_they_always_did(attrs) -> None:
+@pytest.mark.parametrize("block", [ops.POOL_BLOCK_ELEMENTS, 100, 1])
+def test_pools_sum_taps_in_the_order_they_always_did(attrs, block, monkeypatch) -> None:
     """AveragePool adds the taps one by one in row-major order and divides once (the counts
-    now kept between runs): the same bits as a copy of tap 0 plus each later tap."""
+    now kept between runs): the same bits as a copy of tap 0 plus each later tap; also a few
+    channels, or one, at a time."""
+    monkeypatch.setattr(ops, "POOL_BLOCK_ELEMENTS", block)
     g = _rng(6)
     x = g.standard_normal((2, 3, 9, 8)).astype(np.float32)
     kernel, strides, dilations, pads, out = ops._pool_geometry(x, attrs)
@@ -366,6 +369,20 @@ def test_pools_sum_taps_in_the_order_they_always_did(attrs) -> None:
         assert _same_bits(ops.average_pool(x, attrs), total / count)
     max_attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     assert _same_bits(ops.max_pool(x, max_attrs), _reference("MaxPool", [x], **max_attrs))
+    # the maximum of each window's taps in the order they always were, NaN and -0.0 kept
+    x.reshape(-1)[::5] = -0.0
+    x.reshape(-1)[::7] = np.nan
+    kernel, strides, dilations, pads, out = ops._pool_geometry(x, max_attrs)
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+    xp = np.pad(x, width, constant_values=-np.inf)
+    cols = ops._fold(
+        ops._windows(xp, (1, kernel[1]), (1, strides[1]), dilations, (xp.shape[2], out[1])),
+        np.maximum,
+    )
+    want = ops._fold(
+        ops._windows(cols, (kernel[0], 1), (strides[0], 1), dilations, out), np.maximum
+    )
+    assert _same_bits(ops.max_pool(x, max_attrs), want)
 
 
 @pytest.mark.parametrize("size", [1, 2, 5])
@@ -414,9 +431,10 @@ def test_scratch_keeps_small_buffers_between_runs_and_frees_large_ones() -> None
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int) -> None:
+def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int, monkeypatch) -> None:
     """The flat-row path of a 2-D stride-1 AveragePool gives the tap-by-tap fold's bytes."""
     g = _rng(100 + seed)
+    monkeypatch.setattr(ops, "POOL_BLOCK_ELEMENTS", int(g.choice([1, 50, ops.POOL_BLOCK_ELEMENTS])))
     k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
     dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
     pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))] * 2

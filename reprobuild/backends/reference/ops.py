@@ -85,9 +85,27 @@ def _windows(
         yield xp[(slice(None), slice(None), *window)]
 
 
+POOL_BLOCK_ELEMENTS = 1 << 17
+"""Input elements per block of channels that a pool works through at once (512 KB of
+float32): its passes over a block stay in the CPU's L2 cache instead of main memory."""
+
+
+def _by_channel_blocks(x: np.ndarray, out: tuple[int, ...], dtype: Any, pool: Any) -> np.ndarray:
+    """``pool`` (a block of ``x``'s channels -> its pooled block) over every block of
+    channels, into one new ``(N, C, *out)`` array: pools treat channels independently, so
+    each element gets the same operations as from one call on the whole tensor."""
+    n, c = x.shape[:2]
+    result = np.empty((n, c, *out), dtype)
+    step = max(1, POOL_BLOCK_ELEMENTS // max(1, n * math.prod(x.shape[2:])))
+    for start in range(0, c, step):
+        result[:, start : start + step] = pool(x[:, start : start + step])
+    return result
+
+
 def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
-    """MaxPool (single output): the maximum is exact, so any evaluation order agrees, and the
-    box is reduced one axis at a time."""
+    """MaxPool (single output), reduced one spatial axis at a time, last axis first: the
+    maximum over a box is the maximum over its rows of the maxima over its columns, k1 + k2 - 2
+    passes instead of k1 * k2 - 1 (:func:`_axis_max`), a block of channels at a time."""
     if not np.issubdtype(x.dtype, np.floating):
         return None
     geo = _pool_geometry(x, attrs)
@@ -95,21 +113,39 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         return None
     kernel, strides, dilations, pads, out = geo
     nd = len(kernel)
-    xp = x
-    if any(pads):
-        width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
-        xp = np.pad(x, width, constant_values=-np.inf)
-    # one spatial axis at a time (the maximum over a box is the maximum over its rows of the
-    # maxima over its columns): k1 + k2 - 2 passes instead of k1 * k2 - 1
-    result = xp
-    for axis in reversed(range(nd)):
-        k, s, d, o = kernel[axis], strides[axis], dilations[axis], out[axis]
-        views = (
-            result[(slice(None),) * (2 + axis) + (slice(t * d, t * d + (o - 1) * s + 1, s),)]
-            for t in range(k)
-        )
-        result = _fold(views, np.maximum)
-    return result
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+
+    def pool(block: np.ndarray) -> np.ndarray:
+        if any(pads):
+            block = np.pad(block, width, constant_values=-np.inf)
+        else:
+            block = np.ascontiguousarray(block)
+        for axis in reversed(range(nd)):
+            k, s, d, o = kernel[axis], strides[axis], dilations[axis], out[axis]
+            block = _axis_max(block, 2 + axis, k, s, d, o)
+        return block
+
+    return _by_channel_blocks(x, out, x.dtype, pool)
+
+
+def _axis_max(x: np.ndarray, axis: int, k: int, s: int, d: int, o: int) -> np.ndarray:
+    """The maxima of ``k`` taps (dilation ``d``) along ``axis`` of C-contiguous ``x`` at ``o``
+    positions ``s`` apart, taps combined in order, ``((t0 max t1) max t2) ...``, as the
+    tap-by-tap fold combines them. Each pass runs over the block as one flat row (contiguous
+    operands: numpy's vector loop, not a strided element-by-element one); positions whose
+    window crosses a row end are computed, never selected."""
+    inner = math.prod(x.shape[axis + 1 :])
+    flat = x.reshape(-1)
+    shift = d * inner
+    length = flat.size - (k - 1) * shift  # > 0: the padded axis spans the kernel
+    acc = flat
+    if k > 1:
+        acc = np.empty_like(flat)
+        np.maximum(flat[:length], flat[shift : shift + length], out=acc[:length])
+        for t in range(2, k):
+            np.maximum(acc[:length], flat[t * shift : t * shift + length], out=acc[:length])
+    picked = acc.reshape(x.shape)[(slice(None),) * axis + (slice(0, (o - 1) * s + 1, s),)]
+    return np.ascontiguousarray(picked)
 
 
 def _fold(views: Iterator[np.ndarray], ufunc: Any) -> np.ndarray:
@@ -181,18 +217,22 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         return None
     kernel, strides, dilations, pads, out = geo
     nd = len(kernel)
-    xf = x.astype(np.float32, copy=False)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
-    if nd == 2 and strides == (1, 1):
-        total = _flat_sum(xf, width, kernel, dilations, out)
-    else:
-        xp = np.pad(xf, width) if any(pads) else xf
-        total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
     if int(attrs.get("count_include_pad", 0)) or not any(pads):
-        np.divide(total, np.float32(math.prod(kernel)), out=total)
+        count: Any = np.float32(math.prod(kernel))
     else:
-        np.divide(total, _pad_counts(tuple(x.shape[2:]), geo, width), out=total)
-    return total.astype(x.dtype, copy=False)
+        count = _pad_counts(tuple(x.shape[2:]), geo, width)
+
+    def pool(block: np.ndarray) -> np.ndarray:
+        xf = block.astype(np.float32, copy=False)
+        if nd == 2 and strides == (1, 1):
+            total = _flat_sum(xf, width, kernel, dilations, out)
+        else:
+            xp = np.pad(xf, width) if any(pads) else xf
+            total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
+        return np.divide(total, count, out=total)
+
+    return _by_channel_blocks(x, out, x.dtype, pool)
 
 
 def batch_norm(
