@@ -101,6 +101,27 @@ def test_a_chain_relu_against_zeros_gives_the_bits_of_relu(monkeypatch, block) -
     assert _same_bits(mine, want)
 
 
+@pytest.mark.parametrize("donate", [False, True])
+@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
+def test_a_chain_writes_its_output_into_the_place_it_is_given(monkeypatch, donate, block):
+    """Into another array's interior (the next Conv's padded buffer), with the same bits;
+    the input is left as it was unless it was donated."""
+    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
+    g = _rng(11)
+    x = g.standard_normal((2, 5, 4, 3)).astype(np.float32)
+    scale = chain.ElementOp(np.multiply, g.standard_normal(5).astype(np.float32), channels=True)
+    ops_ = [scale, chain.RELU, chain.ElementOp(np.add, np.float32([0.5]))]
+    want = chain.ChainStep(ops_, donate=False)(x)
+    padded = np.full((2, 5, 6, 5), 7.0, np.float32)
+    inner = padded[:, :, 1:5, 1:4]
+    given = x.copy()
+    got = chain.ChainStep(ops_, donate=donate)(given, lambda _x: inner)
+    assert got is inner and _same_bits(np.ascontiguousarray(inner), want)
+    assert (padded[:, :, 0] == 7).all() and (padded[:, :, 5] == 7).all()
+    if not donate:
+        assert _same_bits(given, x)
+
+
 # -- the compiled program ---------------------------------------------------------------------
 def _residual_model(tmp_path: Path) -> Path:
     """Conv -> BN -> Relu, a Reshape view of the Relu output kept as a graph output while the

@@ -91,17 +91,25 @@ class ChainStep:
             plan = self._plans[x.shape] = self._plan(x.shape)
         if plan is None:
             return None
+        own = self.donate and x.flags.c_contiguous
         out = into(x) if into is not None else None
+        # every op but the last writes into contiguous memory (numpy's vector loops): the
+        # output itself, or, when the output is another array's interior, the input (when
+        # it may be overwritten) or a block of scratch
+        work: np.ndarray | None = x if own else None
         if out is None:
-            out = x if self.donate and x.flags.c_contiguous else np.empty_like(x)
+            out = work = x if own else np.empty_like(x)
+        last = len(self.ops) - 1
         for index, constants in plan:
             src, dst = x[index], out[index]
-            for op, c in zip(self.ops, constants, strict=True):
+            mid = _scratch(src.shape) if work is None else work[index]
+            for i, (op, c) in enumerate(zip(self.ops, constants, strict=True)):
+                target = dst if i == last else mid
                 if op.first:
-                    op.ufunc(src, c, out=dst)
+                    op.ufunc(src, c, out=target)
                 else:
-                    op.ufunc(c, src, out=dst)
-                src = dst
+                    op.ufunc(c, src, out=target)
+                src = target
         return out
 
     def _plan(self, shape: tuple[int, ...]) -> list[tuple[Any, list[Any]]] | None:
@@ -142,6 +150,16 @@ def _block(constant: Any, shape: tuple[int, ...], block: slice) -> Any:
 
 
 _ZEROS: list[np.ndarray] = [np.zeros(0, _F32)]
+_SCRATCH: list[np.ndarray] = [np.zeros(0, _F32)]
+
+
+def _scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 block of ``shape`` for a chain's intermediate values (contents undefined;
+    one array shared by every chain: chains run one at a time)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if _SCRATCH[0].size < size:
+        _SCRATCH[0] = np.empty(size, _F32)
+    return _SCRATCH[0][:size].reshape(shape)
 
 
 def _zeros(shape: tuple[int, ...]) -> np.ndarray:
