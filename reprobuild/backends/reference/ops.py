@@ -189,23 +189,23 @@ def _flat_sum(
     out: tuple[int, ...],
 ) -> np.ndarray:
     """The taps of a 2-D, stride-1 window summed as :func:`_fold` sums them (same order,
-    same operands per output element), over each channel's padded image taken as one row:
-    a tap is then one contiguous slice per channel, not one short slice per image row (a
-    14x14 image made numpy loop 14 elements at a time). The padded row width's extra
+    same operands per output element), over the padded images of all channels taken as one
+    row: a tap is then one contiguous slice, not one short slice per image row (a 14x14
+    image made numpy loop 14 elements at a time). The positions in the padding rows and
     columns are computed and dropped; a tail of zeros keeps the last tap's slice in bounds.
     """
     n, c = x.shape[:2]
     hp, wp = (x.shape[2 + i] + width[2 + i][0] + width[2 + i][1] for i in range(2))
-    tail = (kernel[1] - 1) * dilations[1]
-    flat = np.zeros((n * c, hp * wp + tail), np.float32)
-    image = flat[:, : hp * wp].reshape(n, c, hp, wp)
+    size = n * c * hp * wp
+    tail = (kernel[0] - 1) * dilations[0] * wp + (kernel[1] - 1) * dilations[1]
+    flat = np.zeros(size + tail, np.float32)
+    image = flat[:size].reshape(n, c, hp, wp)
     image[:, :, width[2][0] : width[2][0] + x.shape[2], width[3][0] : width[3][0] + x.shape[3]] = x
-    length = out[0] * wp
     starts = (
         i * dilations[0] * wp + j * dilations[1] for i in range(kernel[0]) for j in range(kernel[1])
     )
-    total = _fold((flat[:, s : s + length] for s in starts), np.add)
-    return np.ascontiguousarray(total.reshape(n, c, out[0], wp)[..., : out[1]])
+    total = _fold((flat[s : s + size] for s in starts), np.add)
+    return np.ascontiguousarray(total.reshape(n, c, hp, wp)[:, :, : out[0], : out[1]])
 
 
 def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
