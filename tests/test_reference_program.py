@@ -406,6 +406,14 @@ def test_pools_sum_taps_in_the_order_they_always_did(attrs, block, monkeypatch) 
     assert _same_bits(ops.max_pool(x, max_attrs), want)
 
 
+@pytest.mark.parametrize("shape", [(2, 5, 4, 3), (1, 3, 7), (1, 2, 3, 2, 4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_global_average_pool_gives_onnx_references_bits(shape, dtype) -> None:
+    x = _rng(12).standard_normal(shape).astype(dtype)
+    (got,) = ops.run_fast("GlobalAveragePool", "", [x], {}, 1, 17)
+    assert _same_bits(got, _reference("GlobalAveragePool", [x]))
+
+
 @pytest.mark.parametrize("size", [1, 2, 5])
 def test_lrn_in_place_gives_the_bits_of_its_padded_formula(size) -> None:
     g = _rng(7)

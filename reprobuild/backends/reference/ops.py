@@ -2,7 +2,8 @@
 
 Too slowly: ``onnx.reference`` loops over output pixels in Python for pooling, which costs
 seconds per layer on ImageNet shapes; these paths compute the same results with one
-vectorized step per kernel tap.
+vectorized step per kernel tap (GlobalAveragePool: the same numpy call, without the
+evaluator around it).
 
 Wrongly (onnx 1.23), for opsets the model zoo still uses: BatchNormalization before opset 14
 takes the schema's default ``momentum`` as a request for training mode and normalizes with
@@ -235,6 +236,15 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     return _by_channel_blocks(x, out, x.dtype, pool)
 
 
+def global_average_pool(x: np.ndarray, _attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """``onnx.reference``'s own formula (``np.average`` over the spatial axes, cast back),
+    without the evaluator's per-call checks, which cost more than the average itself."""
+    if not np.issubdtype(x.dtype, np.floating):
+        return None
+    y = np.average(x, axis=tuple(range(2, x.ndim)))
+    return y.reshape(y.shape + (1,) * (x.ndim - 2)).astype(x.dtype)
+
+
 def batch_norm(
     inputs: Sequence[Any], attrs: Mapping[str, Any], opset: int, n_outputs: int
 ) -> list[np.ndarray] | None:
@@ -360,7 +370,11 @@ def run_fast(
     if n_outputs == 1 and op in ELEMENTWISE_OPS:
         result = run_elementwise(op, inputs, attrs, opset)
         return None if result is None else [result]
-    pool = {"MaxPool": max_pool, "AveragePool": average_pool}.get(op)
+    pool = {
+        "MaxPool": max_pool,
+        "AveragePool": average_pool,
+        "GlobalAveragePool": global_average_pool,
+    }.get(op)
     if pool is None or n_outputs != 1 or len(inputs) != 1:
         return None
     x = inputs[0]
