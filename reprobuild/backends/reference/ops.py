@@ -86,15 +86,20 @@ def _windows(
         yield xp[(slice(None), slice(None), *window)]
 
 
-POOL_BLOCK_ELEMENTS = 1 << 17
-"""Input elements per block of channels that a pool works through at once (512 KB of
+POOL_BLOCK_ELEMENTS = 1 << 16
+"""Input elements per block of channels that a pool works through at once (256 KB of
 float32): its passes over a block stay in the CPU's L2 cache instead of main memory."""
 
 
-def _by_channel_blocks(x: np.ndarray, out: tuple[int, ...], dtype: Any, pool: Any) -> np.ndarray:
+def _by_channel_blocks(
+    x: np.ndarray, out: tuple[int, ...], dtype: Any, pool: Any, blocked: bool
+) -> np.ndarray:
     """``pool`` (a block of ``x``'s channels -> its pooled block) over every block of
     channels, into one new ``(N, C, *out)`` array: pools treat channels independently, so
-    each element gets the same operations as from one call on the whole tensor."""
+    each element gets the same operations as from one call on the whole tensor. Not
+    ``blocked``: one call (passes over strided views gain less than the blocks cost)."""
+    if not blocked:
+        return pool(x).astype(dtype, copy=False)
     n, c = x.shape[:2]
     result = np.empty((n, c, *out), dtype)
     step = max(1, POOL_BLOCK_ELEMENTS // max(1, n * math.prod(x.shape[2:])))
@@ -126,25 +131,30 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
             block = _axis_max(block, 2 + axis, k, s, d, o)
         return block
 
-    return _by_channel_blocks(x, out, x.dtype, pool)
+    overlap = any(k > s for k, s in zip(kernel, strides, strict=True))
+    return _by_channel_blocks(x, out, x.dtype, pool, blocked=overlap)
 
 
 def _axis_max(x: np.ndarray, axis: int, k: int, s: int, d: int, o: int) -> np.ndarray:
     """The maxima of ``k`` taps (dilation ``d``) along ``axis`` of C-contiguous ``x`` at ``o``
-    positions ``s`` apart, taps combined in order, ``((t0 max t1) max t2) ...``, as the
-    tap-by-tap fold combines them. Each pass runs over the block as one flat row (contiguous
-    operands: numpy's vector loop, not a strided element-by-element one); positions whose
-    window crosses a row end are computed, never selected."""
+    positions ``s`` apart, taps combined in order, ``((t0 max t1) max t2) ...``.
+
+    Where windows overlap (``k > s``), each pass runs over the block as one flat row
+    (contiguous operands: numpy's vector loop, not a strided element-by-element one) and
+    positions whose window crosses a row end are computed, never selected; otherwise the
+    taps' strided views are combined directly (fewer elements)."""
+    if k <= s:
+        lead = (slice(None),) * axis
+        views = (x[(*lead, slice(t * d, t * d + (o - 1) * s + 1, s))] for t in range(k))
+        return _fold(views, np.maximum)
     inner = math.prod(x.shape[axis + 1 :])
     flat = x.reshape(-1)
     shift = d * inner
     length = flat.size - (k - 1) * shift  # > 0: the padded axis spans the kernel
-    acc = flat
-    if k > 1:
-        acc = np.empty_like(flat)
-        np.maximum(flat[:length], flat[shift : shift + length], out=acc[:length])
-        for t in range(2, k):
-            np.maximum(acc[:length], flat[t * shift : t * shift + length], out=acc[:length])
+    acc = np.empty_like(flat)
+    np.maximum(flat[:length], flat[shift : shift + length], out=acc[:length])
+    for t in range(2, k):
+        np.maximum(acc[:length], flat[t * shift : t * shift + length], out=acc[:length])
     picked = acc.reshape(x.shape)[(slice(None),) * axis + (slice(0, (o - 1) * s + 1, s),)]
     return np.ascontiguousarray(picked)
 
@@ -233,7 +243,7 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
             total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
         return np.divide(total, count, out=total)
 
-    return _by_channel_blocks(x, out, x.dtype, pool)
+    return _by_channel_blocks(x, out, x.dtype, pool, blocked=nd == 2 and strides == (1, 1))
 
 
 def global_average_pool(x: np.ndarray, _attrs: Mapping[str, Any]) -> np.ndarray | None:
