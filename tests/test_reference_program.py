@@ -266,6 +266,63 @@ def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
     assert [step.outputs[0] for step in compiled.steps] == ["r1", "r2", "c3", "r3", "y"]
 
 
+def _dense_model(tmp_path: Path) -> Path:
+    """DenseNet's pattern: each Concat appends new channels to the previous Concat's output,
+    which a Relu reads before (the third Concat outgrows the first buffer)."""
+    g = _rng(13)
+
+    def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+        return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "b"], ["c1"], axis=1),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["e"]),
+        helper.make_node("Concat", ["c1", "e"], ["c2"], axis=-3),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["f"]),
+        helper.make_node("Concat", ["c2", "f", "f"], ["c3"], axis=1),
+        helper.make_node("Relu", ["c3"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [init("w1", (2, 3, 3, 3)), init("w2", (2, 5, 1, 1)), init("w3", (2, 7, 1, 1))],
+    )
+    path = tmp_path / "dense.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_concats_append_to_the_previous_concats_buffer(tmp_path: Path, batch: int) -> None:
+    path = _dense_model(tmp_path)
+    backend = ReferenceBackend()
+    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    feeds = {"x": _rng(14).standard_normal((batch, 3, 5, 5)).astype(np.float32)}
+    loaded = engine.load_engine(out.engine, backend.environment())
+    want = _generic(loaded.prepared, feeds, loaded.plan)
+    for _ in range(2):
+        assert _same_bits(backend.run(out.engine, feeds)["y"], want["y"])
+    ownable = program._ownable(loaded.prepared, loaded.plan)
+    assert program._concat_growth(loaded.prepared, ownable) == {2: "", 5: "c1", 8: "c2"}
+    # c2 grows c1 in place; c3 (13 channels) outgrows their buffer (10) and moves to a new one
+    concats = elementwise.GrowingConcats()
+    a, b = (np.full((1, n, 2, 2), n, np.float32) for n in (3, 2))
+    c1 = concats.concat([a, b], {"axis": 1}, "", "c1")
+    c2 = concats.concat([c1, b], {"axis": 1}, "c1", "c2")
+    assert np.shares_memory(c1, c2) and c2.flags.c_contiguous
+    c3 = concats.concat([c2, a, a], {"axis": 1}, "c2", "c3")
+    assert not np.shares_memory(c2, c3) and _same_bits(c3, np.concatenate([a, b, b, a, a], 1))
+    # an input that is not the view this object handed out starts a new buffer
+    c4 = concats.concat([c1.copy(), b], {"axis": 1}, "c3", "c4")
+    assert not np.shares_memory(c4, c3) and _same_bits(c4, np.concatenate([a, b, b], 1))
+
+
 def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, monkeypatch):
     path = _residual_model(tmp_path)
     backend = ReferenceBackend()

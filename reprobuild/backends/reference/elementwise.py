@@ -106,3 +106,68 @@ def concat(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> np.ndarray | None
     if len({a.dtype for a in inputs}) != 1 or inputs[0].ndim == 0:
         return None
     return np.concatenate(inputs, axis=int(attrs.get("axis", 1)))
+
+
+class GrowingConcats:
+    """Concat outputs kept as channel prefixes of buffers with room for more channels.
+
+    Why: DenseNet concatenates each layer's new channels to everything before them, and a
+    Concat that copies all its inputs into a new tensor copies the growing prefix again at
+    every layer (a tensor block's worth of copies per layer). Here a Concat whose first
+    input is an earlier Concat's output, which dies at this layer and which nothing else
+    sees (the program decides: ``extends``), writes only its other inputs after that
+    prefix, and returns the longer prefix: a view of the same buffer, which holds twice the
+    channels it first needed and is copied into one twice as large when full. Values are
+    copies either way: the bits are the same. Batch 1 only (a channel prefix of a larger
+    batch is not contiguous)."""
+
+    def __init__(self) -> None:
+        self._grown: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # name -> (buffer, view)
+
+    def clear(self) -> None:
+        self._grown.clear()
+
+    def concat(
+        self, inputs: Sequence[Any], attrs: Mapping[str, Any], extends: str, name: str
+    ) -> np.ndarray | None:
+        """The Concat of ``inputs`` named ``name``; ``extends``: the name of its first
+        input when the program lets it grow that input's buffer in place, else ""."""
+        plain = concat(inputs, attrs) if not _growable(inputs, attrs) else None
+        if plain is not None or not inputs or type(inputs[0]) is not np.ndarray:
+            return plain
+        first = self._grown.pop(extends, None) if extends else None
+        if first is None or first[1] is not inputs[0]:
+            return self._keep(name, _grown_buffer(inputs, None), inputs)
+        buf, used = first[0], inputs[0].shape[1]
+        more = sum(a.shape[1] for a in inputs[1:])
+        if used + more > buf.shape[1]:
+            buf = _grown_buffer(inputs, inputs[0])
+        np.concatenate(inputs[1:], axis=1, out=buf[:, used : used + more])
+        view = buf[:, : used + more]
+        self._grown[name] = (buf, view)
+        return view
+
+    def _keep(self, name: str, buf: np.ndarray, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        total = sum(a.shape[1] for a in inputs)
+        view = buf[:, :total]
+        np.concatenate(inputs, axis=1, out=view)
+        self._grown[name] = (buf, view)
+        return view
+
+
+def _growable(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> bool:
+    """Float arrays of one dtype, batch 1, joined along axis 1."""
+    if float_arrays(inputs) is None or inputs[0].ndim < 2 or inputs[0].shape[0] != 1:
+        return False
+    axis = int(attrs.get("axis", 1))
+    return axis == 1 or axis == 1 - inputs[0].ndim
+
+
+def _grown_buffer(inputs: Sequence[np.ndarray], prefix: np.ndarray | None) -> np.ndarray:
+    """A buffer for twice the channels of ``inputs``, holding ``prefix`` (when given)."""
+    total = sum(a.shape[1] for a in inputs)
+    x = inputs[0]
+    buf = np.empty((1, 2 * total, *x.shape[2:]), x.dtype)
+    if prefix is not None:
+        buf[:, : prefix.shape[1]] = prefix
+    return buf

@@ -37,7 +37,14 @@ import numpy as np
 from reprobuild.backends.reference import int8, kernels
 from reprobuild.backends.reference.chain import RELU, ChainStep, ElementOp, binary_op
 from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
-from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
+from reprobuild.backends.reference.elementwise import (
+    BINARY,
+    GrowingConcats,
+    binary,
+    concat,
+    relu,
+    total,
+)
 from reprobuild.backends.reference.graphorder import consumed_names
 from reprobuild.backends.reference.prepared import Layer, PreparedModel, execute_spec
 
@@ -73,8 +80,10 @@ class LayerStep:
 class Program:
     steps: tuple[LayerStep, ...]
     scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`), shared per model
+    concats: GrowingConcats  # the Concat outputs of this run that may still grow
 
     def execute(self, prepared: PreparedModel, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        self.concats.clear()
         values: dict[str, Any] = dict(prepared.constants)
         values.update(feeds)
         for step in self.steps:
@@ -85,6 +94,7 @@ class Program:
             for name in step.free:
                 values.pop(name, None)
         self.scratch.trim(KEEP_SCRATCH_BYTES)
+        self.concats.clear()
         return {name: values[name] for name in prepared.output_names}
 
 
@@ -114,8 +124,9 @@ def compile_program(
     Conv steps keep their buffers in ``scratch``; runs of elementwise layers become one
     :class:`.chain.ChainStep` each."""
     ownable = _ownable(prepared, plan)
+    concats, growth = GrowingConcats(), _concat_growth(prepared, ownable)
     steps = [
-        _step(prepared, plan, position, ownable, scratch)
+        _step(prepared, plan, position, ownable, scratch, (concats, growth.get(position)))
         for position in range(len(prepared.layers))
     ]
     fused: list[LayerStep] = []
@@ -128,7 +139,36 @@ def compile_program(
             into = _next_conv_input(prepared, steps, end)
             fused.append(_chain_step(prepared, steps[position:end], position, ownable, into))
         position = max(end, position + 1)
-    return Program(tuple(fused), scratch)
+    return Program(tuple(fused), scratch, concats)
+
+
+def _concat_growth(prepared: PreparedModel, ownable: set[str]) -> dict[int, str]:
+    """The Concat layers (by position) whose outputs live in growing buffers
+    (:class:`.GrowingConcats`): the name of the earlier Concat output each extends in place
+    (it dies at the layer and nothing else sees it), or "" for one that starts a buffer."""
+    made_by = {
+        o: position
+        for position, layer in enumerate(prepared.layers)
+        if layer.op == "Concat" and not layer.domain
+        for o in layer.node.output
+        if o
+    }
+    growth: dict[int, str] = {}
+    if prepared.opsets.get("", 1) < 4:
+        return growth
+    for position, layer in enumerate(prepared.layers):
+        names = list(layer.node.input)
+        if layer.op != "Concat" or layer.domain or not names or names[0] not in made_by:
+            continue
+        first = names[0]
+        if (
+            names.count(first) == 1
+            and prepared.last_use.get(first) == position
+            and first in ownable
+        ):
+            growth[position] = first
+            growth.setdefault(made_by[first], "")
+    return growth
 
 
 def _next_conv_input(
@@ -160,6 +200,7 @@ def _step(
     position: int,
     ownable: set[str],
     scratch: Scratch,
+    growth: tuple[GrowingConcats, str | None],
 ) -> LayerStep:
     layer = prepared.layers[position]
     inputs = tuple(layer.node.input)
@@ -180,7 +221,7 @@ def _step(
     return LayerStep(
         inputs=inputs,
         outputs=tuple(o for o in layer.node.output if o),
-        run=_runner(prepared, layer, spec, donate, conv),
+        run=_runner(prepared, layer, spec, donate, conv, growth),
         free=free,
         conv=conv,
     )
@@ -320,6 +361,7 @@ def _runner(
     spec: kernels.KernelSpec | None,
     donate: tuple[bool, ...],
     conv: ConvStep | None,
+    growth: tuple[GrowingConcats, str | None],
 ) -> Runner:
     if conv is not None:
         return lambda inputs, _values, _model: [conv(inputs)]
@@ -341,7 +383,12 @@ def _runner(
     elif layer.op == "Sum" and opset >= 8:
         fast = lambda inputs: total(inputs, donate)  # noqa: E731
     elif layer.op == "Concat" and opset >= 4:
-        fast = lambda inputs: concat(inputs, layer.attrs)  # noqa: E731
+        concats, extends = growth
+        if extends is None:
+            fast = lambda inputs: concat(inputs, layer.attrs)  # noqa: E731
+        else:
+            (name,) = (o for o in layer.node.output if o)
+            fast = lambda inputs: concats.concat(inputs, layer.attrs, extends, name)  # noqa: E731
     elif layer.op == "BatchNormalization":
         fast = _batch_norm(prepared, layer, donate)
     if fast is None:
