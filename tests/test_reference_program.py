@@ -16,6 +16,7 @@ from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import (
     ReferenceBackend,
     chain,
+    concats,
     convstep,
     elementwise,
     engine,
@@ -309,18 +310,77 @@ def test_concats_append_to_the_previous_concats_buffer(tmp_path: Path, batch: in
     for _ in range(2):
         assert _same_bits(backend.run(out.engine, feeds)["y"], want["y"])
     ownable = program._ownable(loaded.prepared, loaded.plan)
-    assert program._concat_growth(loaded.prepared, ownable) == {2: "", 5: "c1", 8: "c2"}
+    assert concats.growth(loaded.prepared, ownable) == {2: "", 5: "c1", 8: "c2"}
     # c2 grows c1 in place; c3 (13 channels) outgrows their buffer (10) and moves to a new one
-    concats = elementwise.GrowingConcats()
+    buffers = concats.ConcatBuffers()
     a, b = (np.full((1, n, 2, 2), n, np.float32) for n in (3, 2))
-    c1 = concats.concat([a, b], {"axis": 1}, "", "c1")
-    c2 = concats.concat([c1, b], {"axis": 1}, "c1", "c2")
+    c1 = buffers.grow([a, b], {"axis": 1}, "", "c1")
+    c2 = buffers.grow([c1, b], {"axis": 1}, "c1", "c2")
     assert np.shares_memory(c1, c2) and c2.flags.c_contiguous
-    c3 = concats.concat([c2, a, a], {"axis": 1}, "c2", "c3")
+    c3 = buffers.grow([c2, a, a], {"axis": 1}, "c2", "c3")
     assert not np.shares_memory(c2, c3) and _same_bits(c3, np.concatenate([a, b, b, a, a], 1))
     # an input that is not the view this object handed out starts a new buffer
-    c4 = concats.concat([c1.copy(), b], {"axis": 1}, "c3", "c4")
+    c4 = buffers.grow([c1.copy(), b], {"axis": 1}, "c3", "c4")
     assert not np.shares_memory(c4, c3) and _same_bits(c4, np.concatenate([a, b, b], 1))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_chains_write_into_their_channels_of_the_concat_after_them(
+    tmp_path, monkeypatch, batch
+) -> None:
+    """SqueezeNet's fire module: two Conv -> Relu chains joined by a Concat."""
+    g = _rng(15)
+    joins = []
+    real = concats.ConcatBuffers.join
+
+    def join(self, name, inputs, attrs, layouts):
+        buf = self._slots.get(name)
+        out = real(self, name, inputs, attrs, layouts)
+        joins.append(out is buf)
+        return out
+
+    monkeypatch.setattr(concats.ConcatBuffers, "join", join)
+
+    def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+        return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Concat", ["r1", "r2"], ["y"], axis=1),
+    ]
+    inits = [init("w1", (2, 3, 1, 1)), init("b1", (2,)), init("w2", (3, 3, 3, 3))]
+    graph = helper.make_graph(
+        nodes,
+        "fire",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [*inits, init("b2", (3,))],
+    )
+    path = tmp_path / "fire.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    backend = ReferenceBackend()
+    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    feeds = {"x": g.standard_normal((batch, 3, 5, 5)).astype(np.float32)}
+    loaded = engine.load_engine(out.engine, backend.environment())
+    want = _generic(loaded.prepared, feeds, loaded.plan)
+    for _ in range(2):
+        assert _same_bits(backend.run(out.engine, feeds)["y"], want["y"])
+    assert joins == [True, True]  # both chains wrote into the Concat's buffer
+    chains = {"r1": 2, "r2": 3}
+    assert concats.slots(loaded.prepared, chains, set()) == {4: [(0, 2, 5), (2, 3, 5)]}
+    assert concats.slots(loaded.prepared, chains, {4}) == {}
+    # a chain that ran layer by layer made its own array: the Concat copies it
+    buffers = concats.ConcatBuffers()
+    x = feeds["x"][:, :2]
+    first = buffers.slot("y", (0, 2, 5), 1, x)
+    assert first is not None
+    first[...] = x
+    other = g.standard_normal((batch, 3, 5, 5)).astype(np.float32)
+    joined = buffers.join("y", [first, other], {"axis": 1}, [(0, 2, 5), (2, 3, 5)])
+    assert _same_bits(joined, np.concatenate([x, other], axis=1))
 
 
 def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, monkeypatch):

@@ -13,7 +13,10 @@ a new tensor. A :class:`Program` is compiled once per (folded model, kernel plan
   Add) runs in the Conv output's buffer, one tensor instead of one per layer;
 - folds BatchNormalization's per-channel scale and shift once, at compile time;
 - adds a Conv layer's constant bias in the pass of the elementwise layers that follow it
-  (Conv -> Relu is one pass over the output after the GEMM, not two).
+  (Conv -> Relu is one pass over the output after the GEMM, not two);
+- has such a chain write its output where the next layer wants it: into the padded
+  buffer of the Conv after it, or into its channels of the Concat after it
+  (:mod:`.concats`, which also lets DenseNet's Concats append to the previous one).
 
 Each numpy step computes what the generic path computes, the same float operations in the
 same order (``tests/test_reference_program.py`` holds them to it bit for bit); the one
@@ -36,15 +39,9 @@ import numpy as np
 
 from reprobuild.backends.reference import int8, kernels
 from reprobuild.backends.reference.chain import RELU, ChainStep, ElementOp, binary_op
+from reprobuild.backends.reference.concats import ConcatBuffers, Layout, growth, slots
 from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
-from reprobuild.backends.reference.elementwise import (
-    BINARY,
-    GrowingConcats,
-    binary,
-    concat,
-    relu,
-    total,
-)
+from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
 from reprobuild.backends.reference.graphorder import consumed_names
 from reprobuild.backends.reference.prepared import Layer, PreparedModel, execute_spec
 
@@ -80,7 +77,7 @@ class LayerStep:
 class Program:
     steps: tuple[LayerStep, ...]
     scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`), shared per model
-    concats: GrowingConcats  # the Concat outputs of this run that may still grow
+    concats: ConcatBuffers  # this run's Concat buffers being filled (:mod:`.concats`)
 
     def execute(self, prepared: PreparedModel, feeds: Mapping[str, Any]) -> dict[str, Any]:
         self.concats.clear()
@@ -124,51 +121,72 @@ def compile_program(
     Conv steps keep their buffers in ``scratch``; runs of elementwise layers become one
     :class:`.chain.ChainStep` each."""
     ownable = _ownable(prepared, plan)
-    concats, growth = GrowingConcats(), _concat_growth(prepared, ownable)
+    runs: list[tuple[int, int]] = []  # (first, one past the last) layer of each step
+    while not runs or runs[-1][1] < len(prepared.layers):
+        start = runs[-1][1] if runs else 0
+        runs.append((start, max(_chain_end(prepared, plan, start), start + 1)))
+    chains = {
+        prepared.layers[end - 1].node.output[0]: channels
+        for start, end in runs
+        if end - start > 1 and (channels := _chain_channels(prepared, plan, start, end))
+    }
+    concats, grown = ConcatBuffers(), growth(prepared, ownable)
+    joined = slots(prepared, chains, set(grown))
+    into_concat = {
+        name: (prepared.layers[position], layout)
+        for position, layouts in joined.items()
+        for name, layout in zip(prepared.layers[position].node.input, layouts, strict=True)
+    }
     steps = [
-        _step(prepared, plan, position, ownable, scratch, (concats, growth.get(position)))
+        _step(
+            prepared,
+            plan,
+            position,
+            ownable,
+            scratch,
+            (concats, grown.get(position)),
+            joined.get(position),
+        )
         for position in range(len(prepared.layers))
     ]
     fused: list[LayerStep] = []
-    position = 0
-    while position < len(steps):
-        end = _chain_end(prepared, plan, position)
-        if end - position < 2:
-            fused.append(steps[position])
-        else:
-            into = _next_conv_input(prepared, steps, end)
-            fused.append(_chain_step(prepared, steps[position:end], position, ownable, into))
-        position = max(end, position + 1)
+    for start, end in runs:
+        if end - start < 2:
+            fused.append(steps[start])
+            continue
+        into = _next_conv_input(prepared, steps, end)
+        target = into_concat.get(steps[end - 1].outputs[0])
+        if target is not None:
+            into = _concat_input(concats, *target)
+        fused.append(_chain_step(prepared, steps[start:end], start, ownable, into))
     return Program(tuple(fused), scratch, concats)
 
 
-def _concat_growth(prepared: PreparedModel, ownable: set[str]) -> dict[int, str]:
-    """The Concat layers (by position) whose outputs live in growing buffers
-    (:class:`.GrowingConcats`): the name of the earlier Concat output each extends in place
-    (it dies at the layer and nothing else sees it), or "" for one that starts a buffer."""
-    made_by = {
-        o: position
-        for position, layer in enumerate(prepared.layers)
-        if layer.op == "Concat" and not layer.domain
-        for o in layer.node.output
-        if o
-    }
-    growth: dict[int, str] = {}
-    if prepared.opsets.get("", 1) < 4:
-        return growth
-    for position, layer in enumerate(prepared.layers):
-        names = list(layer.node.input)
-        if layer.op != "Concat" or layer.domain or not names or names[0] not in made_by:
-            continue
-        first = names[0]
-        if (
-            names.count(first) == 1
-            and prepared.last_use.get(first) == position
-            and first in ownable
-        ):
-            growth[position] = first
-            growth.setdefault(made_by[first], "")
-    return growth
+def _chain_channels(
+    prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], start: int, end: int
+) -> int:
+    """The channels of the output of the chain of layers ``start:end`` when its ops say
+    (a per-channel constant: a Conv's bias, BatchNormalization's), else 0."""
+    layer = prepared.layers[start]
+    head = _conv_head(prepared, layer, plan.get(layer.index))
+    found = [head] + [_element_ops(prepared, lay, None) for lay in prepared.layers[start + 1 : end]]
+    if head is None:
+        found[0] = _element_ops(prepared, layer, None)
+    for item in found:
+        for op in item[1] if item else ():
+            if op.channels:
+                return int(op.constant.shape[0])
+    return 0
+
+
+def _concat_input(
+    concats: ConcatBuffers, layer: Layer, layout: Layout
+) -> Callable[[np.ndarray], np.ndarray | None]:
+    """Where a chain writes its output, an input of the Concat ``layer``: its channels of
+    the Concat's buffer (:meth:`.ConcatBuffers.slot`)."""
+    (name,) = (o for o in layer.node.output if o)
+    axis = int(layer.attrs.get("axis", 1))
+    return lambda x: concats.slot(name, layout, axis, x)
 
 
 def _next_conv_input(
@@ -200,7 +218,8 @@ def _step(
     position: int,
     ownable: set[str],
     scratch: Scratch,
-    growth: tuple[GrowingConcats, str | None],
+    grown: tuple[ConcatBuffers, str | None],
+    joined: list[Layout] | None,
 ) -> LayerStep:
     layer = prepared.layers[position]
     inputs = tuple(layer.node.input)
@@ -221,7 +240,7 @@ def _step(
     return LayerStep(
         inputs=inputs,
         outputs=tuple(o for o in layer.node.output if o),
-        run=_runner(prepared, layer, spec, donate, conv, growth),
+        run=_runner(prepared, layer, spec, donate, conv, grown, joined),
         free=free,
         conv=conv,
     )
@@ -361,7 +380,8 @@ def _runner(
     spec: kernels.KernelSpec | None,
     donate: tuple[bool, ...],
     conv: ConvStep | None,
-    growth: tuple[GrowingConcats, str | None],
+    grown: tuple[ConcatBuffers, str | None],
+    joined: list[Layout] | None,
 ) -> Runner:
     if conv is not None:
         return lambda inputs, _values, _model: [conv(inputs)]
@@ -383,12 +403,7 @@ def _runner(
     elif layer.op == "Sum" and opset >= 8:
         fast = lambda inputs: total(inputs, donate)  # noqa: E731
     elif layer.op == "Concat" and opset >= 4:
-        concats, extends = growth
-        if extends is None:
-            fast = lambda inputs: concat(inputs, layer.attrs)  # noqa: E731
-        else:
-            (name,) = (o for o in layer.node.output if o)
-            fast = lambda inputs: concats.concat(inputs, layer.attrs, extends, name)  # noqa: E731
+        fast = _concat(layer, *grown, joined)
     elif layer.op == "BatchNormalization":
         fast = _batch_norm(prepared, layer, donate)
     if fast is None:
@@ -399,6 +414,19 @@ def _runner(
         return generic(inputs, values, model) if out is None else [out]
 
     return run
+
+
+def _concat(
+    layer: Layer, concats: ConcatBuffers, extends: str | None, joined: list[Layout] | None
+) -> Callable[[list[Any]], Any | None]:
+    """A Concat layer's numpy path: a copy, or a buffer its inputs were written into
+    (:mod:`.concats`)."""
+    (name,) = (o for o in layer.node.output if o)
+    if extends is not None:
+        return lambda inputs: concats.grow(inputs, layer.attrs, extends, name)
+    if joined is not None:
+        return lambda inputs: concats.join(name, inputs, layer.attrs, joined)
+    return lambda inputs: concat(inputs, layer.attrs)
 
 
 def _bn_constants(prepared: PreparedModel, layer: Layer) -> tuple[np.ndarray, np.ndarray] | None:
