@@ -177,6 +177,18 @@ def _generic(prepared: PreparedModel, feeds, plan) -> dict[str, np.ndarray]:
     return {n: values[n] for n in prepared.output_names}
 
 
+def _built(path: Path, feeds) -> tuple[ReferenceBackend, bytes, engine.LoadedEngine, dict]:
+    """(backend, engine, its loaded form, the layer-by-layer outputs for ``feeds``)."""
+    backend = ReferenceBackend()
+    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    loaded = engine.load_engine(out.engine, backend.environment())
+    return backend, out.engine, loaded, _generic(loaded.prepared, feeds, loaded.plan)
+
+
+def _init(g: np.random.Generator, name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+    return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
+
+
 @pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 40])
 def test_program_matches_layer_by_layer_run_and_reuses_buffers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
@@ -213,10 +225,7 @@ def _biased_conv_model(tmp_path: Path) -> Path:
     output is the padded second Conv's input."""
     g = _rng(8)
 
-    def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
-        return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
-
-    bn = [init(n, (4,)) for n in ("scale", "bias", "mean")]
+    bn = [_init(g, n, (4,)) for n in ("scale", "bias", "mean")]
     bn.append(numpy_helper.from_array((g.random(4) + 0.5).astype(np.float32), "var"))
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
@@ -228,8 +237,8 @@ def _biased_conv_model(tmp_path: Path) -> Path:
         helper.make_node("Relu", ["c3"], ["r3"]),
         helper.make_node("Add", ["r3", "c3"], ["y"]),
     ]
-    inits = [init("w1", (4, 3, 3, 3)), init("b1", (4,)), init("w2", (4, 4, 2, 2))]
-    inits += [init("b2", (4,)), init("w3", (4, 4, 1, 1)), init("b3", (4,)), *bn]
+    inits = [_init(g, "w1", (4, 3, 3, 3)), _init(g, "b1", (4,)), _init(g, "w2", (4, 4, 2, 2))]
+    inits += [_init(g, "b2", (4,)), _init(g, "w3", (4, 4, 1, 1)), _init(g, "b3", (4,)), *bn]
     graph = helper.make_graph(
         nodes,
         "biased",
@@ -247,19 +256,15 @@ def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
 ) -> None:
     monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
-    path = _biased_conv_model(tmp_path)
-    backend = ReferenceBackend()
-    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
     feeds = {"x": _rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)}
-    loaded = engine.load_engine(out.engine, backend.environment())
-    want = _generic(loaded.prepared, feeds, loaded.plan)
+    backend, built, loaded, want = _built(_biased_conv_model(tmp_path), feeds)
     in_place = []
     real = convstep._same_memory
     monkeypatch.setattr(
         convstep, "_same_memory", lambda a, b: in_place.append(real(a, b)) or in_place[-1]
     )
     for _ in range(2):
-        assert _same_bits(backend.run(out.engine, feeds)["y"], want["y"])
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
     # the second Conv's input was written into its padded buffer by the chain before it
     assert in_place == [False, True] * 2
     compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
@@ -271,9 +276,6 @@ def _dense_model(tmp_path: Path) -> Path:
     """DenseNet's pattern: each Concat appends new channels to the previous Concat's output,
     which a Relu reads before (the third Concat outgrows the first buffer)."""
     g = _rng(13)
-
-    def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
-        return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
 
     nodes = [
         helper.make_node("Relu", ["x"], ["a"]),
@@ -292,7 +294,7 @@ def _dense_model(tmp_path: Path) -> Path:
         "dense",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [init("w1", (2, 3, 3, 3)), init("w2", (2, 5, 1, 1)), init("w3", (2, 7, 1, 1))],
+        [_init(g, "w1", (2, 3, 3, 3)), _init(g, "w2", (2, 5, 1, 1)), _init(g, "w3", (2, 7, 1, 1))],
     )
     path = tmp_path / "dense.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
@@ -301,14 +303,10 @@ def _dense_model(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("batch", [1, 2])
 def test_concats_append_to_the_previous_concats_buffer(tmp_path: Path, batch: int) -> None:
-    path = _dense_model(tmp_path)
-    backend = ReferenceBackend()
-    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
     feeds = {"x": _rng(14).standard_normal((batch, 3, 5, 5)).astype(np.float32)}
-    loaded = engine.load_engine(out.engine, backend.environment())
-    want = _generic(loaded.prepared, feeds, loaded.plan)
+    backend, built, loaded, want = _built(_dense_model(tmp_path), feeds)
     for _ in range(2):
-        assert _same_bits(backend.run(out.engine, feeds)["y"], want["y"])
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
     ownable = program._ownable(loaded.prepared, loaded.plan)
     assert concats.growth(loaded.prepared, ownable) == {2: "", 5: "c1", 8: "c2"}
     # c2 grows c1 in place; c3 (13 channels) outgrows their buffer (10) and moves to a new one
@@ -341,9 +339,6 @@ def test_chains_write_into_their_channels_of_the_concat_after_them(
 
     monkeypatch.setattr(concats.ConcatBuffers, "join", join)
 
-    def init(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
-        return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
-
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
         helper.make_node("Relu", ["c1"], ["r1"]),
@@ -351,23 +346,20 @@ def test_chains_write_into_their_channels_of_the_concat_after_them(
         helper.make_node("Relu", ["c2"], ["r2"]),
         helper.make_node("Concat", ["r1", "r2"], ["y"], axis=1),
     ]
-    inits = [init("w1", (2, 3, 1, 1)), init("b1", (2,)), init("w2", (3, 3, 3, 3))]
+    inits = [_init(g, "w1", (2, 3, 1, 1)), _init(g, "b1", (2,)), _init(g, "w2", (3, 3, 3, 3))]
     graph = helper.make_graph(
         nodes,
         "fire",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [*inits, init("b2", (3,))],
+        [*inits, _init(g, "b2", (3,))],
     )
     path = tmp_path / "fire.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    backend = ReferenceBackend()
-    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
     feeds = {"x": g.standard_normal((batch, 3, 5, 5)).astype(np.float32)}
-    loaded = engine.load_engine(out.engine, backend.environment())
-    want = _generic(loaded.prepared, feeds, loaded.plan)
+    backend, built, loaded, want = _built(path, feeds)
     for _ in range(2):
-        assert _same_bits(backend.run(out.engine, feeds)["y"], want["y"])
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
     assert joins == [True, True]  # both chains wrote into the Concat's buffer
     chains = {"r1": 2, "r2": 3}
     assert concats.slots(loaded.prepared, chains, set()) == {4: [(0, 2, 5), (2, 3, 5)]}
