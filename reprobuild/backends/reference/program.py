@@ -158,8 +158,23 @@ def compile_program(
         target = into_concat.get(steps[end - 1].outputs[0])
         if target is not None:
             into = _concat_input(concats, *target)
-        fused.append(_chain_step(prepared, steps[start:end], start, ownable, into))
+        fused.append(_chain_step(prepared, plan, steps[start:end], start, ownable, into))
     return Program(tuple(fused), scratch, concats)
+
+
+def _chain_ops(
+    prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], start: int, end: int
+) -> tuple[str, list[ElementOp]]:
+    """(the chain's input, every op in order) of the chain of layers ``start:end``."""
+    layers = prepared.layers[start:end]
+    head = _chain_head(prepared, layers[0], plan.get(layers[0].index))
+    assert head is not None
+    ops = list(head[1])
+    for layer in layers[1:]:
+        found = _element_ops(prepared, layer, None)
+        assert found is not None
+        ops += found[1]
+    return head[0], ops
 
 
 def _chain_channels(
@@ -167,15 +182,9 @@ def _chain_channels(
 ) -> int:
     """The channels of the output of the chain of layers ``start:end`` when its ops say
     (a per-channel constant: a Conv's bias, BatchNormalization's), else 0."""
-    layer = prepared.layers[start]
-    head = _conv_head(prepared, layer, plan.get(layer.index))
-    found = [head] + [_element_ops(prepared, lay, None) for lay in prepared.layers[start + 1 : end]]
-    if head is None:
-        found[0] = _element_ops(prepared, layer, None)
-    for item in found:
-        for op in item[1] if item else ():
-            if op.channels:
-                return int(op.constant.shape[0])
+    for op in _chain_ops(prepared, plan, start, end)[1]:
+        if op.channels:
+            return int(op.constant.shape[0])
     return 0
 
 
@@ -246,6 +255,13 @@ def _step(
     )
 
 
+def _chain_head(
+    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
+) -> tuple[str, list[ElementOp]] | None:
+    """(its input, its ops) of a layer a chain may start with, else None."""
+    return _element_ops(prepared, layer, spec) or _conv_head(prepared, layer, spec)
+
+
 def _conv_head(
     prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
 ) -> tuple[str, list[ElementOp]] | None:
@@ -293,9 +309,7 @@ def _chain_end(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], 
     layer reads the previous one's output, which nothing else reads."""
     layers = prepared.layers
     position = start
-    spec = plan.get(layers[start].index)
-    head = _element_ops(prepared, layers[start], spec) or _conv_head(prepared, layers[start], spec)
-    if head is None:
+    if _chain_head(prepared, layers[start], plan.get(layers[start].index)) is None:
         return start
     while position + 1 < len(layers):
         (out,) = (o for o in layers[position].node.output if o)
@@ -315,6 +329,7 @@ def _chain_end(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], 
 
 def _chain_step(
     prepared: PreparedModel,
+    plan: Mapping[int, kernels.KernelSpec],
     parts: Sequence[LayerStep],
     start: int,
     ownable: set[str],
@@ -322,18 +337,8 @@ def _chain_step(
 ) -> LayerStep:
     """One step for the layers ``parts`` (starting at position ``start``), as a chain that
     writes its output where ``into`` says (:func:`_next_conv_input`)."""
-    layers = prepared.layers[start : start + len(parts)]
     conv = parts[0].conv
-    found = [_element_ops(prepared, layer, None) for layer in layers[conv is not None :]]
-    if conv is not None:
-        found.insert(0, _conv_head(prepared, layers[0], conv.spec))
-    ops: list[ElementOp] = []
-    for item in found:
-        assert item is not None
-        ops += item[1]
-    ops_of_head = found[0]
-    assert ops_of_head is not None
-    x_name = ops_of_head[0]
+    x_name, ops = _chain_ops(prepared, plan, start, start + len(parts))
     head = parts[0].inputs.index(x_name)
     # a Conv head's product is a new array, which nothing else sees
     donate = conv is not None or (x_name in ownable and prepared.last_use.get(x_name) == start)
