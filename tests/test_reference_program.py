@@ -259,9 +259,9 @@ def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
     feeds = {"x": _rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     backend, built, loaded, want = _built(_biased_conv_model(tmp_path), feeds)
     in_place = []
-    real = convstep._same_memory
+    real = convstep.same_memory
     monkeypatch.setattr(
-        convstep, "_same_memory", lambda a, b: in_place.append(real(a, b)) or in_place[-1]
+        convstep, "same_memory", lambda a, b: in_place.append(real(a, b)) or in_place[-1]
     )
     for _ in range(2):
         assert _same_bits(backend.run(built, feeds)["y"], want["y"])

@@ -83,7 +83,8 @@ class ChainStep:
         self, x: Any, into: Callable[[np.ndarray], Any] | None = None
     ) -> np.ndarray | None:
         """The chain's output; written where ``into(x)`` says when it names a place (an
-        array of ``x``'s shape that nothing else uses: the next Conv's padded buffer)."""
+        array of ``x``'s shape that nothing else uses: the next Conv's padded buffer, or
+        the chain's channels of the Concat after it)."""
         if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim < 2:
             return None
         plan = self._plans.get(x.shape, False)

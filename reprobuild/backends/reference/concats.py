@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from reprobuild.backends.reference.convstep import same_memory
 from reprobuild.backends.reference.elementwise import concat, float_arrays
 from reprobuild.backends.reference.prepared import PreparedModel
 
@@ -85,21 +86,11 @@ class ConcatBuffers:
         copy of the inputs (a chain that fell back to running layer by layer)."""
         buf = self._slots.pop(name, None)
         if buf is not None and all(
-            type(a) is np.ndarray and _same_memory(a, buf[:, s : s + c])
+            type(a) is np.ndarray and same_memory(a, buf[:, s : s + c])
             for a, (s, c, _) in zip(inputs, layouts, strict=True)
         ):
             return buf
         return concat(inputs, attrs)
-
-
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether ``a`` and ``b`` are the same elements of the same memory."""
-    return (
-        a.shape == b.shape
-        and a.strides == b.strides
-        and a.dtype == b.dtype
-        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-    )
 
 
 def _batch_one(inputs: Sequence[Any], attrs: Mapping[str, Any]) -> bool:

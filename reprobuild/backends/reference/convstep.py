@@ -167,7 +167,7 @@ class ConvStep:
             slab[2 + i] = slice(pads[i] + x.shape[2 + i], None)
             buf[tuple(slab)] = 0
         inner = buf[_interior(x.shape, params)]
-        if not _same_memory(inner, x):  # else the step before wrote it there (input_buffer)
+        if not same_memory(inner, x):  # else the step before wrote it there (input_buffer)
             inner[...] = x
         return buf
 
@@ -193,11 +193,12 @@ def _interior(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[slice,
     return (slice(None), slice(None), *inner)
 
 
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether ``a`` and ``b`` are the same elements of the same memory."""
     return (
         a.shape == b.shape
         and a.strides == b.strides
+        and a.dtype == b.dtype
         and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
     )
 
