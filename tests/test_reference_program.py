@@ -16,6 +16,7 @@ from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import (
     ReferenceBackend,
     chain,
+    concats,
     convstep,
     elementwise,
     engine,
@@ -85,6 +86,43 @@ def test_relu_sum_concat_match_onnx_reference() -> None:
     assert ops.run_fast("Add", "", [x, y], {}, 1, 6) is None  # opset 6: the broadcast attribute
 
 
+@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
+def test_a_chain_relu_against_zeros_gives_the_bits_of_relu(monkeypatch, block) -> None:
+    """Relu inside a chain takes the maximum with an array of zeros: the same bits as
+    ``maximum(x, 0)`` for signed zeros, NaNs (with payloads), subnormals and infinities."""
+    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
+    x = _rng(10).standard_normal((2, 5, 4, 3)).astype(np.float32)
+    bits = [0x80000000, 0x7FC00001, 0xFFC00123, 0x7F800001, 0xFF800000, 0x80000001, 0x00000001]
+    x.reshape(-1).view(np.uint32)[: len(bits)] = bits
+    x[1, 2] = -0.0
+    want = _reference("Relu", [x])
+    assert _same_bits(chain.ChainStep([chain.RELU], donate=False)(x), want)
+    mine = x.copy()
+    assert chain.ChainStep([chain.RELU, chain.RELU], donate=True)(mine) is mine
+    assert _same_bits(mine, want)
+
+
+@pytest.mark.parametrize("donate", [False, True])
+@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
+def test_a_chain_writes_its_output_into_the_place_it_is_given(monkeypatch, donate, block):
+    """Into another array's interior (the next Conv's padded buffer), with the same bits;
+    the input is left as it was unless it was donated."""
+    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
+    g = _rng(11)
+    x = g.standard_normal((2, 5, 4, 3)).astype(np.float32)
+    scale = chain.ElementOp(np.multiply, g.standard_normal(5).astype(np.float32), channels=True)
+    ops_ = [scale, chain.RELU, chain.ElementOp(np.add, np.float32([0.5]))]
+    want = chain.ChainStep(ops_, donate=False)(x)
+    padded = np.full((2, 5, 6, 5), 7.0, np.float32)
+    inner = padded[:, :, 1:5, 1:4]
+    given = x.copy()
+    got = chain.ChainStep(ops_, donate=donate)(given, lambda _x: inner)
+    assert got is inner and _same_bits(np.ascontiguousarray(inner), want)
+    assert (padded[:, :, 0] == 7).all() and (padded[:, :, 5] == 7).all()
+    if not donate:
+        assert _same_bits(given, x)
+
+
 # -- the compiled program ---------------------------------------------------------------------
 def _residual_model(tmp_path: Path) -> Path:
     """Conv -> BN -> Relu, a Reshape view of the Relu output kept as a graph output while the
@@ -139,6 +177,18 @@ def _generic(prepared: PreparedModel, feeds, plan) -> dict[str, np.ndarray]:
     return {n: values[n] for n in prepared.output_names}
 
 
+def _built(path: Path, feeds) -> tuple[ReferenceBackend, bytes, engine.LoadedEngine, dict]:
+    """(backend, engine, its loaded form, the layer-by-layer outputs for ``feeds``)."""
+    backend = ReferenceBackend()
+    out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
+    loaded = engine.load_engine(out.engine, backend.environment())
+    return backend, out.engine, loaded, _generic(loaded.prepared, feeds, loaded.plan)
+
+
+def _init(g: np.random.Generator, name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+    return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
+
+
 @pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 40])
 def test_program_matches_layer_by_layer_run_and_reuses_buffers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
@@ -167,6 +217,162 @@ def test_program_matches_layer_by_layer_run_and_reuses_buffers(
     assert {"c", "n", "m", "m2", "a", "s"} <= ownable
     assert "r" not in ownable and "view" not in ownable and "y" not in ownable
     assert steps["m2"].free == ("r", "m") and "c" in steps["s"].free
+
+
+def _biased_conv_model(tmp_path: Path) -> Path:
+    """Conv(+bias) -> Relu, Conv(+bias) -> BatchNormalization -> Relu, and a Conv(+bias)
+    whose output a later layer reads too (no chain may write into it); the first chain's
+    output is the padded second Conv's input."""
+    g = _rng(8)
+
+    bn = [_init(g, n, (4,)) for n in ("scale", "bias", "mean")]
+    bn.append(numpy_helper.from_array((g.random(4) + 0.5).astype(np.float32), "var"))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2], pads=[1, 0, 0, 1]),
+        helper.make_node("BatchNormalization", ["c2", "scale", "bias", "mean", "var"], ["n"]),
+        helper.make_node("Relu", ["n"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Add", ["r3", "c3"], ["y"]),
+    ]
+    inits = [_init(g, "w1", (4, 3, 3, 3)), _init(g, "b1", (4,)), _init(g, "w2", (4, 4, 2, 2))]
+    inits += [_init(g, "b2", (4,)), _init(g, "w3", (4, 4, 1, 1)), _init(g, "b3", (4,)), *bn]
+    graph = helper.make_graph(
+        nodes,
+        "biased",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    path = tmp_path / "biased.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
+def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
+    feeds = {"x": _rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    backend, built, loaded, want = _built(_biased_conv_model(tmp_path), feeds)
+    in_place = []
+    real = convstep.same_memory
+    monkeypatch.setattr(
+        convstep, "same_memory", lambda a, b: in_place.append(real(a, b)) or in_place[-1]
+    )
+    for _ in range(2):
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
+    # the second Conv's input was written into its padded buffer by the chain before it
+    assert in_place == [False, True] * 2
+    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
+    # c1 and c2 die in their chains; c3 is read by Add too, so Conv 3 adds its own bias
+    assert [step.outputs[0] for step in compiled.steps] == ["r1", "r2", "c3", "r3", "y"]
+
+
+def _dense_model(tmp_path: Path) -> Path:
+    """DenseNet's pattern: each Concat appends new channels to the previous Concat's output,
+    which a Relu reads before (the third Concat outgrows the first buffer)."""
+    g = _rng(13)
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "b"], ["c1"], axis=1),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["e"]),
+        helper.make_node("Concat", ["c1", "e"], ["c2"], axis=-3),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["f"]),
+        helper.make_node("Concat", ["c2", "f", "f"], ["c3"], axis=1),
+        helper.make_node("Relu", ["c3"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [_init(g, "w1", (2, 3, 3, 3)), _init(g, "w2", (2, 5, 1, 1)), _init(g, "w3", (2, 7, 1, 1))],
+    )
+    path = tmp_path / "dense.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_concats_append_to_the_previous_concats_buffer(tmp_path: Path, batch: int) -> None:
+    feeds = {"x": _rng(14).standard_normal((batch, 3, 5, 5)).astype(np.float32)}
+    backend, built, loaded, want = _built(_dense_model(tmp_path), feeds)
+    for _ in range(2):
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
+    ownable = program._ownable(loaded.prepared, loaded.plan)
+    assert concats.growth(loaded.prepared, ownable) == {2: "", 5: "c1", 8: "c2"}
+    # c2 grows c1 in place; c3 (13 channels) outgrows their buffer (10) and moves to a new one
+    buffers = concats.ConcatBuffers()
+    a, b = (np.full((1, n, 2, 2), n, np.float32) for n in (3, 2))
+    c1 = buffers.grow([a, b], {"axis": 1}, "", "c1")
+    c2 = buffers.grow([c1, b], {"axis": 1}, "c1", "c2")
+    assert np.shares_memory(c1, c2) and c2.flags.c_contiguous
+    c3 = buffers.grow([c2, a, a], {"axis": 1}, "c2", "c3")
+    assert not np.shares_memory(c2, c3) and _same_bits(c3, np.concatenate([a, b, b, a, a], 1))
+    # an input that is not the view this object handed out starts a new buffer
+    c4 = buffers.grow([c1.copy(), b], {"axis": 1}, "c3", "c4")
+    assert not np.shares_memory(c4, c3) and _same_bits(c4, np.concatenate([a, b, b], 1))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_chains_write_into_their_channels_of_the_concat_after_them(
+    tmp_path, monkeypatch, batch
+) -> None:
+    """SqueezeNet's fire module: two Conv -> Relu chains joined by a Concat."""
+    g = _rng(15)
+    joins = []
+    real = concats.ConcatBuffers.join
+
+    def join(self, name, inputs, attrs, layouts):
+        buf = self._slots.get(name)
+        out = real(self, name, inputs, attrs, layouts)
+        joins.append(out is buf)
+        return out
+
+    monkeypatch.setattr(concats.ConcatBuffers, "join", join)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Concat", ["r1", "r2"], ["y"], axis=1),
+    ]
+    inits = [_init(g, "w1", (2, 3, 1, 1)), _init(g, "b1", (2,)), _init(g, "w2", (3, 3, 3, 3))]
+    graph = helper.make_graph(
+        nodes,
+        "fire",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [*inits, _init(g, "b2", (3,))],
+    )
+    path = tmp_path / "fire.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    feeds = {"x": g.standard_normal((batch, 3, 5, 5)).astype(np.float32)}
+    backend, built, loaded, want = _built(path, feeds)
+    for _ in range(2):
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
+    assert joins == [True, True]  # both chains wrote into the Concat's buffer
+    chains = {"r1": 2, "r2": 3}
+    assert concats.slots(loaded.prepared, chains, set()) == {4: [(0, 2, 5), (2, 3, 5)]}
+    assert concats.slots(loaded.prepared, chains, {4}) == {}
+    # a chain that ran layer by layer made its own array: the Concat copies it
+    buffers = concats.ConcatBuffers()
+    x = feeds["x"][:, :2]
+    first = buffers.slot("y", (0, 2, 5), 1, x)
+    assert first is not None
+    first[...] = x
+    other = g.standard_normal((batch, 3, 5, 5)).astype(np.float32)
+    joined = buffers.join("y", [first, other], {"axis": 1}, [(0, 2, 5), (2, 3, 5)])
+    assert _same_bits(joined, np.concatenate([x, other], axis=1))
 
 
 def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, monkeypatch):
@@ -269,9 +475,12 @@ def test_building_and_running_an_mlp_never_imports_onnx_reference(tmp_path: Path
         {"kernel_shape": [1, 1]},
     ],
 )
-def test_pools_sum_taps_in_the_order_they_always_did(attrs) -> None:
+@pytest.mark.parametrize("block", [ops.POOL_BLOCK_ELEMENTS, 100, 1])
+def test_pools_sum_taps_in_the_order_they_always_did(attrs, block, monkeypatch) -> None:
     """AveragePool adds the taps one by one in row-major order and divides once (the counts
-    now kept between runs): the same bits as a copy of tap 0 plus each later tap."""
+    now kept between runs): the same bits as a copy of tap 0 plus each later tap; also a few
+    channels, or one, at a time."""
+    monkeypatch.setattr(ops, "POOL_BLOCK_ELEMENTS", block)
     g = _rng(6)
     x = g.standard_normal((2, 3, 9, 8)).astype(np.float32)
     kernel, strides, dilations, pads, out = ops._pool_geometry(x, attrs)
@@ -290,6 +499,28 @@ def test_pools_sum_taps_in_the_order_they_always_did(attrs) -> None:
         assert _same_bits(ops.average_pool(x, attrs), total / count)
     max_attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     assert _same_bits(ops.max_pool(x, max_attrs), _reference("MaxPool", [x], **max_attrs))
+    # the maximum of each window's taps in the order they always were, NaN and -0.0 kept
+    x.reshape(-1)[::5] = -0.0
+    x.reshape(-1)[::7] = np.nan
+    kernel, strides, dilations, pads, out = ops._pool_geometry(x, max_attrs)
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+    xp = np.pad(x, width, constant_values=-np.inf)
+    cols = ops._fold(
+        ops._windows(xp, (1, kernel[1]), (1, strides[1]), dilations, (xp.shape[2], out[1])),
+        np.maximum,
+    )
+    want = ops._fold(
+        ops._windows(cols, (kernel[0], 1), (strides[0], 1), dilations, out), np.maximum
+    )
+    assert _same_bits(ops.max_pool(x, max_attrs), want)
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 4, 3), (1, 3, 7), (1, 2, 3, 2, 4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_global_average_pool_gives_onnx_references_bits(shape, dtype) -> None:
+    x = _rng(12).standard_normal(shape).astype(dtype)
+    (got,) = ops.run_fast("GlobalAveragePool", "", [x], {}, 1, 17)
+    assert _same_bits(got, _reference("GlobalAveragePool", [x]))
 
 
 @pytest.mark.parametrize("size", [1, 2, 5])
@@ -338,9 +569,10 @@ def test_scratch_keeps_small_buffers_between_runs_and_frees_large_ones() -> None
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int) -> None:
+def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int, monkeypatch) -> None:
     """The flat-row path of a 2-D stride-1 AveragePool gives the tap-by-tap fold's bytes."""
     g = _rng(100 + seed)
+    monkeypatch.setattr(ops, "POOL_BLOCK_ELEMENTS", int(g.choice([1, 50, ops.POOL_BLOCK_ELEMENTS])))
     k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
     dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
     pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))] * 2

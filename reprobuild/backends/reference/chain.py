@@ -17,7 +17,7 @@ run the layers one by one, as before.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,12 @@ class ChainStep:
         self.ops, self.donate = tuple(ops), donate
         self._plans: dict[tuple[int, ...], list[tuple[Any, list[Any]]] | None] = {}
 
-    def __call__(self, x: Any) -> np.ndarray | None:
+    def __call__(
+        self, x: Any, into: Callable[[np.ndarray], Any] | None = None
+    ) -> np.ndarray | None:
+        """The chain's output; written where ``into(x)`` says when it names a place (an
+        array of ``x``'s shape that nothing else uses: the next Conv's padded buffer, or
+        the chain's channels of the Concat after it)."""
         if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim < 2:
             return None
         plan = self._plans.get(x.shape, False)
@@ -87,15 +92,25 @@ class ChainStep:
             plan = self._plans[x.shape] = self._plan(x.shape)
         if plan is None:
             return None
-        out = x if self.donate and x.flags.c_contiguous else np.empty_like(x)
+        own = self.donate and x.flags.c_contiguous
+        out = into(x) if into is not None else None
+        # every op but the last writes into contiguous memory (numpy's vector loops): the
+        # output itself, or, when the output is another array's interior, the input (when
+        # it may be overwritten) or a block of scratch
+        work: np.ndarray | None = x if own else None
+        if out is None:
+            out = work = x if own else np.empty_like(x)
+        last = len(self.ops) - 1
         for index, constants in plan:
             src, dst = x[index], out[index]
-            for op, c in zip(self.ops, constants, strict=True):
+            mid = _scratch(src.shape) if work is None else work[index]
+            for i, (op, c) in enumerate(zip(self.ops, constants, strict=True)):
+                target = dst if i == last else mid
                 if op.first:
-                    op.ufunc(src, c, out=dst)
+                    op.ufunc(src, c, out=target)
                 else:
-                    op.ufunc(c, src, out=dst)
-                src = dst
+                    op.ufunc(c, src, out=target)
+                src = target
         return out
 
     def _plan(self, shape: tuple[int, ...]) -> list[tuple[Any, list[Any]]] | None:
@@ -121,8 +136,11 @@ class ChainStep:
 
 
 def _block(constant: Any, shape: tuple[int, ...], block: slice) -> Any:
-    """The part of a broadcast ``constant`` that meets the channels ``block`` of ``shape``."""
+    """The part of a broadcast ``constant`` that meets the channels ``block`` of ``shape``;
+    Relu's 0 as zeros of the block's shape (:func:`_zeros`)."""
     if not isinstance(constant, np.ndarray):
+        if constant == 0:
+            return _zeros((shape[0], block.stop - block.start, *shape[2:]))
         return constant
     axis = constant.ndim - (len(shape) - 1)  # the constant's axis aligned with the channels
     if axis < 0 or constant.shape[axis] == 1:
@@ -130,3 +148,29 @@ def _block(constant: Any, shape: tuple[int, ...], block: slice) -> Any:
     index = [slice(None)] * constant.ndim
     index[axis] = block
     return constant[tuple(index)]
+
+
+_ZEROS: list[np.ndarray] = [np.zeros(0, _F32)]
+_SCRATCH: list[np.ndarray] = [np.zeros(0, _F32)]
+
+
+def _scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 block of ``shape`` for a chain's intermediate values (contents undefined;
+    one array shared by every chain: chains run one at a time)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if _SCRATCH[0].size < size:
+        _SCRATCH[0] = np.empty(size, _F32)
+    return _SCRATCH[0][:size].reshape(shape)
+
+
+def _zeros(shape: tuple[int, ...]) -> np.ndarray:
+    """Read-only float32 zeros of ``shape``, views of one array shared by every chain.
+
+    Why: ``np.maximum(x, 0)`` runs numpy's element-by-element loop, ``np.maximum(x, zeros)``
+    on contiguous operands its vector loop, twice as fast; both give the same bits (the
+    maximum of each element and +0.0, NaN and -0.0 included)."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if _ZEROS[0].size < size:
+        _ZEROS[0] = np.zeros(size, _F32)
+        _ZEROS[0].flags.writeable = False
+    return _ZEROS[0][:size].reshape(shape)

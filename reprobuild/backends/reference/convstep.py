@@ -82,16 +82,25 @@ class ConvStep:
         self._taps: tuple[np.ndarray, list[np.ndarray]] | None = None  # (weights, per tap)
 
     def __call__(self, inputs: Sequence[Any]) -> np.ndarray:
+        result = self.product(inputs)
+        if result is None:
+            return kernels.execute(self.spec, inputs, self.attrs)  # raises its own errors
+        bias = inputs[2] if len(inputs) > 2 else None
+        if bias is not None:
+            result += bias.reshape((1, result.shape[1]) + (1,) * (result.ndim - 2))
+        return result
+
+    def product(self, inputs: Sequence[Any]) -> np.ndarray | None:
+        """The layer's output before its bias is added, in a new array (the program adds the
+        bias in the pass of the elementwise layers that follow, :mod:`.chain`); None where
+        :func:`.kernels.execute` must run the layer."""
         x, w = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 else None
         if not _all_f32(x, w, bias):
-            return kernels.execute(self.spec, inputs, self.attrs)
-        key = (x.shape, w.shape)
-        if key not in self._params:
-            self._params[key] = conv_params(x, w, self.attrs)
-        params = self._params[key]
+            return None
+        params = self._geometry(x, w)
         if params is None:
-            return kernels.execute(self.spec, inputs, self.attrs)  # raises its own error
+            return None
         group, out = params["group"], params["out"]
         n_batch, m_out = x.shape[0], w.shape[0]
         xp = self._padded(x, params)
@@ -100,10 +109,26 @@ class ConvStep:
         else:
             cols = self._columns(xp, params)
             result = kernels.reduce_gemm(w.reshape(group, m_out // group, -1), cols, self.spec)
-        result = result.reshape(n_batch, m_out, *out)
-        if bias is not None:
-            result += bias.reshape((1, m_out) + (1,) * params["nd"])
-        return result
+        return result.reshape(n_batch, m_out, *out)
+
+    def _geometry(self, x: np.ndarray, w: np.ndarray) -> dict[str, Any] | None:
+        key = (x.shape, w.shape)
+        if key not in self._params:
+            self._params[key] = conv_params(x, w, self.attrs)
+        return self._params[key]
+
+    def input_buffer(self, x: np.ndarray, w: Any) -> np.ndarray | None:
+        """Where :meth:`_padded` puts an input shaped like ``x`` inside the kept padded
+        buffer, or None (no padding, or not this step's float32 path). The step that makes
+        this layer's input, run just before it, writes it there: the input is then not
+        copied into the padded buffer (the program makes sure nothing else reads it)."""
+        if not _all_f32(x, w):
+            return None
+        params = self._geometry(x, w)
+        if params is None or not any(params["pads"]):
+            return None
+        buf = self.scratch.get("pad", _padded_shape(x.shape, params))
+        return buf[_interior(x.shape, params)]
 
     def _direct(self, xp: np.ndarray, w: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         """The ``direct`` kernel: one GEMM per tap, taps added in order, as the kernel does;
@@ -140,16 +165,16 @@ class ConvStep:
         nd, pads = params["nd"], params["pads"]
         if not any(pads):
             return x
-        shape = x.shape[:2] + tuple(x.shape[2 + i] + pads[i] + pads[nd + i] for i in range(nd))
-        buf = self.scratch.get("pad", shape)
+        buf = self.scratch.get("pad", _padded_shape(x.shape, params))
         for i in range(nd):
             slab = [slice(None)] * (2 + nd)
             slab[2 + i] = slice(0, pads[i])
             buf[tuple(slab)] = 0
             slab[2 + i] = slice(pads[i] + x.shape[2 + i], None)
             buf[tuple(slab)] = 0
-        inner = tuple(slice(pads[i], pads[i] + x.shape[2 + i]) for i in range(nd))
-        buf[(slice(None), slice(None), *inner)] = x
+        inner = buf[_interior(x.shape, params)]
+        if not same_memory(inner, x):  # else the step before wrote it there (input_buffer)
+            inner[...] = x
         return buf
 
     def _columns(self, xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
@@ -160,6 +185,28 @@ class ConvStep:
         buf = self.scratch.get("cols", view.shape)
         np.copyto(buf, view)
         return buf.reshape(column_shape(xp, params))
+
+
+def _padded_shape(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[int, ...]:
+    nd, pads = params["nd"], params["pads"]
+    return shape[:2] + tuple(shape[2 + i] + pads[i] + pads[nd + i] for i in range(nd))
+
+
+def _interior(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[slice, ...]:
+    """The index of the input inside its padded buffer."""
+    pads = params["pads"]
+    inner = tuple(slice(pads[i], pads[i] + shape[2 + i]) for i in range(params["nd"]))
+    return (slice(None), slice(None), *inner)
+
+
+def same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are the same elements of the same memory."""
+    return (
+        a.shape == b.shape
+        and a.strides == b.strides
+        and a.dtype == b.dtype
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
 
 
 def _all_f32(*arrays: Any) -> bool:

@@ -2,7 +2,8 @@
 
 Too slowly: ``onnx.reference`` loops over output pixels in Python for pooling, which costs
 seconds per layer on ImageNet shapes; these paths compute the same results with one
-vectorized step per kernel tap.
+vectorized step per kernel tap (GlobalAveragePool: the same numpy call, without the
+evaluator around it).
 
 Wrongly (onnx 1.23), for opsets the model zoo still uses: BatchNormalization before opset 14
 takes the schema's default ``momentum`` as a request for training mode and normalizes with
@@ -85,9 +86,32 @@ def _windows(
         yield xp[(slice(None), slice(None), *window)]
 
 
+POOL_BLOCK_ELEMENTS = 1 << 16
+"""Input elements per block of channels that a pool works through at once (256 KB of
+float32): its passes over a block stay in the CPU's L2 cache instead of main memory."""
+
+
+def _by_channel_blocks(
+    x: np.ndarray, out: tuple[int, ...], dtype: Any, pool: Any, blocked: bool
+) -> np.ndarray:
+    """``pool`` (a block of ``x``'s channels -> its pooled block) over every block of
+    channels, into one new ``(N, C, *out)`` array: pools treat channels independently, so
+    each element gets the same operations as from one call on the whole tensor. Not
+    ``blocked``: one call (passes over strided views gain less than the blocks cost)."""
+    if not blocked:
+        return pool(x).astype(dtype, copy=False)
+    n, c = x.shape[:2]
+    result = np.empty((n, c, *out), dtype)
+    step = max(1, POOL_BLOCK_ELEMENTS // max(1, n * math.prod(x.shape[2:])))
+    for start in range(0, c, step):
+        result[:, start : start + step] = pool(x[:, start : start + step])
+    return result
+
+
 def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
-    """MaxPool (single output): the maximum is exact, so any evaluation order agrees, and the
-    box is reduced one axis at a time."""
+    """MaxPool (single output), reduced one spatial axis at a time, last axis first: the
+    maximum over a box is the maximum over its rows of the maxima over its columns, k1 + k2 - 2
+    passes instead of k1 * k2 - 1 (:func:`_axis_max`), a block of channels at a time."""
     if not np.issubdtype(x.dtype, np.floating):
         return None
     geo = _pool_geometry(x, attrs)
@@ -95,21 +119,44 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         return None
     kernel, strides, dilations, pads, out = geo
     nd = len(kernel)
-    xp = x
-    if any(pads):
-        width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
-        xp = np.pad(x, width, constant_values=-np.inf)
-    # one spatial axis at a time (the maximum over a box is the maximum over its rows of the
-    # maxima over its columns): k1 + k2 - 2 passes instead of k1 * k2 - 1
-    result = xp
-    for axis in reversed(range(nd)):
-        k, s, d, o = kernel[axis], strides[axis], dilations[axis], out[axis]
-        views = (
-            result[(slice(None),) * (2 + axis) + (slice(t * d, t * d + (o - 1) * s + 1, s),)]
-            for t in range(k)
-        )
-        result = _fold(views, np.maximum)
-    return result
+    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+
+    def pool(block: np.ndarray) -> np.ndarray:
+        if any(pads):
+            block = np.pad(block, width, constant_values=-np.inf)
+        else:
+            block = np.ascontiguousarray(block)
+        for axis in reversed(range(nd)):
+            k, s, d, o = kernel[axis], strides[axis], dilations[axis], out[axis]
+            block = _axis_max(block, 2 + axis, k, s, d, o)
+        return block
+
+    overlap = any(k > s for k, s in zip(kernel, strides, strict=True))
+    return _by_channel_blocks(x, out, x.dtype, pool, blocked=overlap)
+
+
+def _axis_max(x: np.ndarray, axis: int, k: int, s: int, d: int, o: int) -> np.ndarray:
+    """The maxima of ``k`` taps (dilation ``d``) along ``axis`` of C-contiguous ``x`` at ``o``
+    positions ``s`` apart, taps combined in order, ``((t0 max t1) max t2) ...``.
+
+    Where windows overlap (``k > s``), each pass runs over the block as one flat row
+    (contiguous operands: numpy's vector loop, not a strided element-by-element one) and
+    positions whose window crosses a row end are computed, never selected; otherwise the
+    taps' strided views are combined directly (fewer elements)."""
+    if k <= s:
+        lead = (slice(None),) * axis
+        views = (x[(*lead, slice(t * d, t * d + (o - 1) * s + 1, s))] for t in range(k))
+        return _fold(views, np.maximum)
+    inner = math.prod(x.shape[axis + 1 :])
+    flat = x.reshape(-1)
+    shift = d * inner
+    length = flat.size - (k - 1) * shift  # > 0: the padded axis spans the kernel
+    acc = np.empty_like(flat)
+    np.maximum(flat[:length], flat[shift : shift + length], out=acc[:length])
+    for t in range(2, k):
+        np.maximum(acc[:length], flat[t * shift : t * shift + length], out=acc[:length])
+    picked = acc.reshape(x.shape)[(slice(None),) * axis + (slice(0, (o - 1) * s + 1, s),)]
+    return np.ascontiguousarray(picked)
 
 
 def _fold(views: Iterator[np.ndarray], ufunc: Any) -> np.ndarray:
@@ -153,23 +200,23 @@ def _flat_sum(
     out: tuple[int, ...],
 ) -> np.ndarray:
     """The taps of a 2-D, stride-1 window summed as :func:`_fold` sums them (same order,
-    same operands per output element), over each channel's padded image taken as one row:
-    a tap is then one contiguous slice per channel, not one short slice per image row (a
-    14x14 image made numpy loop 14 elements at a time). The padded row width's extra
+    same operands per output element), over the padded images of all channels taken as one
+    row: a tap is then one contiguous slice, not one short slice per image row (a 14x14
+    image made numpy loop 14 elements at a time). The positions in the padding rows and
     columns are computed and dropped; a tail of zeros keeps the last tap's slice in bounds.
     """
     n, c = x.shape[:2]
     hp, wp = (x.shape[2 + i] + width[2 + i][0] + width[2 + i][1] for i in range(2))
-    tail = (kernel[1] - 1) * dilations[1]
-    flat = np.zeros((n * c, hp * wp + tail), np.float32)
-    image = flat[:, : hp * wp].reshape(n, c, hp, wp)
+    size = n * c * hp * wp
+    tail = (kernel[0] - 1) * dilations[0] * wp + (kernel[1] - 1) * dilations[1]
+    flat = np.zeros(size + tail, np.float32)
+    image = flat[:size].reshape(n, c, hp, wp)
     image[:, :, width[2][0] : width[2][0] + x.shape[2], width[3][0] : width[3][0] + x.shape[3]] = x
-    length = out[0] * wp
     starts = (
         i * dilations[0] * wp + j * dilations[1] for i in range(kernel[0]) for j in range(kernel[1])
     )
-    total = _fold((flat[:, s : s + length] for s in starts), np.add)
-    return np.ascontiguousarray(total.reshape(n, c, out[0], wp)[..., : out[1]])
+    total = _fold((flat[s : s + size] for s in starts), np.add)
+    return np.ascontiguousarray(total.reshape(n, c, hp, wp)[:, :, : out[0], : out[1]])
 
 
 def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
@@ -181,18 +228,31 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         return None
     kernel, strides, dilations, pads, out = geo
     nd = len(kernel)
-    xf = x.astype(np.float32, copy=False)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
-    if nd == 2 and strides == (1, 1):
-        total = _flat_sum(xf, width, kernel, dilations, out)
-    else:
-        xp = np.pad(xf, width) if any(pads) else xf
-        total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
     if int(attrs.get("count_include_pad", 0)) or not any(pads):
-        np.divide(total, np.float32(math.prod(kernel)), out=total)
+        count: Any = np.float32(math.prod(kernel))
     else:
-        np.divide(total, _pad_counts(tuple(x.shape[2:]), geo, width), out=total)
-    return total.astype(x.dtype, copy=False)
+        count = _pad_counts(tuple(x.shape[2:]), geo, width)
+
+    def pool(block: np.ndarray) -> np.ndarray:
+        xf = block.astype(np.float32, copy=False)
+        if nd == 2 and strides == (1, 1):
+            total = _flat_sum(xf, width, kernel, dilations, out)
+        else:
+            xp = np.pad(xf, width) if any(pads) else xf
+            total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
+        return np.divide(total, count, out=total)
+
+    return _by_channel_blocks(x, out, x.dtype, pool, blocked=nd == 2 and strides == (1, 1))
+
+
+def global_average_pool(x: np.ndarray, _attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """``onnx.reference``'s own formula (``np.average`` over the spatial axes, cast back),
+    without the evaluator's per-call checks, which cost more than the average itself."""
+    if not np.issubdtype(x.dtype, np.floating):
+        return None
+    y = np.average(x, axis=tuple(range(2, x.ndim)))
+    return y.reshape(y.shape + (1,) * (x.ndim - 2)).astype(x.dtype)
 
 
 def batch_norm(
@@ -320,7 +380,11 @@ def run_fast(
     if n_outputs == 1 and op in ELEMENTWISE_OPS:
         result = run_elementwise(op, inputs, attrs, opset)
         return None if result is None else [result]
-    pool = {"MaxPool": max_pool, "AveragePool": average_pool}.get(op)
+    pool = {
+        "MaxPool": max_pool,
+        "AveragePool": average_pool,
+        "GlobalAveragePool": global_average_pool,
+    }.get(op)
     if pool is None or n_outputs != 1 or len(inputs) != 1:
         return None
     x = inputs[0]

@@ -11,7 +11,12 @@ a new tensor. A :class:`Program` is compiled once per (folded model, kernel plan
   with numpy directly, writing into an input's buffer when that input dies at the layer and
   nothing else can see it: a chain such as Conv -> BatchNormalization -> Relu (-> Mul ->
   Add) runs in the Conv output's buffer, one tensor instead of one per layer;
-- folds BatchNormalization's per-channel scale and shift once, at compile time.
+- folds BatchNormalization's per-channel scale and shift once, at compile time;
+- adds a Conv layer's constant bias in the pass of the elementwise layers that follow it
+  (Conv -> Relu is one pass over the output after the GEMM, not two);
+- has such a chain write its output where the next layer wants it: into the padded
+  buffer of the Conv after it, or into its channels of the Concat after it
+  (:mod:`.concats`, which also lets DenseNet's Concats append to the previous one).
 
 Each numpy step computes what the generic path computes, the same float operations in the
 same order (``tests/test_reference_program.py`` holds them to it bit for bit); the one
@@ -34,6 +39,7 @@ import numpy as np
 
 from reprobuild.backends.reference import int8, kernels
 from reprobuild.backends.reference.chain import RELU, ChainStep, ElementOp, binary_op
+from reprobuild.backends.reference.concats import ConcatBuffers, Layout, growth, slots
 from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
 from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
 from reprobuild.backends.reference.graphorder import consumed_names
@@ -64,14 +70,17 @@ class LayerStep:
     outputs: tuple[str, ...]
     run: Runner
     free: tuple[str, ...]
+    conv: ConvStep | None = None  # a Conv layer's step, whose bias a chain may add
 
 
 @dataclass(frozen=True)
 class Program:
     steps: tuple[LayerStep, ...]
     scratch: Scratch  # the Conv steps' kept buffers (:mod:`.convstep`), shared per model
+    concats: ConcatBuffers  # this run's Concat buffers being filled (:mod:`.concats`)
 
     def execute(self, prepared: PreparedModel, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        self.concats.clear()
         values: dict[str, Any] = dict(prepared.constants)
         values.update(feeds)
         for step in self.steps:
@@ -82,6 +91,7 @@ class Program:
             for name in step.free:
                 values.pop(name, None)
         self.scratch.trim(KEEP_SCRATCH_BYTES)
+        self.concats.clear()
         return {name: values[name] for name in prepared.output_names}
 
 
@@ -111,20 +121,104 @@ def compile_program(
     Conv steps keep their buffers in ``scratch``; runs of elementwise layers become one
     :class:`.chain.ChainStep` each."""
     ownable = _ownable(prepared, plan)
+    runs: list[tuple[int, int]] = []  # (first, one past the last) layer of each step
+    while not runs or runs[-1][1] < len(prepared.layers):
+        start = runs[-1][1] if runs else 0
+        runs.append((start, max(_chain_end(prepared, plan, start), start + 1)))
+    chains = {
+        prepared.layers[end - 1].node.output[0]: channels
+        for start, end in runs
+        if end - start > 1 and (channels := _chain_channels(prepared, plan, start, end))
+    }
+    concats, grown = ConcatBuffers(), growth(prepared, ownable)
+    joined = slots(prepared, chains, set(grown))
+    into_concat = {
+        name: (prepared.layers[position], layout)
+        for position, layouts in joined.items()
+        for name, layout in zip(prepared.layers[position].node.input, layouts, strict=True)
+    }
     steps = [
-        _step(prepared, plan, position, ownable, scratch)
+        _step(
+            prepared,
+            plan,
+            position,
+            ownable,
+            scratch,
+            (concats, grown.get(position)),
+            joined.get(position),
+        )
         for position in range(len(prepared.layers))
     ]
     fused: list[LayerStep] = []
-    position = 0
-    while position < len(steps):
-        end = _chain_end(prepared, plan, position)
-        if end - position < 2:
-            fused.append(steps[position])
-        else:
-            fused.append(_chain_step(prepared, steps[position:end], position, ownable))
-        position = max(end, position + 1)
-    return Program(tuple(fused), scratch)
+    for start, end in runs:
+        if end - start < 2:
+            fused.append(steps[start])
+            continue
+        into = _next_conv_input(prepared, steps, end)
+        target = into_concat.get(steps[end - 1].outputs[0])
+        if target is not None:
+            into = _concat_input(concats, *target)
+        fused.append(_chain_step(prepared, plan, steps[start:end], start, ownable, into))
+    return Program(tuple(fused), scratch, concats)
+
+
+def _chain_ops(
+    prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], start: int, end: int
+) -> tuple[str, list[ElementOp]]:
+    """(the chain's input, every op in order) of the chain of layers ``start:end``."""
+    layers = prepared.layers[start:end]
+    head = _chain_head(prepared, layers[0], plan.get(layers[0].index))
+    assert head is not None
+    ops = list(head[1])
+    for layer in layers[1:]:
+        found = _element_ops(prepared, layer, None)
+        assert found is not None
+        ops += found[1]
+    return head[0], ops
+
+
+def _chain_channels(
+    prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], start: int, end: int
+) -> int:
+    """The channels of the output of the chain of layers ``start:end`` when its ops say
+    (a per-channel constant: a Conv's bias, BatchNormalization's), else 0."""
+    for op in _chain_ops(prepared, plan, start, end)[1]:
+        if op.channels:
+            return int(op.constant.shape[0])
+    return 0
+
+
+def _concat_input(
+    concats: ConcatBuffers, layer: Layer, layout: Layout
+) -> Callable[[np.ndarray], np.ndarray | None]:
+    """Where a chain writes its output, an input of the Concat ``layer``: its channels of
+    the Concat's buffer (:meth:`.ConcatBuffers.slot`)."""
+    (name,) = (o for o in layer.node.output if o)
+    axis = int(layer.attrs.get("axis", 1))
+    return lambda x: concats.slot(name, layout, axis, x)
+
+
+def _next_conv_input(
+    prepared: PreparedModel, steps: Sequence[LayerStep], end: int
+) -> Callable[[np.ndarray], np.ndarray | None] | None:
+    """Where a chain ending before position ``end`` may write its output: into the padded
+    buffer of the Conv at ``end`` (:meth:`.ConvStep.input_buffer`), when that Conv runs right
+    after it, is the only layer that reads the output (as its data input) and its weights
+    are constant; the next Conv's padding then copies nothing. Else None."""
+    if end >= len(steps) or steps[end].conv is None:
+        return None
+    (out,) = steps[end - 1].outputs
+    conv, names = steps[end].conv, list(prepared.layers[end].node.input)
+    w = prepared.constants.get(names[1])
+    if (
+        names[0] != out
+        or names.count(out) != 1
+        or prepared.last_use.get(out) != end
+        or out in prepared.output_names
+        or type(w) is not np.ndarray
+    ):
+        return None
+    return lambda x: conv.input_buffer(x, w)
 
 
 def _step(
@@ -133,6 +227,8 @@ def _step(
     position: int,
     ownable: set[str],
     scratch: Scratch,
+    grown: tuple[ConcatBuffers, str | None],
+    joined: list[Layout] | None,
 ) -> LayerStep:
     layer = prepared.layers[position]
     inputs = tuple(layer.node.input)
@@ -146,12 +242,39 @@ def _step(
             if n and prepared.last_use.get(n) == position and n not in prepared.constants
         )
     )
+    spec = plan.get(layer.index)
+    conv = None
+    if spec is not None and supported(spec) and layer.fusion is None:
+        conv = ConvStep(spec, layer.attrs, scratch)
     return LayerStep(
         inputs=inputs,
         outputs=tuple(o for o in layer.node.output if o),
-        run=_runner(prepared, layer, plan.get(layer.index), donate, scratch),
+        run=_runner(prepared, layer, spec, donate, conv, grown, joined),
         free=free,
+        conv=conv,
     )
+
+
+def _chain_head(
+    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
+) -> tuple[str, list[ElementOp]] | None:
+    """(its input, its ops) of a layer a chain may start with, else None."""
+    return _element_ops(prepared, layer, spec) or _conv_head(prepared, layer, spec)
+
+
+def _conv_head(
+    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
+) -> tuple[str, list[ElementOp]] | None:
+    """(its input, the bias add) of a Conv layer run by :class:`.ConvStep` whose bias is a
+    float32 constant: a chain may start with it and add the bias in its own pass over the
+    output (one pass over the Conv's output fewer), else None."""
+    if spec is None or not supported(spec) or layer.fusion is not None:
+        return None
+    names = list(layer.node.input)
+    bias = prepared.constants.get(names[2]) if len(names) > 2 and names[2] else None
+    if type(bias) is not np.ndarray or bias.dtype != np.float32 or bias.ndim != 1:
+        return None
+    return names[0], [ElementOp(np.add, bias, channels=True)]
 
 
 def _element_ops(
@@ -186,7 +309,7 @@ def _chain_end(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], 
     layer reads the previous one's output, which nothing else reads."""
     layers = prepared.layers
     position = start
-    if _element_ops(prepared, layers[start], plan.get(layers[start].index)) is None:
+    if _chain_head(prepared, layers[start], plan.get(layers[start].index)) is None:
         return start
     while position + 1 < len(layers):
         (out,) = (o for o in layers[position].node.output if o)
@@ -205,24 +328,25 @@ def _chain_end(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], 
 
 
 def _chain_step(
-    prepared: PreparedModel, parts: Sequence[LayerStep], start: int, ownable: set[str]
+    prepared: PreparedModel,
+    plan: Mapping[int, kernels.KernelSpec],
+    parts: Sequence[LayerStep],
+    start: int,
+    ownable: set[str],
+    into: Callable[[np.ndarray], np.ndarray | None] | None = None,
 ) -> LayerStep:
-    """One step for the layers ``parts`` (starting at position ``start``), as a chain."""
-    layers = prepared.layers[start : start + len(parts)]
-    ops: list[ElementOp] = []
-    found = [_element_ops(prepared, layer, None) for layer in layers]
-    for item in found:
-        assert item is not None
-        ops += item[1]
-    ops_of_head = found[0]
-    assert ops_of_head is not None
-    x_name = ops_of_head[0]
+    """One step for the layers ``parts`` (starting at position ``start``), as a chain that
+    writes its output where ``into`` says (:func:`_next_conv_input`)."""
+    conv = parts[0].conv
+    x_name, ops = _chain_ops(prepared, plan, start, start + len(parts))
     head = parts[0].inputs.index(x_name)
-    donate = x_name in ownable and prepared.last_use.get(x_name) == start
+    # a Conv head's product is a new array, which nothing else sees
+    donate = conv is not None or (x_name in ownable and prepared.last_use.get(x_name) == start)
     chain = ChainStep(ops, donate)
 
     def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
-        out = chain(inputs[head])
+        x = inputs[head] if conv is None else conv.product(inputs)
+        out = None if x is None else chain(x, into)
         if out is not None:
             return [out]
         value = parts[0].run(inputs, values, model)[0]  # one by one, as unchained
@@ -260,10 +384,11 @@ def _runner(
     layer: Layer,
     spec: kernels.KernelSpec | None,
     donate: tuple[bool, ...],
-    scratch: Scratch,
+    conv: ConvStep | None,
+    grown: tuple[ConcatBuffers, str | None],
+    joined: list[Layout] | None,
 ) -> Runner:
-    if spec is not None and supported(spec) and layer.fusion is None:
-        conv = ConvStep(spec, layer.attrs, scratch)
+    if conv is not None:
         return lambda inputs, _values, _model: [conv(inputs)]
     if spec is not None:
         return lambda inputs, _values, _model: [execute_spec(layer, spec, inputs)]
@@ -283,7 +408,7 @@ def _runner(
     elif layer.op == "Sum" and opset >= 8:
         fast = lambda inputs: total(inputs, donate)  # noqa: E731
     elif layer.op == "Concat" and opset >= 4:
-        fast = lambda inputs: concat(inputs, layer.attrs)  # noqa: E731
+        fast = _concat(layer, *grown, joined)
     elif layer.op == "BatchNormalization":
         fast = _batch_norm(prepared, layer, donate)
     if fast is None:
@@ -294,6 +419,19 @@ def _runner(
         return generic(inputs, values, model) if out is None else [out]
 
     return run
+
+
+def _concat(
+    layer: Layer, concats: ConcatBuffers, extends: str | None, joined: list[Layout] | None
+) -> Callable[[list[Any]], Any | None]:
+    """A Concat layer's numpy path: a copy, or a buffer its inputs were written into
+    (:mod:`.concats`)."""
+    (name,) = (o for o in layer.node.output if o)
+    if extends is not None:
+        return lambda inputs: concats.grow(inputs, layer.attrs, extends, name)
+    if joined is not None:
+        return lambda inputs: concats.join(name, inputs, layer.attrs, joined)
+    return lambda inputs: concat(inputs, layer.attrs)
 
 
 def _bn_constants(prepared: PreparedModel, layer: Layer) -> tuple[np.ndarray, np.ndarray] | None:
