@@ -108,3 +108,28 @@ def test_same_lock_counts_rules() -> None:
     d = diff_locks(a, b)
     assert d.differs and d.rules_added == [KernelRule("kern_2")] and not d.rules_removed
     assert not diff_locks(b, b).differs
+
+
+def test_build_deny_option_records_rules_and_a_locked_build_keeps_them(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from .conftest import EXAMPLES
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(EXAMPLES / "mlp.onnx", "m.onnx")
+    args = ("build", "m.onnx", "--lock", "t.lock", "--backend", "reference", "-q")
+    r = cli(*args, "--deny", "kernel=*tree8*", "--deny", "kernel=*splitk4*,layer=fc*")
+    assert r.code == 0, r
+    rules = load_lock(tmp_path / "t.lock").settings.deny
+    assert rules == (KernelRule("*splitk4*", "fc*"), KernelRule("*tree8*", "*"))
+    kept = (tmp_path / "t.lock").read_bytes()
+    assert cli(*args).code == 0  # no options: the lock's settings, rules included
+    assert cli(*args, "--frozen").code == 0 and (tmp_path / "t.lock").read_bytes() == kept
+    # other rules on a locked build are other settings: exit 2, the lock untouched
+    r = cli(*args, "--deny", "kernel=*blas*")
+    assert r.code == 2 and "builder settings differ from the lock (deny:" in r.err
+    r = cli(*args, "--deny", "kernel=a,tactic=b")
+    assert r.code == 2 and "--deny: cannot read 'tactic=b'" in r.err
+    assert (tmp_path / "t.lock").read_bytes() == kept
