@@ -268,21 +268,9 @@ def build(
     from reprobuild.workflow.build import build as build_engine
 
     settings = build_settings(
-        opt_level,
-        workspace,
-        shapes,
-        min_shapes,
-        opt_shapes,
-        max_shapes,
-        tactic_sources,
-        no_tf32,
-        max_tactics,
-        avg_timing,
-        tie_band,
-        records,
-        deny,
-        distributive_independence,
-    )
+        opt_level, workspace, shapes, min_shapes, opt_shapes, max_shapes, tactic_sources,
+        no_tf32, max_tactics, avg_timing, tie_band, records, deny, distributive_independence,
+    )  # fmt: skip
     request = precision_request(
         precision,
         None if calibration is None else str(calibration),

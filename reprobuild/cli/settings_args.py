@@ -4,8 +4,10 @@ Kept apart from ``build_cmds`` so each module keeps one job, as ``precision_args
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from reprobuild.errors import UsageError
-from reprobuild.types import DEFAULT_TIE_BAND, MAX_TIE_RECORDS
+from reprobuild.types import DEFAULT_TIE_BAND, MAX_TIE_RECORDS, BuildSettings
 
 
 def _size(text: str) -> int:
@@ -52,22 +54,21 @@ def _dims(shape: tuple[int, ...]) -> str:
 
 
 def build_settings(
-    opt_level,
-    workspace,
-    shapes,
-    min_shapes,
-    opt_shapes,
-    max_shapes,
-    tactic_sources,
-    no_tf32,
-    max_tactics,
-    avg_timing,
-    tie_band=None,
-    records=None,
-    deny=(),
-    distributive_independence=False,
-):
-    from reprobuild.backends.base import BuildSettings
+    opt_level: int | None,
+    workspace: str | None,
+    shapes: list[str],
+    min_shapes: list[str],
+    opt_shapes: list[str],
+    max_shapes: list[str],
+    tactic_sources: str | None,
+    no_tf32: bool,
+    max_tactics: int | None,
+    avg_timing: int | None,
+    tie_band: float | None = None,
+    records: int | None = None,
+    deny: Sequence[str] = (),
+    distributive_independence: bool = False,
+) -> BuildSettings | None:
     from reprobuild.lock.rules import parse_option
 
     given = [opt_level, workspace, tactic_sources, max_tactics, avg_timing, tie_band, records]
