@@ -115,3 +115,18 @@ def test_distributive_independence_is_refused_on_the_reference_backend(tmp_path:
     with pytest.raises(UsageError, match="is a TensorRT builder flag; the reference backend"):
         _build(tmp_path, "d.lock", settings=BuildSettings(distributive_independence=True))
     assert not (tmp_path / "d.lock").exists()
+
+
+def test_a_rule_that_empties_one_format_combination_drops_that_key(tmp_path: Path) -> None:
+    """conv1's direct key has one candidate: denying it leaves the layer its im2col key
+    (the reference builder times none of a denied key's kernels, so the key is not made)."""
+    lock = tmp_path / "t.lock"
+    _build(tmp_path, "t.lock")
+    assert len([e for e in load_lock(lock).layers if e.layer == "conv1"]) == 2
+    edit_rules(lock, ["kernel=ref_conv_direct_*", "layer=conv1"])  # per layer: accepted
+    with pytest.raises(DriftError, match="ref_conv_direct_"):
+        _build(tmp_path, "t.lock")  # the idle key still locks a denied tactic
+    _build(tmp_path, "t.lock", re_record=True)
+    conv1 = [e for e in load_lock(lock).layers if e.layer == "conv1"]
+    assert len(conv1) == 1 and "direct" not in (conv1[0].kernel or "")
+    _build(tmp_path, "t.lock", frozen=True)

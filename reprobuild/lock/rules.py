@@ -19,7 +19,7 @@ from typing import Any
 
 from reprobuild.errors import BuildError, DriftError, UsageError
 from reprobuild.fileio import exclusive
-from reprobuild.lock.model import LayerEntry, Lock
+from reprobuild.lock.model import LayerEntry, Lock, by_layer
 from reprobuild.lock.yamlio import load_lock, save_lock
 from reprobuild.transaction import check_output_path, lock_target
 from reprobuild.types import BuildSettings, KernelRule
@@ -179,9 +179,10 @@ def edit_rules(path: str | Path, tokens: Sequence[str], *, remove: bool = False)
         changed = (rule in rules) == remove
         rules = rules - {rule} if remove else rules | {rule}
         lock.settings = with_rules(lock.settings, rules)
-        for t in lock.targets():
-            for e in t.layers:
-                check_candidates(lock.settings, e.layer, e.candidates, f"{path}: ")
+        for t in lock.targets():  # per layer: a reference recording drops a denied key
+            for layer, group in by_layer(t.layers).items():
+                cands = [c for e in group for c in e.candidates]
+                check_candidates(lock.settings, layer, cands, f"{path}: ")
         if changed:
             save_lock(lock, path)
     now = [(t.name, v) for t in lock.targets() for v in violations(lock.settings, t.layers)]
