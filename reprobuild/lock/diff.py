@@ -2,7 +2,8 @@
 and ``reprobuild merge`` alike (:func:`diff_locks`; ``LockDiff.differs``).
 
 Two locks are the same when everything that decides the engine and its bits is: the model
-(and its external data), the builder settings, the precision plan (two INT8 locks with the
+(and its external data), the builder settings (the kernel rules included: they decide which
+candidates a build may keep), the precision plan (two INT8 locks with the
 same tactics but another scale build other bits: :mod:`.plandiff`), the target's identity,
 every entry (:func:`entry_changes`: its fields, less :data:`NOT_COMPARED`), which key each
 layer of several keys runs (:func:`ran_keys`), and the recorded output digests.
