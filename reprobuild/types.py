@@ -71,12 +71,21 @@ class KernelRule:
             f"0x{tactic:x}", self.kernel
         )
 
+    @classmethod
+    def exact(cls, kernel: str, layer: str = "*") -> KernelRule:
+        """The rule matching exactly these names (``*``, ``?`` and ``[`` in them escaped)."""
+        return cls(_glob_literal(kernel), layer if layer == "*" else _glob_literal(layer))
+
     def describe(self) -> str:
         """The rule as ``deny`` and ``undeny`` take it."""
         return f"kernel={self.kernel} layer={self.layer}"
 
     def to_dict(self) -> dict[str, str]:
         return {"kernel": self.kernel, "layer": self.layer}
+
+
+def _glob_literal(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 @dataclass(frozen=True)

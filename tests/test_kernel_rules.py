@@ -133,3 +133,19 @@ def test_build_deny_option_records_rules_and_a_locked_build_keeps_them(
     r = cli(*args, "--deny", "kernel=a,tactic=b")
     assert r.code == 2 and "--deny: cannot read 'tactic=b'" in r.err
     assert (tmp_path / "t.lock").read_bytes() == kept
+
+
+def test_the_printed_deny_line_names_exactly_one_kernel(cli, lock_path: Path) -> None:
+    from reprobuild.lock.rules import deny_command
+
+    assert deny_command("t.lock", "ref_gemm_splitk4_f32", "fc") == (
+        "reprobuild deny --lock t.lock kernel=ref_gemm_splitk4_f32 layer=fc"
+    )
+    rule = KernelRule.exact("k[1]*", "/a b/MatMul")
+    assert rule.denies("/a b/MatMul", "k[1]*", 0) and not rule.denies("/a b/MatMul", "k1x", 0)
+    line = deny_command(lock_path, "kern_1", "layer0")
+    import shlex
+
+    args = shlex.split(line)[1:]
+    assert cli(*args).code == 0
+    assert load_lock(lock_path).settings.deny == (KernelRule("kern_1", "layer0"),)

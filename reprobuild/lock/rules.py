@@ -54,6 +54,18 @@ def parse_option(text: str) -> KernelRule:
     return parse_rule(text.split(","), "--deny")
 
 
+def deny_command(lock_path: str | Path, kernel: str, layer: str) -> str:
+    """The ``reprobuild deny`` line that rules out exactly ``kernel`` in ``layer`` (glob
+    characters in the names escaped, each argument quoted for a POSIX shell where needed):
+    what a failing check prints as its fix."""
+    import shlex
+
+    rule = KernelRule.exact(kernel, layer)
+    args = [str(lock_path), f"kernel={rule.kernel}", f"layer={rule.layer}"]
+    lock, *rest = (shlex.quote(a) for a in args)
+    return f"reprobuild deny --lock {lock} {' '.join(rest)}"
+
+
 def with_rules(settings: BuildSettings, rules: Iterable[KernelRule]) -> BuildSettings:
     """``settings`` holding exactly ``rules`` (sorted, each once)."""
     return dataclasses.replace(settings, deny=tuple(sorted(set(rules))))
