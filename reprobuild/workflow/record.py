@@ -114,7 +114,8 @@ def record(
     pb = None
     if ties.moved:  # the rule kept another near-tie than the builder: rebuild from the cache
         moved = count(len(ties.moved), "key takes", "keys take")
-        progress(Step(f"tie rule: {moved} the rule's tactic; rebuilding"))
+        why = f" ({len(ties.denied)} for a kernel rule)" if ties.denied else ""
+        progress(Step(f"tie rule: {moved} the rule's tactic{why}; rebuilding"))
         try:
             pb = replay()
         except (BuildError, DriftError) as err:
