@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 
@@ -44,6 +45,49 @@ fingerprint (keys and cache names), and written only where they are not the defa
 a lock that does not name them (every lock older than them) reads as the default policy."""
 
 
+RULE_FIELDS = ("deny",)
+"""Settings that rule candidates out of the choice (``reprobuild deny``), not out of the
+builder's timing (TensorRT times every tactic before the rule's choice is written back):
+never in a fingerprint, so adding or removing a rule keeps the lock's keys and caches, and
+written only when there is a rule, so a lock without rules keeps its bytes."""
+
+
+@dataclass(frozen=True, order=True)
+class KernelRule:
+    """``kernel=PATTERN layer=PATTERN``: no layer whose name ``layer`` matches may run a
+    candidate whose kernel name (or tactic hash as ``0x...`` text) ``kernel`` matches.
+
+    Patterns are shell-style globs (:func:`fnmatch.fnmatchcase`: ``*``, ``?``, ``[seq]``,
+    ``[!seq]``), matched against the whole name and case-sensitively, as kernel names are
+    compared everywhere else; ``layer`` ``*`` (the default) is every layer."""
+
+    kernel: str
+    layer: str = "*"
+
+    def denies(self, layer: str, kernel: str | None, tactic: int) -> bool:
+        if not fnmatchcase(layer, self.layer):
+            return False
+        return (kernel is not None and fnmatchcase(kernel, self.kernel)) or fnmatchcase(
+            f"0x{tactic:x}", self.kernel
+        )
+
+    @classmethod
+    def exact(cls, kernel: str, layer: str = "*") -> KernelRule:
+        """The rule matching exactly these names (``*``, ``?`` and ``[`` in them escaped)."""
+        return cls(_glob_literal(kernel), layer if layer == "*" else _glob_literal(layer))
+
+    def describe(self) -> str:
+        """The rule as ``deny`` and ``undeny`` take it."""
+        return f"kernel={self.kernel} layer={self.layer}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kernel": self.kernel, "layer": self.layer}
+
+
+def _glob_literal(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
 @dataclass(frozen=True)
 class BuildSettings:
     """Every builder setting that changes which kernels are candidates.
@@ -66,6 +110,14 @@ class BuildSettings:
     tie_band: float = DEFAULT_TIE_BAND  # 0: the builder's choice, the fastest as measured
     tie_rule: str = DEFAULT_TIE_RULE
     tie_records: int = 1  # recording builds whose times the rule pools (build --records N)
+    deny: tuple[KernelRule, ...] = ()  # sorted; :data:`RULE_FIELDS`
+    # TensorRT's BuilderFlag.DISTRIBUTIVE_INDEPENDENCE: only kernels whose result for one
+    # sample does not depend on the rest of the batch are candidates (written only when on)
+    distributive_independence: bool = False
+
+    def denying(self, layer: str, kernel: str | None, tactic: int) -> KernelRule | None:
+        """The first rule that denies this candidate of ``layer``, if any."""
+        return next((r for r in self.deny if r.denies(layer, kernel, tactic)), None)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON/YAML-friendly dict with stable key order (used by the lock); the tie
@@ -77,6 +129,12 @@ class BuildSettings:
             del d["tie_rule"]
         if self.tie_records == 1:
             del d["tie_records"]
+        if self.deny:
+            d["deny"] = [r.to_dict() for r in self.deny]
+        else:
+            del d["deny"]
+        if not self.distributive_independence:
+            del d["distributive_independence"]
         d["tactic_sources"] = list(self.tactic_sources) if self.tactic_sources is not None else None
         d["input_shapes"] = {
             name: {"min": list(mn), "opt": list(opt), "max": list(mx)}
@@ -95,11 +153,13 @@ class BuildSettings:
             (name, tuple(v["min"]), tuple(v["opt"]), tuple(v["max"]))
             for name, v in sorted(shapes.items())
         )
+        d["deny"] = tuple(sorted(KernelRule(**r) for r in d.get("deny") or ()))
         return cls(**d)
 
     def fingerprint(self) -> str:
-        """Hashes what shapes the candidates; the tie settings only decide between them."""
-        d = {k: v for k, v in self.to_dict().items() if k not in TIE_FIELDS}
+        """Hashes what shapes the candidates; the tie settings and the rules only decide
+        between them."""
+        d = {k: v for k, v in self.to_dict().items() if k not in TIE_FIELDS + RULE_FIELDS}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

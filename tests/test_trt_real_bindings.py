@@ -81,6 +81,8 @@ def test_enum_names_and_the_values_that_moved(observed: dict) -> None:
     assert flags["EDITABLE_TIMING_CACHE"] == (27 if ten else 26)
     assert observed["strongly_typed"] == (1 if ten else 0)
     assert "ERROR_ON_TIMING_CACHE_MISS" in flags
+    # build --distributive-independence sets it (both wheels carry it)
+    assert flags["DISTRIBUTIVE_INDEPENDENCE"] == (28 if ten else 27)
     assert ("FP16" in flags) is ten  # weak typing is gone in 11.x
     assert observed["datatypes"] == {
         "FLOAT": "float32",

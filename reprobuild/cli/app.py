@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "unpin": "lock_cmds",
     "show": "lock_cmds",
     "diff": "lock_cmds",
+    "deny": "rule_cmds",
+    "undeny": "rule_cmds",
     "merge": "fleet_cmds",
     "fleet": "fleet_cmds",
     "export-cache": "trt_cmds",

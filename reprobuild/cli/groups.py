@@ -39,3 +39,13 @@ class ShowByDefaultGroup(TyperGroup):
         if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
             args = ["show", *args]
         return super().parse_args(ctx, args)
+
+
+RuleArgs: Any = typer.Argument(
+    ...,
+    metavar="kernel=PATTERN [layer=PATTERN]",
+    help="A kernel rule: shell-style globs (*, ?, [seq]) over the whole kernel name (or "
+    "tactic hash, 0x...) and layer name [default layer: *, every layer].",
+    show_default=False,
+)
+"""The one rule ``deny`` and ``undeny`` take (``build --deny`` takes it comma-joined)."""

@@ -213,9 +213,20 @@ def show(
             head.append("near-tie")
             for row, e in zip(table, data.layers, strict=True):
                 row.append(f"{len(e.ties)} within {e.band_ms:.3g} ms" if e.near_tie else "")
+        from reprobuild.lock.rules import violations
+
+        denied = violations(data.settings, data.layers)
+        if denied:  # a column only where a rule denies a locked tactic (a build refuses)
+            head.append("denied by")
+            by_key = {v.entry.key: v.rule.describe() for v in denied}
+            for row, e in zip(table, data.layers, strict=True):
+                row.append(by_key.get(e.key, ""))
         echo_lines(table_lines(head, table))
+        for r in data.settings.deny:
+            echo(f"rule: deny {shown(r.describe())}")
         pinned = sum(1 for e in data.layers if e.pinned)
         tail = f", {near} near-tie (rule-decided)" if near else ""
+        tail += f", {len(denied)} denied by a rule" if denied else ""
         echo(f"{count(len(data.layers), 'layer')}, {pinned} pinned{tail}")
 
 
@@ -255,6 +266,9 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
     ):
         if keys:
             echo(f"{what} changed: {', '.join(keys)}")
+    for sign, rules in (("+", d.rules_added), ("-", d.rules_removed)):
+        for r in rules:
+            echo(f"rule {sign} deny {shown(r.describe())}")
     rows = [["+", e.layer, e.key, "", _entry_text(e), ""] for e in d.added]
     rows += [["-", e.layer, e.key, _entry_text(e), "", ""] for e in d.removed]
     rows += [
@@ -322,11 +336,13 @@ def _show_candidates(lock: Path, data: Lock, as_json: bool, report: Path | None)
             c["kernel"] or "-",
             "-" if c["time_ms"] is None else f"{c['time_ms']:.4g}",
             "yes" if c["tactic"] == e["tactic"] else "no",
+            *([c.get("denied", "")] if data.settings.deny else []),
         ]
         for e in layers
         for c in e["candidates"]
     ]
-    echo_lines(table_lines(["layer", "key", "tactic", "kernel", "time (ms)", "locked"], rows))
+    head = ["layer", "key", "tactic", "kernel", "time (ms)", "locked"]
+    echo_lines(table_lines(head + ["denied by"] * bool(data.settings.deny), rows))
     total = sum(len(e["candidates"]) for e in layers)
     echo(f"{count(total, 'candidate')} of {count(len(layers), 'layer')}")
 

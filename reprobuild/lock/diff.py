@@ -2,7 +2,8 @@
 and ``reprobuild merge`` alike (:func:`diff_locks`; ``LockDiff.differs``).
 
 Two locks are the same when everything that decides the engine and its bits is: the model
-(and its external data), the builder settings, the precision plan (two INT8 locks with the
+(and its external data), the builder settings (the kernel rules included: they decide which
+candidates a build may keep), the precision plan (two INT8 locks with the
 same tactics but another scale build other bits: :mod:`.plandiff`), the target's identity,
 every entry (:func:`entry_changes`: its fields, less :data:`NOT_COMPARED`), which key each
 layer of several keys runs (:func:`ran_keys`), and the recorded output digests.
@@ -21,6 +22,7 @@ from typing import Any
 
 from reprobuild.lock.model import LayerEntry, Lock, OutputDigest, by_layer
 from reprobuild.lock.plandiff import PlanChange, plan_changes
+from reprobuild.types import KernelRule
 
 NOT_COMPARED: dict[str, str] = {
     "key": "entries are paired by it (or, across environments, by their unique layer name)",
@@ -146,6 +148,10 @@ class LockDiff:
     advisory_changed: list[str] = field(default_factory=list)  # shown, not a difference
     key_choice_changed: list[KeyChoice] = field(default_factory=list)
     outputs_changed: list[OutputChange] = field(default_factory=list)
+    # kernel rules (``settings.deny``) only in b / only in a: a settings change (``deny``
+    # is then in ``settings_changed``), listed rule by rule
+    rules_added: list[KernelRule] = field(default_factory=list)
+    rules_removed: list[KernelRule] = field(default_factory=list)
 
     @property
     def differs(self) -> bool:
@@ -198,6 +204,15 @@ class LockDiff:
             "environment_changed": self.environment_changed,
             "advisory_changed": self.advisory_changed,
             "precision_changed": [c.to_json() for c in self.precision_changed],
+            # only where the kernel rules differ (other diffs keep the fields they had)
+            **(
+                {
+                    "rules_added": [r.to_dict() for r in self.rules_added],
+                    "rules_removed": [r.to_dict() for r in self.rules_removed],
+                }
+                if self.rules_added or self.rules_removed
+                else {}
+            ),
         }
 
 
@@ -248,6 +263,8 @@ def diff_locks(a: Lock, b: Lock) -> LockDiff:
         precision_changed=plan_changes(a.precision, b.precision),
         key_choice_changed=_key_choices(a.layers, b.layers),
         outputs_changed=_output_changes(a.outputs, b.outputs),
+        rules_added=sorted(set(b.settings.deny) - set(a.settings.deny)),
+        rules_removed=sorted(set(a.settings.deny) - set(b.settings.deny)),
     )
 
 

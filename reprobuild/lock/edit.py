@@ -296,6 +296,13 @@ def record_digest(
     return True
 
 
+def denied_by(lock: Lock, e: LayerEntry, tactic: int, kernel: str | None) -> dict[str, str]:
+    """``{"denied": RULE}`` where a rule of the lock denies this candidate of ``e``'s layer,
+    else nothing (rows of a lock without rules keep the fields they had)."""
+    rule = lock.settings.denying(e.layer, kernel, tactic)
+    return {} if rule is None else {"denied": rule.describe()}
+
+
 def show_rows(lock: Lock) -> list[dict[str, Any]]:
     return [
         {
@@ -309,6 +316,8 @@ def show_rows(lock: Lock) -> list[dict[str, Any]]:
             **({"near_tie": True, "ties": len(e.ties)} if e.near_tie else {}),
             # only on a layer with several keys: whether the engine runs this one
             **({"runs": e.runs} if e.runs is not None else {}),
+            # only where a rule denies the tactic it runs (a locked build refuses it)
+            **denied_by(lock, e, e.tactic, e.kernel),
         }
         for e in lock.layers
     ]
@@ -355,7 +364,12 @@ def candidate_rows(lock: Lock, times: dict[tuple[str, int], float]) -> list[dict
             "tactic": f"0x{e.tactic:x}",
             "pinned": e.pinned,
             "candidates": [
-                {"tactic": f"0x{c.tactic:x}", "kernel": c.kernel, "time_ms": time_of(e, c.tactic)}
+                {
+                    "tactic": f"0x{c.tactic:x}",
+                    "kernel": c.kernel,
+                    "time_ms": time_of(e, c.tactic),
+                    **denied_by(lock, e, c.tactic, c.kernel),
+                }
                 for c in e.candidates
             ],
         }

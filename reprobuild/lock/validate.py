@@ -32,6 +32,7 @@ from reprobuild.types import (
     TIE_RULES,
     BuildSettings,
     Environment,
+    KernelRule,
     legacy_environment,
 )
 
@@ -196,7 +197,8 @@ def _legacy_environment(doc: Doc, value: Any, path: Path_) -> Environment:
 
 def _settings(doc: Doc, value: Any, path: Path_) -> BuildSettings:
     optional = (
-        "tactic_sources", "tf32", "input_shapes", *_INT_SETTINGS, *_STR_SETTINGS, *TIE_FIELDS
+        "tactic_sources", "tf32", "input_shapes", *_INT_SETTINGS, *_STR_SETTINGS, *TIE_FIELDS,
+        "deny", "distributive_independence",
     )  # fmt: skip
     m = doc.mapping(value, path, ("optimization_level",), optional)
     kw: dict[str, Any] = {
@@ -225,7 +227,27 @@ def _settings(doc: Doc, value: Any, path: Path_) -> BuildSettings:
     if records > MAX_TIE_RECORDS:
         doc.fail(path + ("tie_records",), f"expected at most {MAX_TIE_RECORDS}, got {records}")
     kw["tie_records"] = records
+    kw["deny"] = _rules(doc, m.get("deny") or [], path + ("deny",))
+    di = m.get("distributive_independence", False)
+    kw["distributive_independence"] = doc.boolean(di, path + ("distributive_independence",))
     return BuildSettings(**kw)
+
+
+def _rules(doc: Doc, value: Any, path: Path_) -> tuple[KernelRule, ...]:
+    """``settings.deny``: kernel rules (``reprobuild deny``), each once."""
+    rules: list[KernelRule] = []
+    for i, item in enumerate(doc.seq(value, path)):
+        p = path + (i,)
+        m = doc.mapping(item, p, ("kernel",), ("layer",))
+        kernel = doc.string(m["kernel"], p + ("kernel",))
+        layer = doc.string(m.get("layer", "*"), p + ("layer",))
+        if not kernel or not layer:
+            doc.fail(p, "an empty pattern", "write a pattern such as '*splitk*', or '*' for all")
+        rule = KernelRule(kernel, layer)
+        if rule in rules:
+            doc.fail(p, f"the rule {rule.describe()} is listed twice", "delete one")
+        rules.append(rule)
+    return tuple(sorted(rules))
 
 
 def _input_shapes(

@@ -23,6 +23,7 @@ from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import exclusive, sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK, LayerEntry, Lock
+from reprobuild.lock.rules import check_lock
 from reprobuild.lock.yamlio import dumps_lock, load_lock
 from reprobuild.transaction import Outputs
 from reprobuild.types import BuildSettings
@@ -194,6 +195,7 @@ def _build(
         if rerecord and not existing.environment.identity:  # recorded in its place
             existing, pins = start_over(existing, info, settings, be, lock_path, warnings)
         elif not rerecord:  # the keys this target was recorded with
+            check_lock(existing, lock_path)  # no locked tactic that a kernel rule denies
             be = be.for_target(existing.environment)
     settings = settings or BuildSettings()
     check_profiles(settings)

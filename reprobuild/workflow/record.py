@@ -19,6 +19,7 @@ from reprobuild.backends.base import Backend, BuildOutput
 from reprobuild.errors import BuildError, DriftError
 from reprobuild.events import Progress, Step
 from reprobuild.lock.model import LayerEntry, Lock
+from reprobuild.lock.rules import violations
 from reprobuild.types import BuildSettings
 from reprobuild.words import count
 from reprobuild.workflow.existing import carry_pins
@@ -115,10 +116,17 @@ def record(
     pb = None
     if ties.moved:  # the rule kept another near-tie than the builder: rebuild from the cache
         moved = count(len(ties.moved), "key takes", "keys take")
-        progress(Step(f"tie rule: {moved} the rule's tactic; rebuilding"))
+        why = f" ({len(ties.denied)} for a kernel rule)" if ties.denied else ""
+        progress(Step(f"tie rule: {moved} the rule's tactic{why}; rebuilding"))
         try:
             pb = replay()
         except (BuildError, DriftError) as err:
+            if ties.denied:  # the builder's choices there are denied: nothing to fall back to
+                raise BuildError(
+                    f"the rebuild that writes back the allowed tactics of "
+                    f"{count(len(ties.denied), 'key')} a kernel rule denies the builder's "
+                    f"choice of failed ({err}); narrow or remove the rule (`reprobuild undeny`)"
+                ) from err
             _restore(new_lock.layers, builder)
             ties.fallback = str(err)
             ties.held_back, ties.moved = ties.held_back + ties.moved, []
@@ -136,6 +144,8 @@ def record(
     pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
     output, log_warnings = pb.output, log_warnings + pb.log_warnings
     mark_running(new_lock.layers, output.layer_info)  # the key each layer runs
+    if left := violations(new_lock.settings, new_lock.layers):  # never a denied choice
+        raise BuildError(f"the recording kept a denied tactic: {left[0].describe()}")
     return Built(
         new_lock,
         output,
@@ -193,6 +203,10 @@ def repin(
     """``--re-record``: the old pins that still apply, built from the new recording's cache
     (so the engine runs the pinned tactics); the others are listed as dropped."""
     builder = _choices(done.lock.layers)
+    denied = [v for v in violations(settings, pins) if v.entry.pinned]
+    if denied:  # a rule outranks an old pin: the recording's allowed choice stays
+        warnings.append("pins dropped by a kernel rule: " + "; ".join(v.describe() for v in denied))
+        pins = [p for p in pins if settings.denying(p.layer, p.kernel, p.tactic) is None]
     kept, dropped = carry_pins(pins, done.lock.layers)
     if dropped:
         warnings.append(f"pins dropped by the re-recording: {', '.join(dropped)}")

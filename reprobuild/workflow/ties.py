@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reprobuild.lock.model import LayerEntry
+from reprobuild.lock.rules import check_candidates
 from reprobuild.tiebreak import OUTLIER_BELOW, TieCandidate, TieDecision, decide, describe_policy
 from reprobuild.types import DEFAULT_TIE_BAND, LOG_TIE_BAND, BuildSettings
 from reprobuild.workflow.probe_store import EditPolicy
@@ -69,6 +70,8 @@ class TieOutcome:
     rebuilt: bool = False
     second_build_timed: int | None = None
     moved: list[str] = field(default_factory=list)  # keys whose tactic the rule changed
+    # of ``moved``: keys whose builder's choice a kernel rule denies (always written back)
+    denied: list[str] = field(default_factory=list)
     # keys the rule would move but that were not written back (edits not proven honoured on
     # this backend, or the rebuild failed): the builder's choice is kept for them
     held_back: list[str] = field(default_factory=list)
@@ -86,6 +89,8 @@ class TieOutcome:
                 1 for d in self.decisions.values() if d.chosen != d.fastest
             ),
             "written_back": len(self.moved),
+            # only where a kernel rule moved keys (other reports keep the fields they had)
+            **({"denied_written_back": len(self.denied)} if self.denied else {}),
             "held_back": len(self.held_back),
             "fallback": self.fallback,
             "edit_policy": self.policy,
@@ -173,6 +178,10 @@ def decide_recording(
         measured = measured_pooled(measured, 1 + len(more))
     decisions = {}
     for key, cands in by_key.items():
+        # a denied candidate is never the choice (``reprobuild deny``): the rule and the
+        # fastest are taken among the others; none left is a refusal naming the rule
+        check_candidates(settings, names[key], cands)
+        cands = [c for c in cands if settings.denying(names[key], c.kernel, c.tactic) is None]
         d = decide(cands, band, settings.tie_rule)
         if d is not None:
             decisions[key] = d
@@ -209,7 +218,12 @@ def apply_to_entries(
 
     A moved key keeps its recorded time, as a pin does: the cached time is what the builder
     compares between a layer's keys, so an edit changes which kernel a key runs, never
-    which key wins (docs/tensorrt.md, "The tie rule on TensorRT")."""
+    which key wins (docs/tensorrt.md, "The tie rule on TensorRT").
+
+    A key whose builder's choice a kernel rule denies is always moved (and listed in
+    ``outcome.denied`` too): to the rule's choice among the allowed candidates, or, where
+    the rule's choices are not written, to the fastest allowed one, as the builder would
+    have chosen without the denied tactic."""
     write = policy is None or policy.write
     if policy is not None:
         outcome.policy = policy.why
@@ -219,6 +233,12 @@ def apply_to_entries(
             continue
         if d.near_tie:
             e.band_ms, e.ties = d.band_ms, list(d.ties)
+        if outcome.settings.denying(e.layer, e.kernel, e.tactic) is not None:
+            e.tactic = d.chosen if write and outcome.band > 0 else d.fastest
+            e.kernel = next((c.kernel for c in e.candidates if c.tactic == e.tactic), None)
+            outcome.moved.append(e.key)
+            outcome.denied.append(e.key)
+            continue
         if outcome.band > 0 and d.chosen != e.tactic:
             if not write:
                 outcome.held_back.append(e.key)

@@ -52,9 +52,13 @@ def _old_repr(lock) -> str:
         f"kernel={e.kernel!r}, pinned={e.pinned!r}, candidates={e.candidates!r})"
         for e in lock.layers
     )
-    # the tie settings came later (absent: the default policy); the old loader had none
+    # the tie settings, kernel rules and distributive independence came later (absent: the
+    # default policy, no rule, off); the old loader had none
     settings = re.sub(
-        r", tie_band=[^,]*, tie_rule='[^']*', tie_records=\d+", "", repr(lock.settings)
+        r", tie_band=[^,]*, tie_rule='[^']*', tie_records=\d+, deny=\(\), "
+        r"distributive_independence=False",
+        "",
+        repr(lock.settings),
     )
     return (
         f"Lock(model={lock.model!r}, environment=Environment({env_text}), "

@@ -263,7 +263,10 @@ def test_help_imports_no_heavy_module(tmp_path: Path) -> None:
     numpy or onnx; a command's ``--help`` imports only its own module; ``--version`` and a
     mistyped command import no command module."""
     for args, commands in (
-        (["--help"], {"build", "verify", "lock", "fleet", "log", "layers", "trt", "stability"}),
+        (
+            ["--help"],
+            {"build", "verify", "lock", "fleet", "log", "layers", "trt", "stability", "rule"},
+        ),
         (["build", "--help"], {"build"}),
         (["show", "--help"], {"lock"}),
         (["log", "--help"], {"log"}),

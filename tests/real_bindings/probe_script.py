@@ -37,7 +37,12 @@ def main() -> None:
     flags = trt.BuilderFlag
     out["flags"] = {
         name: int(getattr(flags, name))
-        for name in ("EDITABLE_TIMING_CACHE", "ERROR_ON_TIMING_CACHE_MISS", "FP16")
+        for name in (
+            "EDITABLE_TIMING_CACHE",
+            "ERROR_ON_TIMING_CACHE_MISS",
+            "FP16",
+            "DISTRIBUTIVE_INDEPENDENCE",
+        )  # fmt: skip
         if hasattr(flags, name)
     }
     out["strongly_typed"] = int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)

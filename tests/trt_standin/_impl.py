@@ -623,6 +623,10 @@ def _candidates(state, op, config, combo=""):
             kernels.append(f"sm{sm}_jit_convolution_tilesize32x32")
         if combo == "fmt:NHWC":
             kernels = [k if "nhwc" in k else f"{k}_nhwc" for k in kernels]
+    di = getattr(m.BuilderFlag, "DISTRIBUTIVE_INDEPENDENCE", None)
+    if di is not None and config.get_flag(di):
+        # stands for the kernels whose tiling depends on the batch, which the flag removes
+        kernels = [k for k in kernels if "_stage5" not in k]
     level = config.builder_optimization_level
     if level == 1:
         kernels = kernels[: max(1, len(kernels) // 2)]
@@ -1328,6 +1332,10 @@ def _enums(major_minor):
     if major_minor >= (10, 8):
         # The two values TENSORRT_NOTES.md documents: 27 on 10.x, 26 on 11.x.
         builder_flags["EDITABLE_TIMING_CACHE"] = 27 if ten else 26
+        # 28 in the 10.13 bindings, 27 in 11.4 (tests/test_trt_real_bindings.py reads them).
+        # The version that first had it is not recorded here: every variant with an
+        # editable cache has it (tests of bindings without it take it out of the enum).
+        builder_flags["DISTRIBUTIVE_INDEPENDENCE"] = 28 if ten else 27
     network_flags = {"EXPLICIT_BATCH": 0, "STRONGLY_TYPED": 1} if ten else {"STRONGLY_TYPED": 0}
     sources = (
         {

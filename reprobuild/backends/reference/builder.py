@@ -45,6 +45,14 @@ _QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 # -- the build --------------------------------------------------------------------------------
 def check_settings(settings: BuildSettings) -> None:
+    if settings.distributive_independence:
+        # Refused rather than ignored: a lock recording the setting would claim a property
+        # no reference engine was built for. Kernel rules do the same job here.
+        raise UsageError(
+            "--distributive-independence is a TensorRT builder flag; the reference backend "
+            "has no such flag: drop it, or rule out batch-dependent kernels with "
+            "`reprobuild deny --lock LOCK kernel=PATTERN`"
+        )
     if not 0 <= settings.optimization_level <= 5:
         raise UsageError(
             f"optimization_level {settings.optimization_level} is outside 0..5: pick 1..5 "

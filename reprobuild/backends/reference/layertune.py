@@ -35,6 +35,7 @@ from reprobuild.backends.reference.knob import TimingKnob
 from reprobuild.backends.reference.prepared import Layer, execute_spec
 from reprobuild.backends.reference.timingcache import ReferenceTimingCache
 from reprobuild.errors import BuildError
+from reprobuild.lock.rules import check_candidates
 from reprobuild.logs.lines import escape_name
 from reprobuild.tiebreak import KeyOption, TieCandidate, ahead, choose_key, decide, unsure
 
@@ -216,10 +217,30 @@ class LayerTuner:
                     f"{self.settings.workspace} bytes (the smallest needs {need}): raise workspace"
                 )
             specs = fitting
+        specs = self._allowed(layer, specs)
         groups = [(LINEAR, list(specs))] if self.one_key_per_layer else by_format(specs)
         if self.settings.max_num_tactics is not None:
             groups = [(fmt, group[: self.settings.max_num_tactics]) for fmt, group in groups]
         return groups
+
+    def _allowed(self, layer: Layer, specs: list[kernels.KernelSpec]) -> list[kernels.KernelSpec]:
+        """The candidates no kernel rule denies (``reprobuild deny``): a denied one is never
+        timed, so a recording cannot choose it; every one denied is a refusal naming the
+        rule."""
+        if not self.settings.deny:
+            return specs
+        check_candidates(self.settings, layer.name, specs)
+        allowed = []
+        for s in specs:
+            rule = self.settings.denying(layer.name, s.name, s.tactic_hash)
+            if rule is None:
+                allowed.append(s)
+            else:
+                self.log.verbose(
+                    f"{layer.name} Tactic: 0x{s.tactic_hash:x} skipped. Denied by the rule "
+                    f"{rule.describe()}"
+                )
+        return allowed
 
     def tune(
         self, layer: Layer, inputs: list[Any], geo: kernels.Geometry

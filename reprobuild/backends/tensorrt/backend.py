@@ -51,7 +51,7 @@ from typing import Any
 from reprobuild.backends.base import BuildOutput, BuildSettings, Environment, LogSink, TimingCache
 from reprobuild.backends.tensorrt import cuda_probe
 from reprobuild.backends.tensorrt.cache import TrtTimingCache
-from reprobuild.backends.tensorrt.config import configure
+from reprobuild.backends.tensorrt.config import configure, trt_distributive_independence
 from reprobuild.backends.tensorrt.install import (
     MIN_VERSION,
     TensorRTInfo,
@@ -150,8 +150,11 @@ class TensorRTBackend:
         self.last_run_path: str | None = None
 
     def check_settings(self, settings: BuildSettings) -> None:
-        """Refuse settings that cannot be locked here (level 0 ignores the timing cache)."""
+        """Refuse settings that cannot be locked here (level 0 ignores the timing cache; a
+        flag these bindings lack), before any work."""
         _check_settings(settings)
+        if settings.distributive_independence:
+            trt_distributive_independence(self._trt_module, self.version)
 
     # ------------------------------------------------------------------ environment
 

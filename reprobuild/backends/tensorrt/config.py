@@ -21,6 +21,20 @@ def trt_enum_member(version: str, trt_enum: Any, name: str, what: str) -> Any:
     return trt_members[name]
 
 
+def trt_distributive_independence(trt: ModuleType, version: str) -> Any:
+    """``BuilderFlag.DISTRIBUTIVE_INDEPENDENCE`` (the 10.13 and 11.4 bindings carry it), or a
+    one-line refusal on a version whose bindings lack it: a build that silently went
+    without it would record a lock that claims batch independence it does not have."""
+    trt_flag = getattr(trt.BuilderFlag, "DISTRIBUTIVE_INDEPENDENCE", None)
+    if trt_flag is None:
+        raise UsageError(
+            f"TensorRT {version} has no BuilderFlag.DISTRIBUTIVE_INDEPENDENCE; drop "
+            "--distributive-independence (distributive_independence in the lock's settings) "
+            "or build with a TensorRT whose bindings have it (10.13 and 11.4 do)"
+        )
+    return trt_flag
+
+
 def configure(
     trt: ModuleType,
     version: str,
@@ -51,6 +65,8 @@ def configure(
         trt_config.set_flag(trt.BuilderFlag.TF32)
     else:
         trt_config.clear_flag(trt.BuilderFlag.TF32)
+    if settings.distributive_independence:
+        trt_config.set_flag(trt_distributive_independence(trt, version))
     if settings.max_num_tactics is not None:
         trt_config.max_num_tactics = int(settings.max_num_tactics)
     if settings.avg_timing_iterations is not None:
