@@ -148,20 +148,6 @@ def test_runs_below_one_are_refused(work) -> None:
         verify("mlp.onnx", lock="t.lock", runs=0)
 
 
-def test_the_deny_line_quotes_what_a_shell_would_split() -> None:
-    from reprobuild.lock.model import LayerEntry
-    from reprobuild.workflow.determinism import deny_line
-
-    plain = LayerEntry("0x1", "fc1", 0xAB, "ref_gemm_atomic4_f32")
-    assert deny_line("t.lock", plain) == (
-        "reprobuild deny --lock t.lock kernel=ref_gemm_atomic4_f32 layer=fc1"
-    )
-    odd = LayerEntry("0x1", "block 1/fc", 0xAB, None)
-    assert deny_line("my locks/t.lock", odd) == (
-        "reprobuild deny --lock 'my locks/t.lock' kernel=0xab 'layer=block 1/fc'"
-    )
-
-
 def test_a_batch_whose_second_run_moves_blames_no_sample() -> None:
     """An engine that changes its bits from run to run: the batch check says so rather
     than calling every sample batch-dependent."""

@@ -16,7 +16,6 @@ last). Each culprit comes with the ``deny`` line that keeps recording away from 
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from reprobuild.errors import ReprobuildError
 from reprobuild.events import Step
 from reprobuild.lock.model import LayerEntry
+from reprobuild.lock.rules import deny_command
 from reprobuild.tiebreak import TieCandidate, rule_key
 from reprobuild.workflow.bisect import group_test
 from reprobuild.workflow.control import ProbeContext, bit_difference
@@ -207,15 +207,6 @@ def steadiest(entry: LayerEntry, rule: str) -> tuple[int, str | None] | None:
     return best.tactic, best.kernel
 
 
-def deny_line(lock_path: str | Path, entry: LayerEntry) -> str:
-    """The ``deny`` command that keeps recording away from the layer's kernel."""
-    kernel = entry.kernel or f"0x{entry.tactic:x}"
-    return (
-        f"reprobuild deny --lock {shlex.quote(str(lock_path))} "
-        f"{shlex.quote(f'kernel={kernel}')} {shlex.quote(f'layer={entry.layer}')}"
-    )
-
-
 def find_culprits(
     ctx: ProbeContext, fails: Callable[[Any], bool], lock_path: str | Path, what: str
 ) -> Culprits:
@@ -264,7 +255,9 @@ def find_culprits(
             "switched_to": alts[k][1] or f"0x{alts[k][0]:x}",
             "group": group,
             "alone": len(group_keys) == 1,
-            "fix": deny_line(lock_path, entries[k]),
+            "fix": deny_command(
+                lock_path, entries[k].kernel or f"0x{entries[k].tactic:x}", entries[k].layer
+            ),
         }
         for group, group_keys in enumerate(found)
         for k in group_keys
