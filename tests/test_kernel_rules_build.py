@@ -75,6 +75,13 @@ def test_a_locked_build_refuses_a_denied_tactic_until_pinned_or_re_recorded(
         assert f"the rule kernel={fc.kernel} layer=fc denies" in msg
         assert "--re-record" in msg and f"reprobuild pin --lock {lock} key={fc.key}" in msg
         assert err.value.exit_code == 1 and lock.read_bytes() == before
+    # verify's rebuilds are locked builds too: refused before any build
+    with pytest.raises(DriftError, match=f"the rule kernel={fc.kernel} layer=fc denies"):
+        reprobuild.verify(
+            tmp_path / "cnn.onnx", lock=lock, backend="reference", rebuilds=1,
+            cache_dir=tmp_path / "caches",
+        )  # fmt: skip
+    assert lock.read_bytes() == before
 
     # the printed pin is an allowed candidate: the locked build then passes, rule kept
     other = msg.split("tactic=")[-1].split("`")[0]

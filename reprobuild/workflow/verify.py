@@ -24,6 +24,7 @@ from reprobuild.errors import UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import DEFAULT_LOCK, NO_IDENTITY, OutputDigest
+from reprobuild.lock.rules import check_lock
 from reprobuild.workflow.context import announce_backend, open_lock, resolve_backend
 from reprobuild.workflow.control import (
     Control,
@@ -242,6 +243,7 @@ def verify(
             cache_dir,
         )
     data, lock_path, model_path = open_lock(lock, model, be, notes, target=target)
+    check_lock(data, lock_path)  # its rebuilds are locked builds: no tactic a rule denies
     be = be.for_target(data.environment)  # the keys this target was recorded with
     if report is not None:
         check_distinct([(report, "verify report")], [(model_path, "model")])
