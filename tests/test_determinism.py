@@ -165,3 +165,18 @@ def test_a_batch_whose_second_run_moves_blames_no_sample() -> None:
     assert [(m.output, m.run) for m in check.unsteady] == [("y", 2)]
     steady = check_batch(lambda f: {"y": f["x"] * 2, "n": np.float32(1)}, feeds)
     assert steady.invariant is True and steady.sizes == [1, 4] and steady.not_compared == ["n"]
+
+
+def test_the_culprit_search_never_switches_to_a_denied_candidate() -> None:
+    from reprobuild.lock.model import LayerEntry, LockCandidate
+    from reprobuild.types import BuildSettings, KernelRule
+    from reprobuild.workflow.determinism import steadiest
+
+    names = ["ref_gemm_atomic4_f32", "ref_gemm_blas_f32", "ref_gemm_splitk2_f32"]
+    cands = [LockCandidate(0x10 + i, k) for i, k in enumerate(names)]
+    entry = LayerEntry("0x1", "fc", 0x10, names[0], candidates=cands)
+    assert steadiest(entry, BuildSettings()) == (0x11, "ref_gemm_blas_f32")
+    ruled = BuildSettings(deny=(KernelRule("*blas*", "fc"),))
+    assert steadiest(entry, ruled) == (0x12, "ref_gemm_splitk2_f32")
+    everything = BuildSettings(deny=(KernelRule("ref_gemm_*", "*"),))
+    assert steadiest(entry, everything) is None

@@ -26,6 +26,7 @@ from reprobuild.events import Step
 from reprobuild.lock.model import LayerEntry
 from reprobuild.lock.rules import deny_command
 from reprobuild.tiebreak import TieCandidate, rule_key
+from reprobuild.types import BuildSettings
 from reprobuild.workflow.bisect import group_test
 from reprobuild.workflow.control import ProbeContext, bit_difference
 from reprobuild.workflow.pinned import switched_build
@@ -197,12 +198,17 @@ def check_batch(run: Callable[[Outputs], Outputs], feeds: Outputs) -> BatchCheck
     return check
 
 
-def steadiest(entry: LayerEntry, rule: str) -> tuple[int, str | None] | None:
-    """The layer's other recorded candidate that comes first in the tie rule's order (None:
-    the lock records no other)."""
-    others = [c for c in entry.candidates if c.tactic != entry.tactic]
+def steadiest(entry: LayerEntry, settings: BuildSettings) -> tuple[int, str | None] | None:
+    """The layer's other recorded candidate that comes first in the tie rule's order and
+    that no kernel rule denies (None: the lock records no such other)."""
+    others = [
+        c
+        for c in entry.candidates
+        if c.tactic != entry.tactic and settings.denying(entry.layer, c.kernel, c.tactic) is None
+    ]
     if not others:
         return None
+    rule = settings.tie_rule
     best = min(others, key=lambda c: rule_key(TieCandidate(c.tactic, c.kernel, ()), rule))
     return best.tactic, best.kernel
 
@@ -211,11 +217,10 @@ def find_culprits(
     ctx: ProbeContext, fails: Callable[[Any], bool], lock_path: str | Path, what: str
 ) -> Culprits:
     """The layers whose locked tactics make ``fails(engine)`` true (module docstring)."""
-    rule = ctx.lock.settings.tie_rule
     alts = {
         e.key: alt
         for e in ctx.lock.layers
-        if e.runs is not False and (alt := steadiest(e, rule)) is not None
+        if e.runs is not False and (alt := steadiest(e, ctx.lock.settings)) is not None
     }
     keys = [e.key for e in ctx.lock.layers if e.key in alts]
     entries = {e.key: e for e in ctx.lock.layers}
