@@ -104,12 +104,12 @@ def commands(sh: str) -> list[str]:
     return out
 
 
-def script(page: Path) -> str:
-    """One bash script that runs the page's commands in order, each checked for its exit
-    code; a failure names the command and stops."""
-    lines = ["set -o pipefail"]
-    n = 0
-    for tag, text in blocks(page):
+def page_commands(page: Path) -> list[tuple[int, str, int]]:
+    """The page's commands in order, each as (block number from 1 among the page's fenced
+    blocks, command, the exit code the page documents: ``# exit N`` on its last line, else
+    0)."""
+    out = []
+    for i, (tag, text) in enumerate(blocks(page), start=1):
         if tag == "sh":
             cmds = commands(text)
         elif tag == "python":
@@ -117,26 +117,40 @@ def script(page: Path) -> str:
         else:
             continue
         for cmd in cmds:
-            n += 1
             mark = EXIT_MARK.search(cmd.splitlines()[-1])
-            want = int(mark.group(1)) if mark else 0
-            quoted = cmd.replace("'", "'\\''")
-            lines += [
-                f"echo \">>> $EPOCHREALTIME\" '[{n}] {quoted}' >&2",
-                "{",
-                cmd,
-                "}",
-                f"rc=$?; if [ $rc -ne {want} ]; then "
-                f'echo "<<< command [{n}] exited $rc, the page says {want}" >&2; exit 97; fi',
-            ]
+            out.append((i, cmd, int(mark.group(1)) if mark else 0))
+    return out
+
+
+MISMATCH = re.compile(r"^<<< command \[(\d+)\] exited (\d+), the page says (\d+)$", re.MULTILINE)
+"""The line the script writes to stderr for a command whose exit code is not the page's."""
+
+
+def script(page: Path, *, keep_going: bool = False) -> str:
+    """One bash script that runs the page's commands in order, each checked for its exit
+    code; a failure names the command (a :data:`MISMATCH` line) and stops, or with
+    ``keep_going`` runs the rest too (to see every command that fails on a machine)."""
+    lines = ["set -o pipefail"]
+    stop = "" if keep_going else " exit 97;"
+    for n, (_, cmd, want) in enumerate(page_commands(page), start=1):
+        quoted = cmd.replace("'", "'\\''")
+        lines += [
+            f"echo \">>> $EPOCHREALTIME\" '[{n}] {quoted}' >&2",
+            "{",
+            cmd,
+            "}",
+            f"rc=$?; if [ $rc -ne {want} ]; then "
+            f'echo "<<< command [{n}] exited $rc, the page says {want}" >&2;{stop} fi',
+        ]
     return "\n".join(lines) + "\n"
 
 
 def run_page(
-    page: Path, tmp_path: Path, *, injected: bool = True
+    page: Path, tmp_path: Path, *, injected: bool = True, keep_going: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """Run the page's script in a fresh folder; ``injected=False`` keeps the reference
-    backend's measured timings (what a reader's machine does)."""
+    backend's measured timings (what a reader's machine does); ``keep_going`` as in
+    :func:`script`."""
     work, tools = tmp_path / "work", tmp_path / "tools"
     shutil.copytree(
         EXAMPLES, work / "reprobuild" / "examples", ignore=shutil.ignore_patterns("*.engine*")
@@ -158,7 +172,7 @@ def run_page(
         REPROBUILD_CRASH_DIR=str(tmp_path / "crashes"),
     )
     return subprocess.run(
-        ["bash", "-c", script(page)],
+        ["bash", "-c", script(page, keep_going=keep_going)],
         cwd=work,
         env=env,
         capture_output=True,
@@ -248,7 +262,8 @@ def test_readme_indexes_every_page() -> None:
 
 def test_the_runner_fails_a_page_whose_command_fails(tmp_path: Path) -> None:
     """The runner itself: a failing command fails the page, ``# exit N`` expects N, a
-    compound command is one command, and state (variables, files) carries on in order."""
+    compound command is one command, state (variables, files) carries on in order, and
+    ``keep_going`` names every command that fails (``scripts/docs_real_timings.py``)."""
     page = tmp_path / "page.md"
     page.write_text(
         "```sh\nX=1\nfor i in a b; do\n  touch f.$i\ndone\nls f.a f.b\ntest $X = 1\n"
@@ -263,3 +278,5 @@ def test_the_runner_fails_a_page_whose_command_fails(tmp_path: Path) -> None:
     page.write_text("```sh\ntrue\nfalse\ntrue   # exit 1\n```\n", encoding="utf-8")
     bad = run_page(page, tmp_path / "bad")
     assert bad.returncode == 97 and "command [2] exited 1, the page says 0" in bad.stderr
+    every = run_page(page, tmp_path / "every", keep_going=True)
+    assert MISMATCH.findall(every.stderr) == [("2", "1", "0"), ("3", "0", "1")]
