@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, TypeVar
+
+_C = TypeVar("_C")  # a candidate: anything with ``kernel`` and ``tactic``
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,11 @@ class BuildSettings:
     def denying(self, layer: str, kernel: str | None, tactic: int) -> KernelRule | None:
         """The first rule that denies this candidate of ``layer``, if any."""
         return next((r for r in self.deny if r.denies(layer, kernel, tactic)), None)
+
+    def allowed(self, layer: str, candidates: Iterable[_C]) -> list[_C]:
+        """The candidates of ``layer`` (anything with ``kernel`` and ``tactic``) that no
+        rule denies, in their order."""
+        return [c for c in candidates if self.denying(layer, c.kernel, c.tactic) is None]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON/YAML-friendly dict with stable key order (used by the lock); the tie

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from reprobuild.lock.model import LayerEntry, Lock, OutputDigest, by_layer
@@ -88,7 +88,7 @@ class KeyChoice:
     key_b: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"layer": self.layer, "key_a": self.key_a, "key_b": self.key_b}
+        return asdict(self)
 
 
 @dataclass
@@ -100,7 +100,7 @@ class OutputChange:
     sha256_b: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"inputs": self.inputs, "sha256_a": self.sha256_a, "sha256_b": self.sha256_b}
+        return asdict(self)
 
 
 def in_band(a: LayerEntry, b: LayerEntry) -> bool | None:

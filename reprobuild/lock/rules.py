@@ -111,7 +111,7 @@ def violations(settings: BuildSettings, layers: Iterable[LayerEntry]) -> list[Vi
 def fix_line(lock_path: str | Path, settings: BuildSettings, v: Violation) -> str:
     """The two ways out: a recording that keeps an allowed candidate, or a pin of one."""
     e = v.entry
-    allowed = [c for c in e.candidates if settings.denying(e.layer, c.kernel, c.tactic) is None]
+    allowed = settings.allowed(e.layer, e.candidates)
     pin = (
         f"`reprobuild pin --lock {lock_path} key={v.entry.key} tactic=0x{allowed[0].tactic:x}`"
         if allowed

@@ -202,9 +202,7 @@ def steadiest(entry: LayerEntry, settings: BuildSettings) -> tuple[int, str | No
     """The layer's other recorded candidate that comes first in the tie rule's order and
     that no kernel rule denies (None: the lock records no such other)."""
     others = [
-        c
-        for c in entry.candidates
-        if c.tactic != entry.tactic and settings.denying(entry.layer, c.kernel, c.tactic) is None
+        c for c in settings.allowed(entry.layer, entry.candidates) if c.tactic != entry.tactic
     ]
     if not others:
         return None

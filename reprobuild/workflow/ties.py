@@ -181,7 +181,7 @@ def decide_recording(
         # a denied candidate is never the choice (``reprobuild deny``): the rule and the
         # fastest are taken among the others; none left is a refusal naming the rule
         check_candidates(settings, names[key], cands)
-        cands = [c for c in cands if settings.denying(names[key], c.kernel, c.tactic) is None]
+        cands = settings.allowed(names[key], cands)
         d = decide(cands, band, settings.tie_rule)
         if d is not None:
             decisions[key] = d
