@@ -16,6 +16,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 
+def user_cache() -> Path:
+    """``$XDG_CACHE_HOME/reprobuild`` (``~/.cache/reprobuild``): where reprobuild keeps what
+    outlives a command (probe answers and bundles, saved tracebacks), never the current
+    folder."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "reprobuild"
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically; on any failure the old file is untouched."""
     target = Path(path)

@@ -100,10 +100,11 @@ def crash_dirs() -> Iterator[Path]:
     directory's folder is made (privately) only when the others could not be written."""
     import tempfile
 
+    from reprobuild.fileio import user_cache
+
     if os.environ.get("REPROBUILD_CRASH_DIR"):
         yield Path(os.environ["REPROBUILD_CRASH_DIR"])
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    yield Path(cache) / "reprobuild" / "crashes"
+    yield user_cache() / "crashes"
     shared = _private_dir(Path(tempfile.gettempdir()) / f"reprobuild-crashes-{os.geteuid()}")
     if shared is not None:
         yield shared

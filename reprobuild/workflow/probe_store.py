@@ -14,13 +14,12 @@ identity; every other case keeps the builder's choices and says why.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reprobuild.fileio import atomic_write_text
+from reprobuild.fileio import atomic_write_text, user_cache
 
 ANSWERS = "answers.json"
 SCHEMA = 1
@@ -28,8 +27,7 @@ SCHEMA = 1
 
 def probe_dir() -> Path:
     """``$XDG_CACHE_HOME/reprobuild/probe/`` (``~/.cache/...``): never the current folder."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "reprobuild" / "probe"
+    return user_cache() / "probe"
 
 
 @dataclass(frozen=True)
