@@ -86,11 +86,9 @@ def test_relu_sum_concat_match_onnx_reference() -> None:
     assert ops.run_fast("Add", "", [x, y], {}, 1, 6) is None  # opset 6: the broadcast attribute
 
 
-@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
-def test_a_chain_relu_against_zeros_gives_the_bits_of_relu(monkeypatch, block) -> None:
-    """Relu inside a chain takes the maximum with an array of zeros: the same bits as
-    ``maximum(x, 0)`` for signed zeros, NaNs (with payloads), subnormals and infinities."""
-    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
+def test_a_chains_relu_gives_the_bits_of_relu() -> None:
+    """Relu inside a chain gives the bits of ``maximum(x, 0)`` for signed zeros, NaNs
+    (with payloads), subnormals and infinities."""
     x = _rng(10).standard_normal((2, 5, 4, 3)).astype(np.float32)
     bits = [0x80000000, 0x7FC00001, 0xFFC00123, 0x7F800001, 0xFF800000, 0x80000001, 0x00000001]
     x.reshape(-1).view(np.uint32)[: len(bits)] = bits
@@ -103,11 +101,9 @@ def test_a_chain_relu_against_zeros_gives_the_bits_of_relu(monkeypatch, block) -
 
 
 @pytest.mark.parametrize("donate", [False, True])
-@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
-def test_a_chain_writes_its_output_into_the_place_it_is_given(monkeypatch, donate, block):
+def test_a_chain_writes_its_output_into_the_place_it_is_given(donate):
     """Into another array's interior (the next Conv's padded buffer), with the same bits;
     the input is left as it was unless it was donated."""
-    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
     g = _rng(11)
     x = g.standard_normal((2, 5, 4, 3)).astype(np.float32)
     scale = chain.ElementOp(np.multiply, g.standard_normal(5).astype(np.float32), channels=True)
@@ -185,16 +181,56 @@ def _built(path: Path, feeds) -> tuple[ReferenceBackend, bytes, engine.LoadedEng
     return backend, out.engine, loaded, _generic(loaded.prepared, feeds, loaded.plan)
 
 
+_SPECIAL = [0x80000000, 0x7FC00001, 0xFFC00123, 0x7F800000, 0xFF800000, 0x80000001, 0x1, 0x0]
+
+
+@pytest.mark.parametrize("shape", [(2, 3), (1, 4, 17), (2, 3, 4, 5), (1, 3, 7, 7), (1, 2, 3, 2, 4)])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_chain_gives_the_bits_of_its_layers_run_one_by_one(shape, seed) -> None:
+    """Every op, with the constant on either side, one value per channel (in each layout a
+    model gives it) or one in all, special values in the input and the constants: the
+    compiled chain gives the bits of the numpy ufuncs applied one after the other."""
+    g = _rng(100 + seed)
+    x = g.standard_normal(shape).astype(np.float32) * 3
+    flat = x.reshape(-1).view(np.uint32)
+    flat[g.choice(flat.size, min(flat.size, len(_SPECIAL)), replace=False)] = _SPECIAL[: flat.size]
+    channels = shape[1]
+    layouts = [
+        (channels,),
+        (channels,) + (1,) * (len(shape) - 2),
+        (1, channels) + (1,) * (len(shape) - 2),
+        (),
+        (1,),
+    ]
+    ops_ = []
+    for _ in range(6):
+        ufunc = [np.add, np.subtract, np.multiply, np.divide][g.integers(4)]
+        layout = layouts[g.integers(len(layouts))]
+        value = g.standard_normal(layout).astype(np.float32)
+        if value.size and g.random() < 0.3:
+            value.reshape(-1).view(np.uint32)[0] = _SPECIAL[g.integers(len(_SPECIAL))]
+        first = bool(g.integers(2))
+        ops_.append(chain.ElementOp(ufunc, value, first, channels=layout == (channels,)))
+        if g.random() < 0.4:
+            ops_.append(chain.RELU)
+    want = x.copy()
+    with np.errstate(all="ignore"):
+        for op in ops_:
+            c = op.constant
+            if op.channels:
+                c = c.reshape((1, channels) + (1,) * (len(shape) - 2))
+            want = op.ufunc(want, c) if op.first else op.ufunc(c, want)
+    got = chain.ChainStep(ops_, donate=False)(x)
+    assert got is not None and _same_bits(got, want.astype(np.float32))
+
+
 def _init(g: np.random.Generator, name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
     return numpy_helper.from_array(g.standard_normal(shape).astype(np.float32), name)
 
 
-@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 40])
 def test_program_matches_layer_by_layer_run_and_reuses_buffers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Also with chains cut into blocks of one channel (40 elements: each channel has 36)."""
-    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
     path = _residual_model(tmp_path)
     backend = ReferenceBackend()
     out = backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
@@ -251,11 +287,9 @@ def _biased_conv_model(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("block", [chain.BLOCK_ELEMENTS, 20])
 def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chain, "BLOCK_ELEMENTS", block)
     feeds = {"x": _rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     backend, built, loaded, want = _built(_biased_conv_model(tmp_path), feeds)
     in_place = []

@@ -1,18 +1,22 @@
-"""Runs of elementwise layers executed together, a block of channels at a time.
+"""Runs of elementwise layers executed together, in one compiled pass over the tensor.
 
 Why: after a Conv, Inception and DenseNet run BatchNormalization, a per-channel Mul and Add
-and a Relu, ResNet BatchNormalization and Relu: four to five passes over a tensor larger
-than the CPU's cache, each reading and writing main memory (a third of DenseNet's time
-outside the GEMMs). A :class:`ChainStep` runs such a run of layers as one step: it applies
-every layer's operation to a block of channels (a few hundred KB, which stays in cache)
-before moving to the next block, in one buffer.
+and a Relu, ResNet BatchNormalization and Relu. Run by numpy, each is a pass of its own over
+the tensor, and numpy runs a per-channel operand (stride 0 along the image) through its
+buffered iterator, three times slower than a plain array: DenseNet's chains took a quarter
+of its engine time. A :class:`ChainStep` runs such a run of layers as one compiled loop
+(numba): each channel's image is read once into a row that stays in the L1 cache, every
+layer's operation is applied to the row in layer order, and the row is written where the
+output goes (the next Conv's padded buffer, or the chain's channels of a Concat).
 
-Bits: each element goes through the same numpy ufuncs, with the same operands in the same
-order, as when the layers run one by one (:mod:`.elementwise`, :func:`.program` 's
-BatchNormalization); only the order in which elements are visited changes, and these
-operations are elementwise. ``tests/test_reference_program.py`` holds the two to the same
-bytes. Inputs the chain does not cover (another dtype, a shape the constants do not fit)
-run the layers one by one, as before.
+Bits: each element goes through the same IEEE float32 operations, with the same operands in
+the same order, as when the layers run one by one through numpy (:mod:`.elementwise`,
+BatchNormalization's folded scale and shift): the loop is compiled without fast-math, so
+nothing is reassociated or contracted into a fused multiply-add, and Relu keeps numpy's
+``maximum`` rules for NaN and signed zeros. ``tests/test_reference_program.py`` holds the
+two to the same bytes, special values included. A chain covers constants that are one value
+per channel or one value in all; other inputs (another dtype, a constant varying along the
+image) run the layers one by one, as before.
 """
 
 from __future__ import annotations
@@ -21,35 +25,49 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from reprobuild.backends.reference.elementwise import BINARY
 
-BLOCK_ELEMENTS = 1 << 16
-"""Elements per block (256 KB of float32): the block and its constants stay in L2."""
-
 _F32 = np.dtype(np.float32)
+_ADD, _SUB, _MUL, _DIV, _RELU = range(5)
+_CODES = {np.add: _ADD, np.subtract: _SUB, np.multiply: _MUL, np.divide: _DIV}
+_SWAPPED = 8  # added to a code whose constant is the first operand (``c - x``, ``c / x``)
 
 
 @dataclass(frozen=True)
 class ElementOp:
     """One elementwise operation: ``ufunc(x, constant)`` (or ``ufunc(constant, x)`` when
-    ``first`` is False); Relu is ``maximum(x, 0)`` with the Python int 0, as
-    :func:`.elementwise.relu` calls it."""
+    ``first`` is False); Relu is ``maximum(x, 0)``, as :func:`.elementwise.relu` runs it."""
 
     ufunc: Any
     constant: Any  # np.ndarray, or the int 0 of Relu
     first: bool = True  # x is the ufunc's first operand
     channels: bool = False  # constant is a vector over axis 1 (BatchNormalization's)
 
-    def operand(self, shape: tuple[int, ...]) -> Any:
-        """The constant as it meets an input of ``shape`` (None: it does not fit)."""
+    def per_channel(self, shape: tuple[int, ...]) -> np.ndarray | None:
+        """The constant as one float32 value per channel of an input of ``shape`` (None: it
+        varies along another axis, or would change the output's shape or dtype)."""
         c = self.constant
-        if not self.channels:
-            return c
-        if c.shape != (shape[1],):
+        if not isinstance(c, np.ndarray):
+            return np.zeros(shape[1], _F32)  # Relu's 0
+        if c.dtype != _F32:
             return None
-        return c.reshape((1, shape[1]) + (1,) * (len(shape) - 2))
+        if self.channels:
+            return c if c.shape == (shape[1],) else None
+        if c.ndim > len(shape):
+            return None
+        aligned = (1,) * (len(shape) - c.ndim) + c.shape
+        if any(n != 1 for i, n in enumerate(aligned) if i != 1) or aligned[1] not in (1, shape[1]):
+            return None
+        return np.ascontiguousarray(np.broadcast_to(c.reshape(-1), (shape[1],)))
+
+    @property
+    def code(self) -> int:
+        if self.ufunc is np.maximum:
+            return _RELU
+        return _CODES[self.ufunc] + (0 if self.first else _SWAPPED)
 
 
 def binary_op(op: str, inputs: Sequence[str], constants: Mapping[str, Any]) -> ElementOp | None:
@@ -69,7 +87,7 @@ RELU = ElementOp(np.maximum, 0)
 
 
 class ChainStep:
-    """Run ``ops`` (every layer's, in layer order) on one input, block by block.
+    """Run ``ops`` (every layer's, in layer order) on one input, in one compiled pass.
 
     ``donate``: the input dies here and nothing else sees it, so the result may be written
     into it. Returns None for an input the chain does not cover (the caller then runs the
@@ -77,7 +95,8 @@ class ChainStep:
 
     def __init__(self, ops: Sequence[ElementOp], donate: bool) -> None:
         self.ops, self.donate = tuple(ops), donate
-        self._plans: dict[tuple[int, ...], list[tuple[Any, list[Any]]] | None] = {}
+        self._codes = np.array([op.code for op in self.ops], np.int64)
+        self._tables: dict[tuple[int, ...], np.ndarray | None] = {}
 
     def __call__(
         self, x: Any, into: Callable[[np.ndarray], Any] | None = None
@@ -87,90 +106,89 @@ class ChainStep:
         the chain's channels of the Concat after it)."""
         if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim < 2:
             return None
-        plan = self._plans.get(x.shape, False)
-        if plan is False:
-            plan = self._plans[x.shape] = self._plan(x.shape)
-        if plan is None:
+        table = self._tables.get(x.shape, False)
+        if table is False:
+            table = self._tables[x.shape] = self._table(x.shape)
+        if table is None:
             return None
-        own = self.donate and x.flags.c_contiguous
+        src = x.reshape(x.shape[0], x.shape[1], -1)  # a copy only if x is not contiguous
         out = into(x) if into is not None else None
-        # every op but the last writes into contiguous memory (numpy's vector loops): the
-        # output itself, or, when the output is another array's interior, the input (when
-        # it may be overwritten) or a block of scratch
-        work: np.ndarray | None = x if own else None
-        if out is None:
-            out = work = x if own else np.empty_like(x)
-        last = len(self.ops) - 1
-        for index, constants in plan:
-            src, dst = x[index], out[index]
-            mid = _scratch(src.shape) if work is None else work[index]
-            for i, (op, c) in enumerate(zip(self.ops, constants, strict=True)):
-                target = dst if i == last else mid
-                if op.first:
-                    op.ufunc(src, c, out=target)
-                else:
-                    op.ufunc(c, src, out=target)
-                src = target
+        dst = None if out is None else _four_d(out)
+        if dst is None:  # contiguous: a view of four axes always exists
+            out = x if self.donate and x.flags.c_contiguous else np.empty(x.shape, _F32)
+            dst = _four_d(out)
+        _run(src, dst, self._codes, table)
         return out
 
-    def _plan(self, shape: tuple[int, ...]) -> list[tuple[Any, list[Any]]] | None:
-        """Per block of channels: its index and each op's constant for it (None: a constant
-        would change the output's shape or dtype; the layers then run one by one)."""
-        operands = [op.operand(shape) for op in self.ops]
-        for c in operands:
-            if c is None:
-                return None
-            if isinstance(c, np.ndarray):
-                try:
-                    if np.broadcast_shapes(shape, c.shape) != shape:
-                        return None
-                except ValueError:
-                    return None
-        per_channel = max(1, int(np.prod(shape[2:], dtype=np.int64)) * shape[0])
-        step = max(1, BLOCK_ELEMENTS // per_channel)
-        plan = []
-        for start in range(0, shape[1], step):
-            block = slice(start, min(start + step, shape[1]))
-            plan.append(((slice(None), block), [_block(c, shape, block) for c in operands]))
-        return plan
+    def _table(self, shape: tuple[int, ...]) -> np.ndarray | None:
+        """Each op's constant for each channel, ``(ops, channels)`` (None: not covered)."""
+        rows = [op.per_channel(shape) for op in self.ops]
+        if any(r is None for r in rows):
+            return None
+        return np.stack(rows).astype(_F32, copy=False)
 
 
-def _block(constant: Any, shape: tuple[int, ...], block: slice) -> Any:
-    """The part of a broadcast ``constant`` that meets the channels ``block`` of ``shape``;
-    Relu's 0 as zeros of the block's shape (:func:`_zeros`)."""
-    if not isinstance(constant, np.ndarray):
-        if constant == 0:
-            return _zeros((shape[0], block.stop - block.start, *shape[2:]))
-        return constant
-    axis = constant.ndim - (len(shape) - 1)  # the constant's axis aligned with the channels
-    if axis < 0 or constant.shape[axis] == 1:
-        return constant
-    index = [slice(None)] * constant.ndim
-    index[axis] = block
-    return constant[tuple(index)]
+def _four_d(a: np.ndarray) -> np.ndarray | None:
+    """A view of ``a`` as ``(N, C, H, W)``: a 2-D image as it is, fewer image axes padded
+    with ones, more merged where memory allows (None where it does not: never a copy, the
+    chain writes through it)."""
+    if a.ndim == 4:
+        return a
+    if a.ndim < 4:
+        return a.reshape(a.shape[:2] + (1,) * (4 - a.ndim) + a.shape[2:])
+    if not a.flags.c_contiguous:
+        return None
+    return a.reshape(a.shape[0], a.shape[1], 1, -1)
 
 
-_ZEROS: list[np.ndarray] = [np.zeros(0, _F32)]
-_SCRATCH: list[np.ndarray] = [np.zeros(0, _F32)]
+@numba.njit(inline="always", error_model="numpy", boundscheck=False)
+def _apply_row(code, row, v):  # noqa: ANN001, ANN202 (numba types it)
+    """One op (``code`` as :attr:`ElementOp.code`) on a row: the test is made once per row, so
+    each branch is one loop that the compiler vectorizes."""
+    if code == 0:
+        for j in range(row.size):
+            row[j] = row[j] + v
+    elif code == 1:
+        for j in range(row.size):
+            row[j] = row[j] - v
+    elif code == 2:
+        for j in range(row.size):
+            row[j] = row[j] * v
+    elif code == 3:
+        for j in range(row.size):
+            row[j] = row[j] / v
+    elif code == 4:  # numpy's maximum(a, 0): a NaN a is kept, a tie gives +0.0
+        for j in range(row.size):
+            a = row[j]
+            row[j] = a if (a > np.float32(0.0) or a != a) else np.float32(0.0)
+    elif code == 8:
+        for j in range(row.size):
+            row[j] = v + row[j]
+    elif code == 9:
+        for j in range(row.size):
+            row[j] = v - row[j]
+    elif code == 10:
+        for j in range(row.size):
+            row[j] = v * row[j]
+    else:
+        for j in range(row.size):
+            row[j] = v / row[j]
 
 
-def _scratch(shape: tuple[int, ...]) -> np.ndarray:
-    """A float32 block of ``shape`` for a chain's intermediate values (contents undefined;
-    one array shared by every chain: chains run one at a time)."""
-    size = int(np.prod(shape, dtype=np.int64))
-    if _SCRATCH[0].size < size:
-        _SCRATCH[0] = np.empty(size, _F32)
-    return _SCRATCH[0][:size].reshape(shape)
-
-
-def _zeros(shape: tuple[int, ...]) -> np.ndarray:
-    """Read-only float32 zeros of ``shape``, views of one array shared by every chain.
-
-    Why: ``np.maximum(x, 0)`` runs numpy's element-by-element loop, ``np.maximum(x, zeros)``
-    on contiguous operands its vector loop, twice as fast; both give the same bits (the
-    maximum of each element and +0.0, NaN and -0.0 included)."""
-    size = int(np.prod(shape, dtype=np.int64))
-    if _ZEROS[0].size < size:
-        _ZEROS[0] = np.zeros(size, _F32)
-        _ZEROS[0].flags.writeable = False
-    return _ZEROS[0][:size].reshape(shape)
+@numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+def _run(x, out, codes, table):  # noqa: ANN001, ANN202 (numba types it)
+    """``out[n, c] = ops(x[n, c])`` over ``x`` as ``(N, C, H*W)``: each channel's image read
+    into a row (in the L1 cache), every op applied to the row in order, the row written
+    out image row by image row (``out`` may be another array's interior)."""
+    n_batch, channels, size = x.shape
+    height, width = out.shape[2], out.shape[3]
+    row = np.empty(size, np.float32)
+    for n in range(n_batch):
+        for c in range(channels):
+            for j in range(size):
+                row[j] = x[n, c, j]
+            for k in range(codes.size):
+                _apply_row(codes[k], row, table[k, c])
+            for i in range(height):
+                for j in range(width):
+                    out[n, c, i, j] = row[i * width + j]
