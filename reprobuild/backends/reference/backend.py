@@ -216,7 +216,8 @@ class ReferenceBackend:
         loaded = load_engine(engine, self.environment())
         feeds = check_inputs(loaded.prepared, inputs)
         try:
-            with limited(self.threads), engine_run(run_number(feeds)):
+            run = run_number(feeds) if loaded.counts_runs else 0
+            with limited(self.threads), engine_run(run):
                 return run_compiled(loaded.prepared, feeds, loaded.plan)
         except ReprobuildError:
             raise

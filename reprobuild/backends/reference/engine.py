@@ -144,6 +144,12 @@ class LoadedEngine:
     prepared: PreparedModel
     plan: dict[int, kernels.KernelSpec]
 
+    @property
+    def counts_runs(self) -> bool:
+        """Whether a kernel of the plan gives other bits run after run (:func:`run_number`):
+        only then are its runs counted, which hashes the inputs on every run."""
+        return any(spec.scheme == "atomic" for spec in self.plan.values())
+
 
 _LOADED: OrderedDict[bytes, LoadedEngine] = OrderedDict()
 _LOADED_MAX = 1  # one engine in memory at a time: verify runs one engine, then the next
