@@ -11,12 +11,12 @@ output goes (the next Conv's padded buffer, or the chain's channels of a Concat)
 
 Bits: each element goes through the same IEEE float32 operations, with the same operands in
 the same order, as when the layers run one by one through numpy (:mod:`.elementwise`,
-BatchNormalization's folded scale and shift): the loop is compiled without fast-math, so
-nothing is reassociated or contracted into a fused multiply-add, and Relu keeps numpy's
-``maximum`` rules for NaN and signed zeros. ``tests/test_reference_program.py`` holds the
-two to the same bytes, special values included. A chain covers constants that are one value
-per channel or one value in all; other inputs (another dtype, a constant varying along the
-image) run the layers one by one, as before.
+BatchNormalization's folded scale and shift): :mod:`.jit` says how the loop is compiled,
+and Relu keeps numpy's ``maximum`` rules for NaN and signed zeros.
+``tests/test_reference_program.py`` holds the two to the same bytes, special values
+included. A chain covers constants that are one value per channel or one value in all;
+other inputs (another dtype, a constant varying along the image) run the layers one by
+one, as before.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numba
 import numpy as np
 
 from reprobuild.backends.reference.elementwise import BINARY
+from reprobuild.backends.reference.jit import compiled, maximum
 
 _F32 = np.dtype(np.float32)
 _ADD, _SUB, _MUL, _DIV, _RELU = range(5)
@@ -157,10 +158,10 @@ def _apply_row(code, row, v):  # noqa: ANN001, ANN202 (numba types it)
     elif code == 3:
         for j in range(row.size):
             row[j] = row[j] / v
-    elif code == 4:  # numpy's maximum(a, 0): a NaN a is kept, a tie gives +0.0
+    elif code == 4:  # Relu: numpy's maximum(a, 0)
+        zero = np.float32(0.0)
         for j in range(row.size):
-            a = row[j]
-            row[j] = a if (a > np.float32(0.0) or a != a) else np.float32(0.0)
+            row[j] = maximum(row[j], zero)
     elif code == 8:
         for j in range(row.size):
             row[j] = v + row[j]
@@ -175,7 +176,7 @@ def _apply_row(code, row, v):  # noqa: ANN001, ANN202 (numba types it)
             row[j] = v / row[j]
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+@compiled
 def _run(x, out, codes, table):  # noqa: ANN001, ANN202 (numba types it)
     """``out[n, c] = ops(x[n, c])`` over ``x`` as ``(N, C, H*W)``: each channel's image read
     into a row (in the L1 cache), every op applied to the row in order, the row written

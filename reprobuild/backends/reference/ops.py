@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from reprobuild.backends.reference.elementwise import ELEMENTWISE_OPS, run_elementwise
+from reprobuild.backends.reference.jit import compiled, maximum
 from reprobuild.backends.reference.qdq import run_qdq
 
 
@@ -152,9 +153,12 @@ def _axis_max(x: np.ndarray, axis: int, k: int, s: int, d: int, o: int) -> np.nd
     shift = d * inner
     length = flat.size - (k - 1) * shift  # > 0: the padded axis spans the kernel
     acc = np.empty_like(flat)
-    np.maximum(flat[:length], flat[shift : shift + length], out=acc[:length])
-    for t in range(2, k):
-        np.maximum(acc[:length], flat[t * shift : t * shift + length], out=acc[:length])
+    if x.dtype == np.float16:  # numba has no float16: numpy's passes, one per tap
+        np.maximum(flat[:length], flat[shift : shift + length], out=acc[:length])
+        for t in range(2, k):
+            np.maximum(acc[:length], flat[t * shift : t * shift + length], out=acc[:length])
+    else:
+        _fold_flat(flat, np.arange(k, dtype=np.int64) * shift, acc[:length], True)
     picked = acc.reshape(x.shape)[(slice(None),) * axis + (slice(0, (o - 1) * s + 1, s),)]
     return np.ascontiguousarray(picked)
 
@@ -170,6 +174,32 @@ def _fold(views: Iterator[np.ndarray], ufunc: Any) -> np.ndarray:
     for view in views:
         ufunc(acc, view, out=acc)
     return acc
+
+
+_CHUNK = 1024
+"""Positions :func:`_fold_flat` folds at once: every tap's pass over them stays in L1."""
+
+
+@compiled
+def _fold_flat(flat, offsets, out, is_max):  # noqa: ANN001, ANN202 (numba types it)
+    """``out[p] = ((flat[p + o0] . flat[p + o1]) . flat[p + o2]) ...``, with ``.`` numpy's
+    ``maximum`` or ``+``: what :func:`_fold` gives over the slices ``flat[o:o + out.size]``,
+    the same operations in the same order for each position, a chunk of positions at a
+    time instead of one pass over all of them per tap."""
+    n = out.size
+    for start in range(0, n, _CHUNK):
+        acc = out[start : min(start + _CHUNK, n)]
+        src = flat[start + offsets[0] :]
+        for j in range(acc.size):
+            acc[j] = src[j]
+        for t in range(1, offsets.size):
+            src = flat[start + offsets[t] :]
+            if is_max:
+                for j in range(acc.size):
+                    acc[j] = maximum(acc[j], src[j])
+            else:
+                for j in range(acc.size):
+                    acc[j] = acc[j] + src[j]
 
 
 _COUNTS: dict[tuple[Any, ...], np.ndarray] = {}
@@ -215,7 +245,8 @@ def _flat_sum(
     starts = (
         i * dilations[0] * wp + j * dilations[1] for i in range(kernel[0]) for j in range(kernel[1])
     )
-    total = _fold((flat[s : s + size] for s in starts), np.add)
+    total = np.empty(size, np.float32)
+    _fold_flat(flat, np.fromiter(starts, np.int64), total, False)
     return np.ascontiguousarray(total.reshape(n, c, hp, wp)[:, :, : out[0], : out[1]])
 
 
