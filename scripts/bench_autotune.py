@@ -2,7 +2,7 @@
 """Recording builds with the autotuning of this tree and of a baseline git revision, side by
 side in one run: kernel runs per build, wall time, and whether the choices agree.
 
-Why (issue 15): autotuning was 68% of a ResNet50 recording build (887 kernel runs for 54
+Why: autotuning was 68% of a ResNet50 recording build (887 kernel runs for 54
 layers). The policy in ``reprobuild/backends/reference/autotune.py`` (warm-up counted,
 shared im2col, clearly slower candidates dropped early) must time less for the same kind
 of decision. Each round runs one recording build per tree, in alternating order, each in a

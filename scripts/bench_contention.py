@@ -3,7 +3,7 @@
 thread setting, side by side in one run.
 
 Why: autotuning picks the fastest kernel, so its timings must measure kernels, not the
-neighbours (issue 15: ResNet50 2.9 s quiet vs 13.8 s with another build; goal: contended
+neighbours (ResNet50 2.9 s quiet vs 13.8 s with another build; goal: contended
 <= 1.5x quiet). For each ``--threads`` value (default ``1 0``: one BLAS thread, and the BLAS
 default of one per core) and each round, in alternating order, one child process does a
 recording build of the re-weighted model alone (the anchor), then again while a neighbour

@@ -1,4 +1,4 @@
-"""Reference engine inference against ONNX Runtime on the re-weighted model zoo (issue 15).
+"""Reference engine inference against ONNX Runtime on the re-weighted model zoo.
 
 Goal: the reference engine's inference <= 2x ONNX Runtime's, on each model. Both sides run
 the same model file on the same input (the onnx test runner's ``arange(n) / n``) with the

@@ -9,7 +9,7 @@ model's output against the FP32 model's in ONNX Runtime on the CPU.
 
 With ``--baseline REV`` the pass of git revision REV (``git archive``) and of this tree are
 timed side by side instead, in alternating child processes, ``--repeat`` rounds of each,
-with the goal (issue 15: derive + apply <= 1 s on DenseNet121): on a shared machine only
+with the goal (derive + apply <= 1 s on DenseNet121): on a shared machine only
 such paired figures compare. Each child checks nothing; the plan goldens
 (tests/precision/test_plan_goldens.py) hold the plans to the baseline's bytes.
 """

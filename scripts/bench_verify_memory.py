@@ -3,7 +3,7 @@
 
 Why: verify rebuilds the engine several times and runs controls; if it holds one rebuild's
 engine, folded weights and outputs while the next one builds, its peak grows with every
-copy. The goal (issue 15) is a verify peak <= 1.2x the recording build's. Both commands run
+copy. The goal is a verify peak <= 1.2x the recording build's. Both commands run
 as children of ``/usr/bin/time -v`` (a small C parent, so the peak is the command's own; a
 Python parent's ``ru_maxrss`` would carry over fork), in one run, alternating, ``--rounds``
 times; the median of each is printed with every round. The recording build is the anchor.

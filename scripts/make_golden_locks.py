@@ -5,7 +5,7 @@ Run it only against that old code, never the new writer (that would prove nothin
 
     PYTHONPATH=/tmp/base .venv/bin/python scripts/make_golden_locks.py [OUT_DIR]
 
-where /tmp/base is a checkout of the commit before the restructuring (issue 11). Three
+where /tmp/base is a checkout of the commit before the restructuring. Three
 locks are recorded by real `reprobuild build --backend reference` runs on the bundled
 examples (one with a precision plan, one with a pinned layer); the rest are built in code
 to stress the emitter: quoting, escapes, YAML words, unicode, every optional field.

@@ -3,7 +3,7 @@
 precision pass to: per case, sha256 of the derived plan (``PrecisionPlan.to_dict`` as sorted
 JSON) and of the model ``apply_plan`` makes from it (deterministic serialization).
 
-Why: the precision pass was made faster (issue 15); a plan or converted model that changed
+Why: the precision pass was made faster; a plan or converted model that changed
 by one byte would change every lock and recording-cache key made from it. Generate the
 goldens from the code *before* a change, never from the tree under test::
 

@@ -1,4 +1,4 @@
-"""INT8 locks end to end (issue 17), through the CLI on the reference backend, on models
+"""INT8 locks end to end, through the CLI on the reference backend, on models
 whose outputs depend on their weights: two re-weighted model-zoo architectures and the
 digits CNN trained on real data.
 

@@ -1,7 +1,7 @@
 """Every ``--json`` output (and JSON report file) keeps the fields it had before the restructuring.
 
 The goldens in ``tests/fixtures/json_fields/`` hold, per command, the set of key paths of its
-JSON output as the code printed it before the restructuring (issue 11: "every ``--json``
+JSON output as the code printed it before the restructuring ("every ``--json``
 output keeps its fields"), with the JSON type of each value. Paths look like
 ``layers[].tactic`` (``[]``: any list element) and ``tactic_map{}`` (a map keyed by hex
 tactic keys, whose key names are data, not fields).

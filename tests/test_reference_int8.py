@@ -1,4 +1,4 @@
-"""The reference backend's fused INT8 kernels on the digits models (issue 17): every tactic
+"""The reference backend's fused INT8 kernels on the digits models: every tactic
 gives other bits on a real layer, all stay within one quantization step of the float
 Q/DQ graph, and an INT8 lock rebuilds to the same bits with a check that has power."""
 

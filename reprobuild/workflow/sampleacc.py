@@ -1,5 +1,5 @@
 """Accuracy on sample sets: the engine against the FP32 model on the calibration samples and
-on held-apart ones (issue 17: accuracy is reported, not assumed).
+on held-apart ones (accuracy is reported, not assumed).
 
 A quantized engine's error on the samples it was calibrated on is its best case; held-apart
 samples say whether the scales generalise. Both are reported by ``build`` and ``verify``

@@ -1,6 +1,6 @@
 """The precision pass's fast paths give exactly what the direct definitions give.
 
-Issue 15 made the pass faster: max |x| read as max(max x, -min x) from ONNX Runtime's own
+A change made the pass faster: max |x| read as max(max x, -min x) from ONNX Runtime's own
 buffers, the initializer-range rule rounding only values below the smallest normal, and one
 analysis shared by deriving and applying a plan. Each is held here to the plain definition
 it replaced (the plan goldens in test_plan_goldens.py hold whole plans to main's bytes).

@@ -1,4 +1,4 @@
-"""INT8 by calibration (issue 17): scales locked to the bit, locked rebuilds without the
+"""INT8 by calibration: scales locked to the bit, locked rebuilds without the
 calibration data, ``--frozen`` against other data, and accuracy on the digits models.
 
 Calibration data: the first 256 images of the digits test split (the only digits data in

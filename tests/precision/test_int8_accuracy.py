@@ -1,4 +1,4 @@
-"""Accuracy reported, not assumed (issue 17): ``build`` and ``verify`` measure the INT8
+"""Accuracy reported, not assumed: ``build`` and ``verify`` measure the INT8
 digits CNN against FP32 on the calibration set and on held-apart images.
 
 The figures are checked against an independent computation: the engine and ONNX Runtime on

@@ -1,5 +1,5 @@
-"""INT8 with FP16/BF16 for what stays float (``--float``), and INT8 on old-opset models
-(issue 17): decisions and rules in the lock, graphs that really compute in FP16, locked
+"""INT8 with FP16/BF16 for what stays float (``--float``), and INT8 on old-opset models:
+decisions and rules in the lock, graphs that really compute in FP16, locked
 rebuilds without the calibration data, ``--frozen`` against another ``--float``.
 
 Calibration: the first 256 digits test images in batches of 32, as in test_int8.py. On

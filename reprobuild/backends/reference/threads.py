@@ -4,7 +4,7 @@ Why: autotuning times kernels and keeps the fastest, so a timing must measure th
 not the neighbours. OpenBLAS starts one thread per core and its threads spin-wait for each
 other; when another process holds a core, every multi-threaded matmul waits for the slowest
 thread, and the recording build of ResNet50 took 4.8x longer with a second build on the same
-two cores (issue 15). One thread per build keeps timings steady under load, at a small cost
+two cores. One thread per build keeps timings steady under load, at a small cost
 on a quiet machine (figures: ``scripts/bench_contention.py``).
 
 The count changes results: OpenBLAS splits a GEMM among its threads, and two threads gave
