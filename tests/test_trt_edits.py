@@ -209,3 +209,19 @@ def test_verify_never_blames_the_inputs_for_switches_the_builder_did_not_run(
     assert all(p["error"] and not p["changed"] for p in control["probes"])
     res = cli("verify", "--lock", "t.lock", "-n", "1", *kw, "--require-power")
     assert res.code == 1 and "power is unknown" in res.err, res
+
+
+def test_doctor_says_what_a_recording_here_does_with_the_tie_rules_choices(
+    monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """Before anything is recorded: kept off without a stored answer, written back with an
+    ``honoured`` one for exactly this target; text and JSON say the same."""
+    install_standin(monkeypatch)
+    res = cli("doctor", "--json")
+    edits = json.loads(res.out)["tie_rule_edits"]
+    assert res.code == 0 and edits["write"] is False
+    assert edits["why"].startswith("no `reprobuild doctor --probe` answer for TensorRT")
+    store_answer(_identity(), "honoured", {"cask": "honoured", "myelin": "honoured"}, "b")
+    res = cli("doctor")
+    assert res.code == 0
+    assert "tie rule edits on TensorRT: written back: `doctor --probe` showed" in res.out

@@ -131,6 +131,13 @@ def doctor(
             "tensorrt": {"available": tensorrt_reason is None, "problem": tensorrt_reason},
         },
     }
+    if tensorrt_reason is None:
+        from dataclasses import asdict
+
+        from reprobuild.workflow.probe_store import stored_policy
+
+        identity = tensorrt_backend.machine_environment(cuda).identity_dict()
+        report["tie_rule_edits"] = asdict(stored_policy(identity))
     diffs: list[str] = []
     if lock is not None:
         from reprobuild.lock.yamlio import load_lock
@@ -196,6 +203,10 @@ def _print_doctor(report: dict[str, Any]) -> None:
     for name, info in report["backends"].items():
         state = "available" if info["available"] else f"unavailable: {info['problem']}"
         typer.echo(f"backend {name}: {state}")
+    edits = report.get("tie_rule_edits")
+    if edits is not None:  # what a TensorRT recording here does with the tie rule's choices
+        state = "written back" if edits["write"] else "kept off (the builder's choices stay)"
+        typer.echo(f"tie rule edits on TensorRT: {state}: {edits['why']}")
     lock = report.get("lock")
     if lock:
         if lock["matches"]:

@@ -44,7 +44,12 @@ def edit_policy(be: Any, apply_tie_rule: bool = False) -> EditPolicy:
         return EditPolicy(True, "--apply-tie-rule asked for the tie rule's choices")
     if bool(getattr(be, "edits_proven", True)):
         return EditPolicy(True, f"backend '{be.name}' applies the rule while it times")
-    identity = be.environment().identity_dict()
+    return stored_policy(be.environment().identity_dict())
+
+
+def stored_policy(identity: dict[str, Any]) -> EditPolicy:
+    """The policy the stored probe answer gives a TensorRT target (``doctor`` shows it before
+    anything is recorded)."""
     entry = stored_answer(identity)
     where = f"TensorRT {identity.get('tensorrt_version')} on {identity.get('gpu')}"
     if entry is None:
