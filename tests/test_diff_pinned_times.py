@@ -67,3 +67,20 @@ def test_show_candidates_prints_recorded_times(cli, tmp_path: Path, monkeypatch)
     Path("bad.json").write_text("{}")
     r = cli("show", "-l", "t.lock", "--candidates", "--report", "bad.json")
     assert r.code == 2 and "not a `reprobuild build` report" in r.err, r
+
+
+def test_a_pinned_kernel_is_not_shown_beside_the_time_of_the_kernel_it_replaced(
+    cli, tmp_path: Path, monkeypatch
+) -> None:
+    """A pin keeps the key's recorded time (the builder's choice's): diff says it is the
+    key's, not the pinned kernel's."""
+    shutil.copy(EXAMPLES / "cnn.onnx", tmp_path / "cnn.onnx")
+    monkeypatch.chdir(tmp_path)
+    assert cli("build", "cnn.onnx", "--lock", "a.lock", "--backend", "reference").code == 0
+    shutil.copy("a.lock", "b.lock")
+    e = next(e for e in load_lock("a.lock").layers if e.runs is not False and e.time_ms)
+    other = next(c for c in e.candidates if c.tactic != e.tactic)
+    assert cli("pin", f"layer={e.layer}", f"tactic={other.kernel}", "--lock", "b.lock").code == 0
+    row = next(line for line in cli("diff", "a.lock", "b.lock").out.splitlines() if "~" in line)
+    assert f"{other.kernel} pinned (the key keeps {e.time_ms:.4g} ms)" in row
+    assert f"{other.kernel} {e.time_ms:.4g} ms" not in row

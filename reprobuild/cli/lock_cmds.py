@@ -310,9 +310,15 @@ def _print_diff(a: Path, b: Path, d: LockDiff) -> None:
 
 
 def _entry_text(e: LayerEntry) -> str:
-    """A side of a diff row: tactic and kernel, the recorded time, and a pin."""
-    time = "" if e.time_ms is None else f" {e.time_ms:.4g} ms"
-    return f"0x{e.tactic:x} {e.kernel or ''}".rstrip() + time + (" pinned" if e.pinned else "")
+    """A side of a diff row: tactic and kernel, the recorded time, and a pin. A pinned key
+    keeps the time recorded for the builder's choice (what decides between a layer's keys),
+    so that time is labelled as the key's, not shown as the pinned kernel's."""
+    head = f"0x{e.tactic:x} {e.kernel or ''}".rstrip()
+    if e.time_ms is None:
+        return head + (" pinned" if e.pinned else "")
+    if e.pinned:
+        return f"{head} pinned (the key keeps {e.time_ms:.4g} ms)"
+    return f"{head} {e.time_ms:.4g} ms"
 
 
 def _short(digest: str | None) -> str:
