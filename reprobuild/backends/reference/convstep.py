@@ -33,6 +33,9 @@ from reprobuild.backends.reference.convparams import (
     columns,
     columns_view,
     conv_params,
+    fill_border,
+    interior,
+    pad_width,
 )
 
 _F32 = np.dtype(np.float32)
@@ -128,7 +131,7 @@ class ConvStep:
         if params is None or not any(params["pads"]):
             return None
         buf = self.scratch.get("pad", _padded_shape(x.shape, params))
-        return buf[_interior(x.shape, params)]
+        return buf[interior(x.shape, pad_width(params))]
 
     def _direct(self, xp: np.ndarray, w: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         """The ``direct`` kernel: one GEMM per tap, taps added in order, as the kernel does;
@@ -162,17 +165,12 @@ class ConvStep:
     def _padded(self, x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         """``np.pad(x)`` with zeros, as :func:`.convparams.padded`, in the kept buffer: the
         border slabs are zeroed and the interior copied."""
-        nd, pads = params["nd"], params["pads"]
-        if not any(pads):
+        if not any(params["pads"]):
             return x
+        width = pad_width(params)
         buf = self.scratch.get("pad", _padded_shape(x.shape, params))
-        for i in range(nd):
-            slab = [slice(None)] * (2 + nd)
-            slab[2 + i] = slice(0, pads[i])
-            buf[tuple(slab)] = 0
-            slab[2 + i] = slice(pads[i] + x.shape[2 + i], None)
-            buf[tuple(slab)] = 0
-        inner = buf[_interior(x.shape, params)]
+        fill_border(buf, width, 0)
+        inner = buf[interior(x.shape, width)]
         if not same_memory(inner, x):  # else the step before wrote it there (input_buffer)
             inner[...] = x
         return buf
@@ -188,15 +186,7 @@ class ConvStep:
 
 
 def _padded_shape(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[int, ...]:
-    nd, pads = params["nd"], params["pads"]
-    return shape[:2] + tuple(shape[2 + i] + pads[i] + pads[nd + i] for i in range(nd))
-
-
-def _interior(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[slice, ...]:
-    """The index of the input inside its padded buffer."""
-    pads = params["pads"]
-    inner = tuple(slice(pads[i], pads[i] + shape[2 + i]) for i in range(params["nd"]))
-    return (slice(None), slice(None), *inner)
+    return tuple(n + a + b for n, (a, b) in zip(shape, pad_width(params), strict=True))
 
 
 def same_memory(a: np.ndarray, b: np.ndarray) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from reprobuild.backends.reference.convparams import pad_constant
 from reprobuild.backends.reference.elementwise import ELEMENTWISE_OPS, run_elementwise
 from reprobuild.backends.reference.jit import compiled, maximum
 from reprobuild.backends.reference.qdq import run_qdq
@@ -124,7 +125,7 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
 
     def pool(block: np.ndarray) -> np.ndarray:
         if any(pads):
-            block = np.pad(block, width, constant_values=-np.inf)
+            block = pad_constant(block, width, -np.inf)
         else:
             block = np.ascontiguousarray(block)
         for axis in reversed(range(nd)):
@@ -214,7 +215,7 @@ def _pad_counts(
     count = _COUNTS.get(key)
     if count is None:
         kernel, strides, dilations, _, out = geo
-        ones = np.pad(np.ones((1, 1, *spatial), np.float32), width)
+        ones = pad_constant(np.ones((1, 1, *spatial), np.float32), width)
         count = _fold(_windows(ones, kernel, strides, dilations, out), np.add)
         if len(_COUNTS) >= 256:
             _COUNTS.clear()
@@ -270,7 +271,7 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         if nd == 2 and strides == (1, 1):
             total = _flat_sum(xf, width, kernel, dilations, out)
         else:
-            xp = np.pad(xf, width) if any(pads) else xf
+            xp = pad_constant(xf, width) if any(pads) else xf
             total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
         return np.divide(total, count, out=total)
 
