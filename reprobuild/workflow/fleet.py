@@ -47,8 +47,9 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
             if any(not t.environment.identity for t in lock.targets()):
                 raise UsageError(
                     f"{path}: a target without identity (a schema-1 lock) cannot be merged: its "
-                    "bits would be claimed for every machine; upgrade it first with reprobuild "
-                    "build MODEL --lock LOCK --re-record"
+                    "bits would be claimed for every machine; upgrade it first on the machine "
+                    f"it was recorded on: reprobuild build MODEL --lock {path} (records that "
+                    "machine's target, pins kept)"
                 )
         models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
         check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
