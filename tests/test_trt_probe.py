@@ -242,6 +242,22 @@ def test_the_default_bundle_goes_under_the_cache_folder_never_the_current_one(
     assert "None" not in first
 
 
+def test_a_bundle_path_that_cannot_be_written_is_refused_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    trt = install_standin(monkeypatch)
+    built = []
+    real = trt.Builder.build_serialized_network
+    monkeypatch.setattr(
+        trt.Builder, "build_serialized_network", lambda *a: built.append(1) or real(*a)
+    )
+    (tmp_path / "file").write_text("x")
+    res = cli("doctor", "--probe", "--bundle", str(tmp_path / "file" / "b.tar.gz"))
+    assert res.code == 2 and res.err.strip().count("\n") == 0, res
+    assert "cannot write the probe bundle" in res.err and built == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
 def test_the_header_names_what_is_unknown() -> None:
     from reprobuild.cli.probe_cmds import header
 

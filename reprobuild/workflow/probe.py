@@ -23,7 +23,7 @@ from typing import Any
 from reprobuild.backends.base import Backend
 from reprobuild.errors import ReprobuildError
 from reprobuild.events import Progress, Step, quiet
-from reprobuild.transaction import working_files
+from reprobuild.transaction import check_output_path, working_files
 from reprobuild.workflow.probe_answers import (
     Answer,
     answers,
@@ -147,6 +147,7 @@ def probe(
         from reprobuild.backends import get_backend
 
         backend = get_backend("tensorrt")
+    check_output_path(bundle, "probe bundle")  # before any work
     be = CapturingBackend(backend)
     paths = [Path(m) for m in models] if models else [EXAMPLES / m for m in DEFAULT_MODELS]
     steps: list[ProbeStep] = []

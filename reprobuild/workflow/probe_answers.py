@@ -8,13 +8,15 @@ Each answer says whether reprobuild worked with this behaviour (``pass``/``fail`
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from reprobuild.transaction import Outputs
 
 _KEY_HEADER = re.compile(r"Autotuning op .*\(key: (0x[0-9a-fA-F]{32})\)")
 
@@ -438,9 +440,11 @@ def write_evidence(run: Any) -> None:
 
 
 def tar(root: Path, bundle: Path) -> None:
-    """``bundle`` written whole or not at all (a temporary file, then ``os.replace``)."""
-    bundle.parent.mkdir(parents=True, exist_ok=True)
-    tmp = bundle.with_name(bundle.name + ".partial")
-    with tarfile.open(tmp, "w:gz") as tf:
+    """``bundle`` written whole or not at all, as every output is (:class:`.Outputs`: a
+    temporary file beside it, then a rename; its folder made if missing)."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tf:
         tf.add(root, arcname=root.name)
-    os.replace(tmp, bundle)
+    with Outputs() as out:
+        out.stage_bytes(bundle, data.getvalue(), "probe bundle")
+        out.commit()
