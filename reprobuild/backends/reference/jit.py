@@ -8,20 +8,29 @@ reassociated or contracted into a fused multiply-add, so each element gets the I
 operations numpy gives it, in the same order (the bits tests of
 ``tests/test_reference_program.py``); ``error_model="numpy"`` makes a division by zero
 give inf or NaN as numpy does, not raise; ``cache=True`` keeps the machine code next to
-this package (``__pycache__``), so a process compiles each loop once per machine, not once
-per run.
+this package (``__pycache__``, else numba's folder in the user's cache), so each loop is
+compiled once per machine (about a second), not once per process.
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
+from typing import Any
 
 import numba
 
-compiled = functools.partial(
-    numba.njit, cache=True, nogil=True, error_model="numpy", boundscheck=False
-)
-"""``numba.njit`` with the options above (the module docstring says why)."""
+_OPTIONS = {"nogil": True, "error_model": "numpy", "boundscheck": False}
+
+
+def compiled(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``numba.njit`` with the options above (the module docstring says why). Where no
+    folder for the machine code can be written (a read-only install and no writable home
+    or ``NUMBA_CACHE_DIR``), numba refuses ``cache=True`` when the module is imported: the
+    loop is then compiled in each process instead, and reprobuild still imports."""
+    try:
+        return numba.njit(cache=True, **_OPTIONS)(func)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(cache=False, **_OPTIONS)(func)
 
 
 @numba.njit(inline="always")
