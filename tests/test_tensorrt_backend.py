@@ -697,6 +697,32 @@ def test_run_refuses_bytes_that_are_not_an_engine(trt: ModuleType) -> None:
 # ---------------------------------------------------------------------------- logger
 
 
+def test_a_sinks_error_is_held_and_never_hides_the_builds_own_failure(trt: ModuleType) -> None:
+    """The sink's exception comes back from stop() after a build that worked; while the build
+    itself fails, its error is told (a Ctrl-C from the sink always comes back)."""
+    router = LogRouter()
+    logger = trt_make_logger(trt, router)
+
+    def broken(_line: str) -> None:
+        raise ValueError("parser bug")
+
+    router.start(broken)
+    logger.log(trt.ILogger.Severity.WARNING, "x")
+    with pytest.raises(ValueError, match="parser bug"):
+        router.stop()
+    router.start(broken)
+    logger.log(trt.ILogger.Severity.WARNING, "x")
+    assert router.stop(raise_pending=False) == 0
+
+    def interrupted(_line: str) -> None:
+        raise KeyboardInterrupt
+
+    router.start(interrupted)
+    logger.log(trt.ILogger.Severity.WARNING, "x")
+    with pytest.raises(KeyboardInterrupt):
+        router.stop(raise_pending=False)
+
+
 def test_logger_prefixes_like_trtexec_and_keeps_errors(trt: ModuleType) -> None:
     router = LogRouter()
     logger = trt_make_logger(trt, router)

@@ -308,8 +308,10 @@ class TensorRTBackend:
             engine = bytes(trt_serialized)
             del trt_serialized, trt_parser
             layer_info = self._layer_info(engine)
-        finally:
-            lines = self._router.stop()
+        except BaseException:
+            self._router.stop(raise_pending=False)  # the build's own failure is the one told
+            raise
+        lines = self._router.stop()
         return BuildOutput(engine=engine, layer_info=layer_info, log_lines=lines, extra=applied)
 
     def _layer_info(self, engine: bytes) -> str:

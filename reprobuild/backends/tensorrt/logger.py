@@ -43,11 +43,13 @@ class LogRouter:
         self._pending = None
         self.lines = 0
 
-    def stop(self) -> int:
-        """Detach the sink; re-raise what the sink raised; return the number of lines sent."""
+    def stop(self, raise_pending: bool = True) -> int:
+        """Detach the sink; re-raise what the sink raised (an error not when the build itself
+        is failing: the build's error is the one to tell; Ctrl-C always); return the number
+        of lines sent."""
         self._sink = None
         pending, self._pending = self._pending, None
-        if pending is not None:
+        if pending is not None and (raise_pending or not isinstance(pending, Exception)):
             raise pending
         return self.lines
 
