@@ -52,6 +52,8 @@ def test_a_failed_strict_build_exits_1_unless_the_retry_is_allowed(
     assert res.code == EXIT_DIFFERENT, res
     assert "failed with ERROR_ON_TIMING_CACHE_MISS (Timing cache miss for an internal" in res.err
     assert "--allow-cache-miss-retry" in res.err
+    # every locked key held and the retry matches: said so, never called drift
+    assert "no tactic drifted" in res.err and "drift: the build does not match" not in res.err
     assert not (tmp_path / "a.engine").exists()
     assert (tmp_path / "t.lock").read_bytes() == lock_before
     res = cli(*args, "-o", str(tmp_path / "b.engine"), "--allow-cache-miss-retry")

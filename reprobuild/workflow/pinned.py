@@ -376,6 +376,11 @@ def strict_retry(
     )
 
 
+def _missed(retry: str) -> bool:
+    """Whether a strict retry's text names keys (:func:`strict_retry`)."""
+    return not retry.endswith("no key (the cache map held every locked key)")
+
+
 def pinned_build(
     backend: Backend,
     model_path: Path,
@@ -454,6 +459,13 @@ def pinned_build(
         kernels = cross_check_kernels(output.layer_info, entries)
         problems += kernels.problems + key_choice_drift(output.layer_info, entries)
         warnings += [w for w in kernels.warnings if w not in warnings]
+    if strict and retry is not None and not accepted and len(problems) == 1 and not _missed(retry):
+        raise DriftError(
+            f"the strict build failed with ERROR_ON_TIMING_CACHE_MISS although the cache held "
+            f"every locked key and the retried build matches the lock ({retry}): no tactic "
+            "drifted; --allow-cache-miss-retry accepts such a build (with a warning), or attach "
+            "the build's --log to a bug report"
+        )
     if problems and strict:
         hint = f" ({retry})" if retry is not None and accepted else ""
         if retry is not None and not accepted:
