@@ -335,16 +335,3 @@ def test_a_schema_1_tensorrt_lock_builds_the_same_engine(monkeypatch, tmp_path: 
     assert again.tactic_map == first.tactic_map and bits("c.engine") == bits("a.engine")
     rewritten = load_lock("old.lock")  # it gained the target's expected bits: schema 2 now
     assert again.lock_written and rewritten.schema == 2 and rewritten.outputs
-
-
-def test_merge_refuses_a_schema_1_lock_and_names_the_build_that_upgrades_it(
-    cli, tmp_path: Path
-) -> None:
-    old = tmp_path / "old.lock"
-    shutil.copy(Path(__file__).parent / "fixtures" / "locks" / "recorded_mlp.lock", old)
-    before = old.read_bytes()
-    res = cli("merge", str(old), "--out", str(tmp_path / "m.lock"))
-    assert res.code == 2 and f"{old}: a target without identity (a schema-1 lock)" in res.err
-    assert f"reprobuild build MODEL --lock {old} (records that machine's target" in res.err
-    assert "--re-record" not in res.err
-    assert old.read_bytes() == before and not (tmp_path / "m.lock").exists()

@@ -25,7 +25,8 @@ def test_merge_refuses_a_section_without_identity(tmp_path: Path, cli, monkeypat
     _old(tmp_path, monkeypatch)
     before = Path("old.lock").read_bytes()
     r = cli("merge", "old.lock", "--out", "m.lock")
-    assert r.code == 2 and "without identity" in r.err and "--re-record" in r.err, r
+    assert r.code == 2 and "without identity" in r.err, r
+    assert "reprobuild build MODEL --lock old.lock (records that machine's target" in r.err
     assert not Path("m.lock").exists() and Path("old.lock").read_bytes() == before
 
 
