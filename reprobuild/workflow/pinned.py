@@ -357,28 +357,28 @@ class PinnedBuild:
     retry_accepted: bool = False  # --allow-cache-miss-retry: a warning, not a failure
 
 
-def strict_retry(
-    extra: dict[str, Any], before: dict[str, int], after: dict[str, int], records: list[Any]
-) -> str | None:
-    """What a pinned build's retry without ``ERROR_ON_TIMING_CACHE_MISS`` says, naming the
-    keys that missed: those the cache map shows added, removed or changed, and those the
-    retried build timed (a structural check, never a guess at TensorRT's wording)."""
-    if not extra.get("retried_without_error_on_miss"):
-        return None
+def missed_keys(before: dict[str, int], after: dict[str, int], records: list[Any]) -> list[str]:
+    """The keys a pinned build's retry shows missed: those the cache map shows added,
+    removed or changed, and those the retried build timed (a structural check, never a
+    guess at TensorRT's wording)."""
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
     timed = {r.key for r in records if r.key is not None and not r.from_cache}
-    keys = sorted(changed | timed)
-    named = f"keys {', '.join(keys)}" if keys else "no key (the cache map held every locked key)"
+    return sorted(changed | timed)
+
+
+def strict_retry(extra: dict[str, Any], missed: list[str]) -> str | None:
+    """What a pinned build's retry without ``ERROR_ON_TIMING_CACHE_MISS`` says, naming the
+    keys that missed (:func:`missed_keys`)."""
+    if not extra.get("retried_without_error_on_miss"):
+        return None
+    named = (
+        f"keys {', '.join(missed)}" if missed else "no key (the cache map held every locked key)"
+    )
     return (
         "the pinned build failed with ERROR_ON_TIMING_CACHE_MISS "
         f"({extra.get('strict_failure', 'no error was logged')}) and was built again without "
         f"it: missed {named}"
     )
-
-
-def _missed(retry: str) -> bool:
-    """Whether a strict retry's text names keys (:func:`strict_retry`)."""
-    return not retry.endswith("no key (the cache map held every locked key)")
 
 
 def pinned_build(
@@ -446,7 +446,8 @@ def pinned_build(
             f"candidates (pinned: {', '.join(pins[:5])})"
         ) from None
     after = cache.tactic_map()
-    retry = strict_retry(output.extra, before, after, log.records)
+    missed = missed_keys(before, after, log.records)
+    retry = strict_retry(output.extra, missed)
     accepted = bool(output.extra.get("retry_accepted"))
     if retry is not None and accepted:
         warnings.append(retry)  # --allow-cache-miss-retry: accepted, never silent
@@ -459,7 +460,7 @@ def pinned_build(
         kernels = cross_check_kernels(output.layer_info, entries)
         problems += kernels.problems + key_choice_drift(output.layer_info, entries)
         warnings += [w for w in kernels.warnings if w not in warnings]
-    if strict and retry is not None and not accepted and len(problems) == 1 and not _missed(retry):
+    if strict and retry is not None and not accepted and not missed and len(problems) == 1:
         raise DriftError(
             f"the strict build failed with ERROR_ON_TIMING_CACHE_MISS although the cache held "
             f"every locked key and the retried build matches the lock ({retry}): no tactic "
