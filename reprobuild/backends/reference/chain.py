@@ -146,32 +146,32 @@ def _four_d(a: np.ndarray) -> np.ndarray | None:
 def _apply_row(code, row, v):  # noqa: ANN001, ANN202 (numba types it)
     """One op (``code`` as :attr:`ElementOp.code`) on a row: the test is made once per row, so
     each branch is one loop that the compiler vectorizes."""
-    if code == 0:
+    if code == _ADD:
         for j in range(row.size):
             row[j] = row[j] + v
-    elif code == 1:
+    elif code == _SUB:
         for j in range(row.size):
             row[j] = row[j] - v
-    elif code == 2:
+    elif code == _MUL:
         for j in range(row.size):
             row[j] = row[j] * v
-    elif code == 3:
+    elif code == _DIV:
         for j in range(row.size):
             row[j] = row[j] / v
-    elif code == 4:  # Relu: numpy's maximum(a, 0)
+    elif code == _RELU:  # Relu: numpy's maximum(a, 0)
         zero = np.float32(0.0)
         for j in range(row.size):
             row[j] = maximum(row[j], zero)
-    elif code == 8:
+    elif code == _ADD + _SWAPPED:
         for j in range(row.size):
             row[j] = v + row[j]
-    elif code == 9:
+    elif code == _SUB + _SWAPPED:
         for j in range(row.size):
             row[j] = v - row[j]
-    elif code == 10:
+    elif code == _MUL + _SWAPPED:
         for j in range(row.size):
             row[j] = v * row[j]
-    else:
+    else:  # _DIV + _SWAPPED
         for j in range(row.size):
             row[j] = v / row[j]
 

@@ -74,12 +74,13 @@ def is_pointwise(params: Mapping[str, Any]) -> bool:
 def padded(x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
     if not any(params["pads"]):
         return x
-    return pad_constant(x, pad_width(params))
+    return pad_constant(x, pad_width(params["pads"]))
 
 
-def pad_width(params: Mapping[str, Any]) -> list[tuple[int, int]]:
-    """The Conv's padding as ``np.pad``'s width of each axis (none on batch and channels)."""
-    nd, pads = params["nd"], params["pads"]
+def pad_width(pads: Sequence[int]) -> list[tuple[int, int]]:
+    """ONNX ``pads`` (every begin, then every end; a Conv's or a pool's) as ``np.pad``'s
+    width of each axis (none on batch and channels)."""
+    nd = len(pads) // 2
     return [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
 
 

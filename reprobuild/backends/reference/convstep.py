@@ -131,7 +131,7 @@ class ConvStep:
         if params is None or not any(params["pads"]):
             return None
         buf = self.scratch.get("pad", _padded_shape(x.shape, params))
-        return buf[interior(x.shape, pad_width(params))]
+        return buf[interior(x.shape, pad_width(params["pads"]))]
 
     def _direct(self, xp: np.ndarray, w: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         """The ``direct`` kernel: one GEMM per tap, taps added in order, as the kernel does;
@@ -167,7 +167,7 @@ class ConvStep:
         border slabs are zeroed and the interior copied."""
         if not any(params["pads"]):
             return x
-        width = pad_width(params)
+        width = pad_width(params["pads"])
         buf = self.scratch.get("pad", _padded_shape(x.shape, params))
         fill_border(buf, width, 0)
         inner = buf[interior(x.shape, width)]
@@ -186,7 +186,7 @@ class ConvStep:
 
 
 def _padded_shape(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[int, ...]:
-    return tuple(n + a + b for n, (a, b) in zip(shape, pad_width(params), strict=True))
+    return tuple(n + a + b for n, (a, b) in zip(shape, pad_width(params["pads"]), strict=True))
 
 
 def same_memory(a: np.ndarray, b: np.ndarray) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from reprobuild.backends.reference.convparams import pad_constant
+from reprobuild.backends.reference.convparams import pad_constant, pad_width
 from reprobuild.backends.reference.elementwise import ELEMENTWISE_OPS, run_elementwise
 from reprobuild.backends.reference.jit import compiled, maximum
 from reprobuild.backends.reference.qdq import run_qdq
@@ -121,7 +121,7 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         return None
     kernel, strides, dilations, pads, out = geo
     nd = len(kernel)
-    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+    width = pad_width(pads)
 
     def pool(block: np.ndarray) -> np.ndarray:
         if any(pads):
@@ -155,9 +155,7 @@ def _axis_max(x: np.ndarray, axis: int, k: int, s: int, d: int, o: int) -> np.nd
     length = flat.size - (k - 1) * shift  # > 0: the padded axis spans the kernel
     acc = np.empty_like(flat)
     if x.dtype == np.float16:  # numba has no float16: numpy's passes, one per tap
-        np.maximum(flat[:length], flat[shift : shift + length], out=acc[:length])
-        for t in range(2, k):
-            np.maximum(acc[:length], flat[t * shift : t * shift + length], out=acc[:length])
+        acc[:length] = _fold((flat[t * shift : t * shift + length] for t in range(k)), np.maximum)
     else:
         _fold_flat(flat, np.arange(k, dtype=np.int64) * shift, acc[:length], True)
     picked = acc.reshape(x.shape)[(slice(None),) * axis + (slice(0, (o - 1) * s + 1, s),)]
@@ -260,7 +258,7 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         return None
     kernel, strides, dilations, pads, out = geo
     nd = len(kernel)
-    width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
+    width = pad_width(pads)
     if int(attrs.get("count_include_pad", 0)) or not any(pads):
         count: Any = np.float32(math.prod(kernel))
     else:
