@@ -131,20 +131,21 @@ def doctor(
             "tensorrt": {"available": tensorrt_reason is None, "problem": tensorrt_reason},
         },
     }
+    trt_here = None
     if tensorrt_reason is None:
         from dataclasses import asdict
 
         from reprobuild.workflow.probe_store import stored_policy
 
-        identity = tensorrt_backend.machine_environment(cuda).identity_dict()
-        report["tie_rule_edits"] = asdict(stored_policy(identity))
+        trt_here = tensorrt_backend.machine_environment(cuda)
+        report["tie_rule_edits"] = asdict(stored_policy(trt_here.identity_dict()))
     diffs: list[str] = []
     if lock is not None:
         from reprobuild.lock.yamlio import load_lock
 
         recorded = load_lock(lock).environment
         here = (
-            tensorrt_backend.machine_environment(cuda)
+            (trt_here or tensorrt_backend.machine_environment(cuda))
             if recorded.backend == "tensorrt"
             else ref_env
             if recorded.backend == "reference"
