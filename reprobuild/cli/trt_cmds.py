@@ -131,21 +131,21 @@ def doctor(
             "tensorrt": {"available": tensorrt_reason is None, "problem": tensorrt_reason},
         },
     }
-    trt_here = None
+    tensorrt_here = None
     if tensorrt_reason is None:
         from dataclasses import asdict
 
         from reprobuild.workflow.probe_store import stored_policy
 
-        trt_here = tensorrt_backend.machine_environment(cuda)
-        report["tie_rule_edits"] = asdict(stored_policy(trt_here.identity_dict()))
+        tensorrt_here = tensorrt_backend.machine_environment(cuda)
+        report["tie_rule_edits"] = asdict(stored_policy(tensorrt_here.identity_dict()))
     diffs: list[str] = []
     if lock is not None:
         from reprobuild.lock.yamlio import load_lock
 
         recorded = load_lock(lock).environment
         here = (
-            (trt_here or tensorrt_backend.machine_environment(cuda))
+            (tensorrt_here or tensorrt_backend.machine_environment(cuda))
             if recorded.backend == "tensorrt"
             else ref_env
             if recorded.backend == "reference"
