@@ -61,13 +61,14 @@ class PinResult:
 def update_tactics(
     cache: TimingCache, entries: Iterable[_Entry], *, pinned_only: bool = False
 ) -> list[PinResult]:
-    """``update()`` every (pinned) entry the cache does not already hold as the lock says
-    (the name mirrors ``ITimingCache.update``; editing the lock's pins is
-    ``lock.edit.apply_pins``); any False return raises ``BuildError``.
+    """``update()`` every (pinned) entry (the name mirrors ``ITimingCache.update``; editing
+    the lock's pins is ``lock.edit.apply_pins``); any False return raises ``BuildError``.
 
-    Only what the lock changes is written: an entry whose cache value already has the
-    locked tactic and the locked time (or no locked time) is left alone, so a key the
-    lock does not change keeps exactly what the recording build wrote. The time written is
+    Every key is written, also one the lock does not change: that one gets exactly the
+    value the cache holds (``update(key, query(key))``), as NVIDIA's qualified replay flow
+    (TensorRT-Model-Connect) writes every key before its ``ERROR_ON_TIMING_CACHE_MISS``
+    build, so a locked build differs from that flow only by the edits a lock makes.
+    ``PinResult.updated`` says whether the value changed. The time written is
     the entry's recorded time (``time_ms``, exact, from the lock): a builder chooses between
     the several keys of one layer by their cached times, so writing the recorded ones back
     makes a rebuild on any machine of the target choose as the recording did. Without a
@@ -90,6 +91,7 @@ def update_tactics(
             and int(current.tactic_hash) == int(entry.tactic)
             and (not usable or float(current.time_ms) == float(recorded))
         ):
+            _write_back(cache, entry, current)
             results.append(PinResult(entry.key, entry.layer, entry.tactic, previous, False))
             continue
         if usable:
@@ -114,6 +116,14 @@ def update_tactics(
             )
         results.append(PinResult(entry.key, entry.layer, entry.tactic, previous, True))
     return results
+
+
+def _write_back(cache: TimingCache, entry: _Entry, current: Any) -> None:
+    """``update(key, query(key))`` for a key the lock does not change. A refusal changes
+    nothing (the cache still holds that very value), so it never stops a build; a
+    non-finite time (every tactic failed) is left as the builder wrote it."""
+    if math.isfinite(float(current.time_ms)):
+        cache.update(entry.key, int(current.tactic_hash), float(current.time_ms))
 
 
 FAILED_TIME_MS = 3.4028234663852886e38

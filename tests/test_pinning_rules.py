@@ -48,14 +48,16 @@ def test_update_tactics_writes_exactly_the_locked_keys_with_finite_times() -> No
     assert cache.entries[k[2]] == TimingValue(3, 0.25)
 
 
-def test_update_tactics_writes_only_what_the_lock_changes() -> None:
+def test_update_tactics_writes_every_key_back_as_nvidias_replays_do() -> None:
+    """TensorRT-Model-Connect writes ``update(key, query(key))`` for every key before its
+    strict build; a key the lock does not change gets exactly its own value."""
     k = ["0x" + c * 32 for c in "abcd"]
     cache = _RecordingCache(
         {
-            k[0]: TimingValue(1, 0.5),  # the lock says the same tactic and time: untouched
-            k[1]: TimingValue(2, 0.5),  # same tactic, no time in the lock: untouched
-            k[2]: TimingValue(3, 0.5),  # same tactic, another recorded time: written
-            k[3]: TimingValue(4, float("inf")),  # same tactic, failed: untouched (stays inf)
+            k[0]: TimingValue(1, 0.5),  # the lock says the same tactic and time: its own value
+            k[1]: TimingValue(2, 0.5),  # same tactic, no time in the lock: its own value
+            k[2]: TimingValue(3, 0.5),  # same tactic, another recorded time: the lock's
+            k[3]: TimingValue(4, float("inf")),  # same tactic, failed: left as it is (inf)
         }
     )
     results = update_tactics(
@@ -67,7 +69,7 @@ def test_update_tactics_writes_only_what_the_lock_changes() -> None:
             LayerEntry(k[3], "d", 4),
         ],
     )
-    assert cache.updates == [(k[2], 3, 0.75)]
+    assert cache.updates == [(k[0], 1, 0.5), (k[1], 2, 0.5), (k[2], 3, 0.75)]
     assert [r.updated for r in results] == [False, False, True, False]
     assert math.isinf(cache.entries[k[3]].time_ms)
 

@@ -44,12 +44,15 @@ def _record(
 
 
 def _spy_updates(trt: object, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The keys every ``ITimingCache.update()`` call names, in order."""
+    """The keys ``ITimingCache.update()`` calls edit (give a value other than the one the
+    cache holds), in order: a key written back with its own value is no edit."""
     updates: list[str] = []
     original = trt.ITimingCache.update
 
     def spy(self, key, value):
-        updates.append(str(key))
+        held = self.query(key)
+        if (held.tacticHash, held.timingMSec) != (value.tacticHash, value.timingMSec):
+            updates.append(str(key))
         return original(self, key, value)
 
     monkeypatch.setattr(trt.ITimingCache, "update", spy)

@@ -560,9 +560,10 @@ def _weights(model: Path, name: str):
 def test_update_refusing_a_key_matters_only_where_the_lock_changes_it(
     monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
 ) -> None:
-    """``update()`` may return False for an existing key; reprobuild writes only the entries
-    the lock changes, so a refused key the lock leaves as recorded never stops a build, and
-    one it must change is one line naming the layer and key (exit 2), nothing written."""
+    """``update()`` may return False for an existing key. A key the lock leaves as recorded
+    is only written back with its own value, so its refusal changes nothing and never stops
+    a build; one the lock must change is one line naming the layer and key (exit 2),
+    nothing written."""
     trt = install_standin(monkeypatch)
     monkeypatch.chdir(tmp_path)
     model = tmp_path / "mlp.onnx"
@@ -573,7 +574,7 @@ def test_update_refusing_a_key_matters_only_where_the_lock_changes_it(
     assert cli(*args).code == 0
     lock = load_lock(tmp_path / "t.lock")
     trt._standin.refuse_update.update(e.key for e in lock.layers)
-    assert cli(*args, "-o", "locked.engine").code == 0  # nothing to change: no update()
+    assert cli(*args, "-o", "locked.engine").code == 0  # nothing to change: no edit
     layer = _pin_second_candidate(tmp_path / "t.lock")
     before = (tmp_path / "t.lock").read_bytes()
     res = cli(*args, "-o", "pinned.engine")
