@@ -107,6 +107,44 @@ def _check_settings(settings: BuildSettings) -> None:
         raise UsageError(f"workspace={settings.workspace} must be a positive number of bytes")
 
 
+_BF16 = 16  # TensorProto.BFLOAT16
+
+
+def _bf16_refusal(path: Path, cuda: cuda_probe.CudaInfo) -> str | None:
+    """Why a model with bfloat16 tensors cannot build on this GPU, or None.
+
+    TensorRT has no bfloat16 kernels before compute capability 8.0 (Ampere), and a strongly
+    typed network cannot fall back to another type, so such a build fails only after the
+    recording's work; this says so first. The model is read only on such a GPU."""
+    gpu = cuda.gpus[0] if cuda.gpus else None
+    if gpu is None or _cc(gpu.compute_capability) >= (8, 0):
+        return None
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    typed = [*graph.input, *graph.output, *graph.value_info]
+    uses = any(v.type.tensor_type.elem_type == _BF16 for v in typed)
+    uses = uses or any(t.data_type == _BF16 for t in graph.initializer)
+    uses = uses or any(
+        a.name == "to" and a.i == _BF16
+        for n in graph.node
+        if n.op_type == "Cast"
+        for a in n.attribute
+    )
+    if not uses:
+        return None
+    return (
+        f"{path}: the model has bfloat16 tensors, and {gpu.name} (compute capability "
+        f"{gpu.compute_capability}) has no bfloat16 kernels (TensorRT needs 8.0 or later); "
+        "use fp16 (--precision fp16, or --float fp16 for INT8) on this GPU"
+    )
+
+
+def _cc(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    return (int(major), int(minor or 0)) if major.isdigit() and minor.isdigit() else (99, 0)
+
+
 class TensorRTBackend:
     """Builds and runs engines with the real TensorRT; one builder and logger per instance."""
 
@@ -261,6 +299,8 @@ class TensorRTBackend:
         path = Path(model_path)
         if not path.is_file():
             raise UsageError(f"{path}: no such ONNX model file; check the path")
+        if (refusal := _bf16_refusal(path, self._cuda)) is not None:
+            raise UsageError(refusal)
         trt = self._trt_module
         trt_cache = self._trt_cache_of(cache)
         self._router.start(log)
