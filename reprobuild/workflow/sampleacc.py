@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.accuracy import json_safe
+from reprobuild.errors import ReprobuildError
 from reprobuild.events import Progress, Step
 from reprobuild.workflow.outputs import engine_batch, run_engine_samples, sample_accuracy
 
@@ -117,5 +118,9 @@ def engine_accuracy(
     if not sets:
         return None
     progress(Step("measuring the engine's error against FP32 on the sample sets"))
-    outputs = run_sets(run, sets, model_path, settings)
+    try:
+        outputs = run_sets(run, sets, model_path, settings)
+    except ReprobuildError as err:  # reported, never deciding: the build itself stands
+        why = f"the engine did not run on the samples: {err}"[:300]
+        return {s.label: {"source": s.source, "samples": s.count, "error": why} for s in sets}
     return compare_sets(model_path, sets, outputs, settings)

@@ -85,3 +85,32 @@ def test_held_out_data_that_does_not_fit_is_refused(cli, tmp_path: Path) -> None
     )  # fmt: skip
     assert r.code == 2 and "has shape [3, 1, 4, 4]" in r.err, r
     assert not (tmp_path / "e.engine").exists()
+
+
+def test_an_engine_that_cannot_run_the_samples_is_reported_not_fatal(tmp_path: Path) -> None:
+    """The accuracy section is reported, never deciding: an engine that fails on the sample
+    sets (no CUDA runtime for ``run``, say) leaves the build standing, each set saying why."""
+    import numpy as np
+
+    from reprobuild.errors import BuildError
+    from reprobuild.events import quiet
+    from reprobuild.types import BuildSettings
+    from reprobuild.workflow.sampleacc import engine_accuracy
+    from tests.models import digits
+
+    np.savez(tmp_path / "h.npz", input=digits.held_out_split()[0][:8])
+
+    def run(_feeds: object) -> object:
+        raise BuildError("no CUDA runtime: pip install nvidia-cuda-runtime")
+
+    acc = engine_accuracy(
+        run, None, digits.model_path("cnn"), None, tmp_path / "h.npz", BuildSettings(), quiet
+    )
+    assert acc == {
+        "held_out": {
+            "source": "h.npz",
+            "samples": 8,
+            "error": "the engine did not run on the samples: no CUDA runtime: pip install "
+            "nvidia-cuda-runtime",
+        }
+    }
