@@ -96,3 +96,41 @@ def test_re_record_on_a_machine_with_other_keys_keeps_the_pins(
     assert set(lock.tactic_map()) != first and trt._standin.recordings == 2
     assert [e.layer for e in lock.layers if e.pinned] == [pinned]
     assert cli(*base, "--frozen", "-o", "again.engine").code == 0
+
+
+def test_a_replay_that_times_a_key_the_recording_did_not_make_settles_into_the_lock(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    """``replay-adds-combination``: the recording's replay times each Conv's second format
+    combination (a miss the strict replay stops). The recording locks those keys from the
+    replay's cache once a second replay from it matches; later builds follow that cache.
+    The negative control: the same model without the behaviour adds no key."""
+    import json
+
+    install_standin(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(EXAMPLES / "cnn.onnx", tmp_path / "cnn.onnx")
+    base = ("build", "cnn.onnx", "--backend", "tensorrt")
+    assert cli(*base, "--lock", "plain.lock", "-o", "plain.engine").code == 0
+    plain = json.loads((tmp_path / "plain.engine.report.json").read_text())
+    assert plain["replay_added_keys"] == [] and not _convs_with_two_keys(tmp_path / "plain.lock")
+
+    install_standin(monkeypatch, ("replay-adds-combination",))
+    shutil.rmtree(tmp_path / "caches")
+    res = cli(*base, "--lock", "t.lock", "-o", "t.engine")
+    assert res.code == 0, res
+    report = json.loads((tmp_path / "t.engine.report.json").read_text())
+    added = report["replay_added_keys"]
+    assert len(added) == 2 and _convs_with_two_keys(tmp_path / "t.lock") == ["conv1", "conv2"]
+    assert set(added) <= set(load_lock(tmp_path / "t.lock").tactic_map())
+    assert "the replay of the recording timed 2 keys the recording had not made" in res.err
+    (cache_file,) = (tmp_path / "caches").iterdir()  # the replay's cache, with the keys
+    from reprobuild.backends.tensorrt.backend import TensorRTBackend
+
+    stored = TensorRTBackend().create_timing_cache(cache_file.read_bytes()).tactic_map()
+    assert set(added) <= set(stored)
+    before = (tmp_path / "t.lock").read_bytes()
+    assert cli(*base, "--lock", "t.lock", "-o", "again.engine", "--frozen").code == 0
+    assert (tmp_path / "t.lock").read_bytes() == before
+    res = cli("verify", "cnn.onnx", "--lock", "t.lock", "--backend", "tensorrt", "--json")
+    assert res.code == 0, res

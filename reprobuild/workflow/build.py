@@ -292,6 +292,8 @@ def _build(
         rep["tie_break"] = None if done.ties is None else done.ties.to_json()
         # a recording: whether its own engine gave the bits of the replay the lock records
         rep["recording_vs_replay"] = replay_check
+        # a recording: keys its replay timed that it had not made, locked from the replay
+        rep["replay_added_keys"] = done.replay_added
         rep["precision_error"] = precision_error
         rep["log_messages"] = [w.to_json() for w in done.log_warnings]
         rep["records"] = [r.to_json() for r in done.records]

@@ -35,6 +35,7 @@ from reprobuild.types import BuildSettings
 from reprobuild.words import count
 
 _LACKS = "lacks keys of the lock"
+_RETRY_HINT = " (--allow-cache-miss-retry accepts the retried build when its map matches)"
 
 
 class SavedLog(Protocol):
@@ -355,12 +356,28 @@ class PinnedBuild:
     problems: list[str] = field(default_factory=list)
     retry: str | None = None  # the strict build failed and was built again without the flag
     retry_accepted: bool = False  # --allow-cache-miss-retry: a warning, not a failure
+    missed: list[str] = field(default_factory=list)  # keys the retry shows missed
+    names: dict[str, str] = field(default_factory=dict)  # each locked key's layer
+    engine_problems: int = 0  # of ``problems``, those the engine's kernels showed (the last)
+
+    def judge(self) -> None:
+        """Raise ``DriftError`` for any problem (a disallowed strict retry is one)."""
+        retry, accepted, problems = self.retry, self.retry_accepted, self.problems
+        if retry is not None and not accepted and not self.missed and len(problems) == 1:
+            raise DriftError(
+                "the strict build failed with ERROR_ON_TIMING_CACHE_MISS although the cache held "
+                f"every locked key and the retried build matches the lock ({retry}): no tactic "
+                "drifted; --allow-cache-miss-retry accepts such a build (with a warning), or "
+                "attach the build's --log to a bug report"
+            )
+        if problems:
+            hint = "" if retry is None else f" ({retry})" if accepted else _RETRY_HINT
+            raise DriftError(drift_message(problems, self.names) + hint)
 
 
 def missed_keys(before: dict[str, int], after: dict[str, int], records: list[Any]) -> list[str]:
-    """The keys a pinned build's retry shows missed: those the cache map shows added,
-    removed or changed, and those the retried build timed (a structural check, never a
-    guess at TensorRT's wording)."""
+    """The keys a pinned build's retry shows missed: added, removed or changed in the cache
+    map, or timed by the retried build (structural, never TensorRT's wording)."""
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
     timed = {r.key for r in records if r.key is not None and not r.from_cache}
     return sorted(changed | timed)
@@ -456,24 +473,14 @@ def pinned_build(
         problems.insert(0, f"{retry}; a failed strict build is a failure unless allowed")
     # Informational only: a header for a locked key may just be TensorRT announcing a hit.
     timed = [r for r in log.records if r.key is not None and not r.from_cache]
+    engine_problems: list[str] = []
     if entries:
         kernels = cross_check_kernels(output.layer_info, entries)
-        problems += kernels.problems + key_choice_drift(output.layer_info, entries)
+        engine_problems = kernels.problems + key_choice_drift(output.layer_info, entries)
         warnings += [w for w in kernels.warnings if w not in warnings]
-    if strict and retry is not None and not accepted and not missed and len(problems) == 1:
-        raise DriftError(
-            f"the strict build failed with ERROR_ON_TIMING_CACHE_MISS although the cache held "
-            f"every locked key and the retried build matches the lock ({retry}): no tactic "
-            "drifted; --allow-cache-miss-retry accepts such a build (with a warning), or attach "
-            "the build's --log to a bug report"
-        )
-    if problems and strict:
-        hint = f" ({retry})" if retry is not None and accepted else ""
-        if retry is not None and not accepted:
-            hint = " (--allow-cache-miss-retry accepts the retried build when its map matches)"
-        raise DriftError(drift_message(problems, names) + hint)
+    problems += engine_problems
     hits = sum(1 for r in log.records if r.from_cache)
-    return PinnedBuild(
+    built = PinnedBuild(
         output,
         after,
         log.records,
@@ -484,4 +491,10 @@ def pinned_build(
         problems,
         retry,
         accepted,
+        missed,
+        names,
+        len(engine_problems),
     )
+    if strict:
+        built.judge()
+    return built

@@ -55,6 +55,7 @@ QUESTIONS = {
     "strict-retried": "was a pinned build retried without ERROR_ON_TIMING_CACHE_MISS?",
     "recording-bits": "does the recording engine give the bits of a build from its serialized "
     "cache (a replay)?",
+    "replay-keys": "does a replay of the recording cache time keys the recording did not make?",
     "key-times": "does a change of a key's cached time move a multi-key layer to another key?",
     "edits": "is an edited non-chosen tactic honoured for a Cask and a Myelin layer, in a cache "
     "deserialized into a new config?",
@@ -130,6 +131,7 @@ class _ModelRun:
     trtexec: ProbeStep | None = None
     keys: Any = None  # probe_keys.KeyEvidence
     replay: dict[str, Any] | None = None  # the recording report's recording_vs_replay
+    replay_added: list[str] | None = None  # the recording report's replay_added_keys
 
 
 def probe(
@@ -251,7 +253,11 @@ def _cycle(
         return
     # the recording's report (its tie_break section: what the rule did or would do)
     shutil.copy(run.dir / "recording.engine.report.json", run.dir / "recording_report.json")
-    run.replay = json.loads((run.dir / "recording_report.json").read_text())["recording_vs_replay"]
+    recording_report = json.loads((run.dir / "recording_report.json").read_text())
+    run.replay, run.replay_added = (
+        recording_report["recording_vs_replay"],
+        recording_report["replay_added_keys"],
+    )
     run.shuffled = _keys_shuffle(be, caches)
     run.strict_attach = _strict_attach(be, caches)
     from reprobuild.lock.yamlio import load_lock

@@ -105,6 +105,27 @@ def _replay_answer(runs: list[Any], questions: dict[str, str], built: bool) -> A
     )
 
 
+def _replay_keys_answer(runs: list[Any], questions: dict[str, str]) -> Answer:
+    """Did a recording's replay time keys the recording had not made (the miss TensorRT
+    11.0 was seen not to stop)? The negative control is every model whose replay did not."""
+    seen = {r.name: r.replay_added for r in runs if r.replay_added is not None}
+    added = sorted(n for n, keys in seen.items() if keys)
+    return Answer(
+        "replay-keys",
+        questions["replay-keys"],
+        "pass" if seen else "skipped",
+        ["replay-adds-combination"] if added else ["default"],
+        "; ".join(f"{n}: {len(seen[n])} added" for n in added)
+        + (f"; none in {len(seen) - len(added)}" if len(seen) > len(added) else "")
+        if added
+        else f"no key added in {len(seen)} models"
+        if seen
+        else "no recording was replayed",
+        "the recording locks the added keys from the replay's cache after a second replay "
+        "from it matches",
+    )
+
+
 def _result(ok: bool) -> str:
     return "pass" if ok else "fail"
 
@@ -324,6 +345,7 @@ def key_answers(runs: list[Any], questions: dict[str, str], shared: bool = False
         )
     )
     out.append(_replay_answer(runs, questions, bool(runs) and all(r.locked_ok for r in runs)))
+    out.append(_replay_keys_answer(runs, questions))
     out.append(_key_times_answer(evs, questions))
     out.append(_edits_answer(evs, questions))
     other = [(n, e) for n, e in evs if e.other_process is not None]

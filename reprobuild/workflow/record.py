@@ -57,6 +57,8 @@ class Built:
     ties: Any = None  # a recording's TieOutcome (workflow/ties.py)
     # a recording's own engine; ``output`` is a build from its serialized cache (a replay)
     recording_engine: bytes | None = None
+    # keys the recording's replay timed that the recording had not made (locked from it)
+    replay_added: list[str] | None = None
 
 
 def record(
@@ -104,12 +106,13 @@ def record(
         )
     log_warnings = list(log.parser.warnings)
 
-    def replay() -> Any:
+    def replay(rec: Recording | None = None, strict: bool = True) -> Any:
         """A build of the serialized recording cache, as every later locked build is (--log
         keeps the recording's log, which timed every candidate)."""
         return pinned_build(
             be, built_model, new_lock.settings, new_lock.tactic_map(), None, progress, warnings,
-            entries=new_lock.layers, recording=Recording(be.create_timing_cache(recorded)),
+            entries=new_lock.layers, recording=rec or Recording(be.create_timing_cache(recorded)),
+            strict=strict,
         )  # fmt: skip
 
     recording_engine: bytes | None = output.engine
@@ -136,9 +139,25 @@ def record(
         else:
             ties.rebuilt, ties.second_build_timed = True, pb.timed
             recording_engine = None  # it ran other tactics: no replay of it to compare
+    settled: list[str] = []
     if pb is None:  # the engine (and the lock's bits) come from a replay, as later
         progress(Step("replaying the recording cache (the engine every locked build makes)"))
-        pb = replay()
+        rec = Recording(be.create_timing_cache(recorded))
+        pb = replay(rec, strict=False)
+        settled = _new_keys(cache.tactic_map(), pb)
+        if not settled:
+            pb.judge()
+        else:  # the replay timed keys the recording had not made: lock them, replay again
+            recorded = bytes(rec.cache.serialize())
+            new_lock.layers = _with_keys(new_lock.layers, pb, rec.cache, settled, warnings)
+            progress(Step(f"replaying again with {count(len(settled), 'key')} the replay added"))
+            pb = replay()
+            warnings.append(
+                f"the replay of the recording timed {count(len(settled), 'key')} the recording "
+                f"had not made ({', '.join(settled[:3])}{' ...' if len(settled) > 3 else ''}): "
+                "TensorRT can time another set of format combinations from a cache; they are "
+                "locked from the replay's cache, and a second replay from it matched the lock"
+            )
     # the report's candidate times are the recording's: a replay measures only what it
     # has to (second_build_timed says how many keys)
     pb.output.extra = {**pb.output.extra, "autotune": output.extra.get("autotune")}
@@ -152,13 +171,39 @@ def record(
         log.records,
         log_warnings,
         0,
-        timed,
+        timed + len(settled),
         True,
-        [f"recorded {count(len(entries), 'layer')}"],
+        [f"recorded {count(len(new_lock.layers), 'layer')}"],
         recorded,
         ties,
         recording_engine,
+        settled,
     )
+
+
+def _new_keys(recorded: dict[str, int], pb: Any) -> list[str]:
+    """The keys a replay (``strict=False``) added to the recording's, where that is all it
+    changed: every recorded key kept its tactic and the engine's kernels showed no problem
+    (a strict build that failed on the missing keys is expected). Any other drift is left
+    to :meth:`PinnedBuild.judge`."""
+    added = sorted(set(pb.after) - set(recorded))
+    kept = all(pb.after.get(k) == t for k, t in recorded.items())
+    return added if added and kept and not pb.engine_problems else []
+
+
+def _with_keys(
+    entries: list[LayerEntry], pb: Any, cache: Any, keys: list[str], warnings: list[str]
+) -> list[LayerEntry]:
+    """The recording's entries and one for each key the replay added, named from the
+    replay's log and engine, with the time its cache holds."""
+    added, w = entries_from_records(
+        pb.records,
+        {k: cache.tactic_map()[k] for k in keys},
+        pb.output.layer_info,
+        pb.output.extra.get("key_layers"),
+    )
+    warnings += w
+    return sorted(entries + with_recorded_times(added, cache), key=lambda e: e.key)
 
 
 Choices = dict[str, tuple[int, str | None, bool]]

@@ -45,6 +45,10 @@ nothing public rules out. Each is named, so a test can run the whole workflow un
 - ``varying-keys``: two recordings of the same model create different key sets (and
   times): a recording times a Conv's second format combination on alternate recordings, and
   a build from a cache follows the cache (see ``keysets``, which cites where TensorRT does it).
+- ``replay-adds-combination``: a recording times only a Conv's first format combination, and
+  a build from a cache that lacks the second's key times it too (a miss: with
+  ``ERROR_ON_TIMING_CACHE_MISS`` the build fails); a build from a cache that holds both
+  follows the cache (see ``keysets``).
 
 - ``recording-bits``: an engine built from an empty cache (a recording) gives other output
   bits than an engine built from its serialized cache with the same tactics (a replay).
@@ -105,6 +109,7 @@ BEHAVIOURS = (
     "cached-result-lines",
     "typed-io",
     "varying-keys",
+    "replay-adds-combination",
     "recording-bits",
     "fixed-format",
     "cask-edits-ignored",

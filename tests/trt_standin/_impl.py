@@ -946,6 +946,8 @@ class Builder(_Strict):
             combos = ("", "fmt:NHWC") if op == "Conv" and "multi-key" in st.behaviours else ("",)
             if op == "Conv" and "varying-keys" in st.behaviours:
                 combos = _keysets.timed_combos(tuner, index, node, convs, st.recordings)
+            if op == "Conv" and "replay-adds-combination" in st.behaviours:
+                combos = _keysets.replay_combos(combos, from_nothing)
             convs += op == "Conv"
             tuned = []
             for combo in combos:  # each format combination has its own key and table

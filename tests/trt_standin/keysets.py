@@ -25,6 +25,11 @@ even (``ordinal``: the Conv's place among the network's Convs), so consecutive r
 never agree. A build from a cache that already holds keys of the layer follows the cache
 (it times the combinations whose keys are there), as a builder led by cached times would.
 ``module._standin.recordings`` counts recordings (a test may set it).
+
+``replay-adds-combination`` is the case Model-Connect's pull request 449 names: a build from
+a recorded cache times a key the recording did not make. The recording (an empty cache)
+times only a Conv's first combination; a build from a cache that lacks the second's key
+times it as well, once: from then on the cache holds both, and builds follow it.
 """
 
 NHWC = "fmt:NHWC"
@@ -36,3 +41,10 @@ def timed_combos(tuner, index: int, node: dict, ordinal: int, recording: int) ->
     if present:
         return tuple(present)
     return ("", NHWC) if (recording + ordinal) % 2 == 0 else ("",)
+
+
+def replay_combos(combos: tuple, recording: bool) -> tuple:
+    """``replay-adds-combination``: a recording times ``combos`` (as the other behaviours
+    decide); a build from a cache times both of a Conv's combinations (see the module
+    doc)."""
+    return combos if recording else ("", NHWC)
