@@ -61,7 +61,7 @@ from reprobuild.workflow.ties import apply_to_entries, decide_recording
 
 __all__ = ["BuildResult", "PrecisionRequest", "build"]
 
-_WORRYING = {"cache-not-used", "cache-invalid", "cache-error", "cache-miss"}
+_WORRYING = {"cache-not-used", "cache-invalid", "cache-error", "cache-miss", "parser-error"}
 """Log-message kinds that deserve a warning; the rest stay in the report's log_messages."""
 
 
