@@ -120,12 +120,17 @@ def doctor(
         tensorrt_reason = tensorrt_backend.creation_problem()
     ref_env, ref_reason = _reference_environment()
     from reprobuild.backends.tensorrt.device import run_readiness
+    from reprobuild.backends.tensorrt.install import driver_problem, tensorrt_cuda_major
 
     report: dict[str, Any] = {
         "tensorrt": tensorrt_info.to_dict(),
         "cuda": cuda.to_dict(),
         # whether `run` (verify, a recording's expected bits) finds a CUDA runtime
         "run": run_readiness(tensorrt_info.version) if tensorrt_info.installed else None,
+        # the driver's CUDA older than the one the TensorRT wheel was built for (else None)
+        "driver_problem": driver_problem(cuda, tensorrt_cuda_major())
+        if tensorrt_info.installed
+        else None,
         "backends": {
             "reference": {"available": ref_reason is None, "problem": ref_reason},
             "tensorrt": {"available": tensorrt_reason is None, "problem": tensorrt_reason},
@@ -194,6 +199,8 @@ def _print_doctor(report: dict[str, Any]) -> None:
         f"CUDA: driver {cuda['driver_version'] or 'unknown'}, "
         f"runtime {cuda['cuda_runtime_version'] or 'unknown'}"
     )
+    if report["driver_problem"]:
+        typer.echo(f"CUDA driver: TOO OLD: {report['driver_problem']}")
     run = report["run"]
     if run is not None:
         typer.echo(

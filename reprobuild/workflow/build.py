@@ -197,6 +197,9 @@ def _build(
         elif not rerecord:  # the keys this target was recorded with
             check_lock(existing, lock_path)  # no locked tactic that a kernel rule denies
             be = be.for_target(existing.environment)
+    if existing is None or rerecord:  # what a recording needs beyond building (TensorRT:
+        # a CUDA runtime for the lock's expected bits), asked before any work
+        getattr(be, "check_recording", lambda: None)()
     settings = settings or BuildSettings()
     check_profiles(settings)
     check_dynamic_inputs(model_path, settings)

@@ -201,6 +201,13 @@ class TensorRTBackend:
             )
         return TrtTimingCache(self._trt_module, trt_cache, trt_config, self.create_timing_cache)
 
+    def check_recording(self) -> None:
+        """A recording needs a CUDA runtime for its expected bits (:func:`.device.check_recording`);
+        ``build`` asks before any work when it would record."""
+        from reprobuild.backends.tensorrt import device as device_mod
+
+        device_mod.check_recording(self.version)
+
     def strict_attach_accepted(self, data: bytes) -> bool:
         """Whether ``set_timing_cache(cache, ignore_mismatch=False)`` takes a cache loaded
         from ``data`` (``doctor --probe`` asks; builds always attach leniently). TensorRT
