@@ -914,6 +914,33 @@ def test_cache_dir_layout_and_atomic_round_trip(tmp_path: Path) -> None:
         cache_path(tmp_path, env, settings, "model.onnx")
 
 
+def test_the_default_cache_dir_is_beside_the_lock_from_any_folder(
+    trt: ModuleType, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build run from another folder reuses the recording cache beside the lock (another
+    recording could make other keys); an explicit --cache-dir is relative to the current
+    folder, as given."""
+    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (here / "sub").mkdir(parents=True), elsewhere.mkdir()
+    monkeypatch.chdir(here)
+    assert cli("build", str(MLP), "--backend", "tensorrt", "--lock", "sub/t.lock", "-q").code == 0
+    (cached,) = (here / "sub" / "caches").iterdir()
+    recorded, stored = trt._standin.recordings, cached.read_bytes()
+    monkeypatch.chdir(elsewhere)
+    lock = str(here / "sub" / "t.lock")
+    res = cli("build", str(MLP), "--backend", "tensorrt", "--lock", lock, "--frozen", "-q")
+    assert res.code == 0, res
+    assert trt._standin.recordings == recorded  # the stored recording, not a new one
+    assert cached.read_bytes() == stored and sorted(elsewhere.iterdir()) == [
+        elsewhere / "mlp.engine",
+        elsewhere / "mlp.engine.layers.json",
+        elsewhere / "mlp.engine.report.json",
+    ]
+    res = cli("build", str(MLP), "--backend", "tensorrt", "--lock", lock, "--cache-dir", "c")
+    assert res.code == 0, res
+    assert trt._standin.recordings == recorded + 1 and len(list(Path("c").iterdir())) == 1
+
+
 # ---------------------------------------------------------------------------- CLI
 
 

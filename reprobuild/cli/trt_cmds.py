@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from reprobuild.cachedir import DEFAULT_CACHE_DIR
+from reprobuild.cachedir import CACHE_DIR_HELP
 from reprobuild.cli.groups import ModelArg, ModelOpt, model_of
 from reprobuild.cli.render import print_json
 from reprobuild.lock.model import DEFAULT_LOCK
@@ -23,9 +23,7 @@ def export_cache(
     model: Path | None = ModelArg,
     output: Path = typer.Option(..., "--output", "-o", help="Timing-cache file to write."),
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile with the tactics."),
-    cache_dir: Path = typer.Option(
-        Path(DEFAULT_CACHE_DIR), "--cache-dir", help="Where recording timing caches are kept."
-    ),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help=CACHE_DIR_HELP),
     model_opt: Path | None = ModelOpt,
     as_json: bool = JsonOpt,
 ) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.backends.base import Backend
+from reprobuild.cachedir import cache_folder
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import exclusive, sha256_file
@@ -111,7 +112,7 @@ def build(
     backend: str | Backend = "auto",
     settings: BuildSettings | None = None,
     frozen: bool = False,
-    cache_dir: str | os.PathLike[str] = "caches",
+    cache_dir: str | os.PathLike[str] | None = None,
     allow_env_change: bool = False,  # accepted, no longer needed: see check_existing
     re_record: bool = False,
     report: str | os.PathLike[str] | None = None,
@@ -131,6 +132,7 @@ def build(
     backend has not been shown to honour an edited tactic (TensorRT: see record.py).
     """
     t0 = time.perf_counter()
+    cache_dir = cache_folder(cache_dir, lock)
     model_path, lock_path, engine_path, report_path, log_path = build_paths(
         model, lock, out, report, cache_dir, frozen, precision, held_out, log
     )

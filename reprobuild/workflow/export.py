@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.backends.base import Backend, TimingCache
-from reprobuild.cachedir import cache_path, get_or_record
+from reprobuild.cachedir import cache_folder, cache_path, get_or_record
 from reprobuild.errors import BuildError, UsageError
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import Lock
@@ -52,13 +52,14 @@ def _model_candidates(lock_path: Path, recorded: str, override: Path | None) -> 
 def export_pinned_cache(
     lock_path: str | Path,
     output: str | Path,
-    cache_dir: str | Path,
+    cache_dir: str | Path | None,
     *,
     model: str | Path | None = None,
     backend: Backend | None = None,
 ) -> ExportResult:
     """Write ``output`` atomically; ``backend`` defaults to a new ``TensorRTBackend``."""
     check_output_path(output, "timing cache")
+    cache_dir = cache_folder(cache_dir, lock_path)
     check_distinct([(output, "timing cache")], [(lock_path, "lock"), (model, "model")], cache_dir)
     lock_path = Path(lock_path)
     lock = load_lock(lock_path)
