@@ -31,7 +31,8 @@ def export_cache(
 
     Its keys are made with the editable-cache flag (for a lock with a precision plan: those
     of the converted model, so the model is needed when the lock's model is not at hand).
-    TensorRT's Python API with that flag honours them; trtexec loads the file but cannot set
+    TensorRT's Python API with that flag finds the locked tactics under them (reprobuild's
+    own locked builds check that the engine follows them); trtexec loads the file but cannot set
     the flag, so it may miss and re-time (--errorOnTimingCacheMiss shows it; `reprobuild
     doctor --probe` checks it); Torch-TensorRT does not pin from it (strict attach, its own
     network, overwrites the file). See docs/export-cache.md. Needs TensorRT and the GPU the

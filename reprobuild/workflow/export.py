@@ -1,12 +1,15 @@
 """``export-cache``: a standard TensorRT timing-cache file that holds a lock's choices.
 
-The file is the environment's recording cache (from ``caches/``, or a recording build when
-there is none) with ``update()`` applied for every lock entry, then serialized. A builder
-that sets ``EDITABLE_TIMING_CACHE`` on the same network and settings (TensorRT's Python API,
-as reprobuild does) builds with the locked kernels. trtexec loads the file but cannot set
-the editable flag, so its keys may differ (``--errorOnTimingCacheMiss`` makes that a
-failure); Torch-TensorRT never sets the flag, attaches strictly, builds its own network and
-overwrites the file, so the file does not pin its tactics (docs/export-cache.md).
+The file is the environment's recording cache (from ``caches/`` beside the lock or
+``--cache-dir``, or a recording build when there is none) with ``update()`` applied for
+every lock entry, then serialized. A builder that sets ``EDITABLE_TIMING_CACHE`` on the same
+network and settings (TensorRT's Python API, as reprobuild does) finds the same keys holding
+the locked tactics; reprobuild's own locked builds check that the engine followed them (the
+cache map before and after, the engine inspector), a build elsewhere is not checked. trtexec
+loads the file but cannot set the editable flag, so its keys may differ
+(``--errorOnTimingCacheMiss`` makes that a failure); Torch-TensorRT never sets the flag,
+attaches strictly, builds its own network and overwrites the file, so the file does not pin
+its tactics (docs/export-cache.md).
 """
 
 from __future__ import annotations
