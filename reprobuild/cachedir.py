@@ -23,8 +23,17 @@ from reprobuild.errors import CacheError, UsageError
 from reprobuild.types import BuildSettings, Environment
 
 DEFAULT_CACHE_DIR = "caches"
+CACHE_DIR_HELP = "Recording timing caches, per environment [default: caches/ beside the lock]."
 _SHA_RE = re.compile(r"[0-9a-f]{16,64}")
 _BACKEND_RE = re.compile(r"[a-z0-9_]+")
+
+
+def cache_folder(cache_dir: str | os.PathLike[str] | None, lock: str | os.PathLike[str]) -> Path:
+    """The recording caches' folder: ``cache_dir`` as given (relative to the current folder),
+    by default ``caches/`` beside the lock. Why beside the lock: a build run from another
+    folder must find the cache its lock was recorded with; it would otherwise record again,
+    and on TensorRT another recording can make other keys (a locked build then exits 1)."""
+    return Path(cache_dir) if cache_dir is not None else Path(lock).parent / DEFAULT_CACHE_DIR
 
 
 def cache_path(

@@ -35,7 +35,7 @@ from reprobuild.errors import (
     UsageError,
 )
 from reprobuild.lock.model import LayerEntry, Lock, LockCandidate, ModelInfo
-from reprobuild.lock.yamlio import save_lock
+from reprobuild.lock.yamlio import load_lock, save_lock
 from tests import fake_cuda
 from tests.conftest import EXAMPLES, ROOT, trt_env
 from tests.test_trt_variants import A100, install_standin
@@ -757,6 +757,51 @@ def test_sink_exceptions_surface_after_the_build(trt: ModuleType) -> None:
     assert not any("fc2" in line for line in seen)  # nothing forwarded after the failure
 
 
+def test_a_log_parser_failure_is_a_warning_and_the_build_stands(
+    trt: ModuleType, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log line the parser raises on (a form never seen) fails no build: the cache map and
+    the engine inspector decide, the report warns naming the line, the rest goes unparsed.
+    Ctrl-C from the parser still stops the build."""
+    from reprobuild.logs.parser import LogParser
+    from reprobuild.workflow.pinned import LogCollector
+
+    feed = LogParser.feed
+    trigger = ["Autotuning op fc2"]  # the recording's second table
+    fed: list[str] = []
+
+    def fragile(self: LogParser, line: str) -> list:
+        if trigger[0] in line:
+            raise ValueError("unexpected form")
+        fed.append(line)
+        return feed(self, line)
+
+    monkeypatch.setattr(LogParser, "feed", fragile)
+    lock, out = tmp_path / "t.lock", tmp_path / "mlp.engine"
+    args = ("build", str(MLP), "--backend", "tensorrt", "--lock", str(lock), "-o", str(out),
+            "--cache-dir", str(tmp_path / "c"), "--json")  # fmt: skip
+    res = cli(*args)
+    assert res.code == 0, res
+    warnings = json.loads(res.out)["warnings"]
+    assert (
+        "log line 11: the log parser failed at this line of the recording log (ValueError: "
+        "unexpected form): the log's remaining lines were not parsed" in "\n".join(warnings)
+    )
+    assert not any("fc2" in line for line in fed)  # nothing after the failure
+    assert len(load_lock(lock).layers) == 2  # fc2's key locked from the cache map
+    trigger[0] = "Global timing cache in use"  # a locked build: the pinned build's first line
+    res = cli(*args)
+    assert res.code == 0, res
+    assert "log line 1: the log parser failed at this line of the pinned build log" in res.out
+
+    def interrupted(self: LogParser, line: str) -> list:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LogParser, "feed", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        LogCollector(lambda _e: None, "pinned build")("a line")
+
+
 # ---------------------------------------------------------------------------- kernel cross-check
 
 
@@ -867,6 +912,33 @@ def test_cache_dir_layout_and_atomic_round_trip(tmp_path: Path) -> None:
     assert other != path
     with pytest.raises(UsageError, match="not a hex digest"):
         cache_path(tmp_path, env, settings, "model.onnx")
+
+
+def test_the_default_cache_dir_is_beside_the_lock_from_any_folder(
+    trt: ModuleType, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build run from another folder reuses the recording cache beside the lock (another
+    recording could make other keys); an explicit --cache-dir is relative to the current
+    folder, as given."""
+    here, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (here / "sub").mkdir(parents=True), elsewhere.mkdir()
+    monkeypatch.chdir(here)
+    assert cli("build", str(MLP), "--backend", "tensorrt", "--lock", "sub/t.lock", "-q").code == 0
+    (cached,) = (here / "sub" / "caches").iterdir()
+    recorded, stored = trt._standin.recordings, cached.read_bytes()
+    monkeypatch.chdir(elsewhere)
+    lock = str(here / "sub" / "t.lock")
+    res = cli("build", str(MLP), "--backend", "tensorrt", "--lock", lock, "--frozen", "-q")
+    assert res.code == 0, res
+    assert trt._standin.recordings == recorded  # the stored recording, not a new one
+    assert cached.read_bytes() == stored and sorted(elsewhere.iterdir()) == [
+        elsewhere / "mlp.engine",
+        elsewhere / "mlp.engine.layers.json",
+        elsewhere / "mlp.engine.report.json",
+    ]
+    res = cli("build", str(MLP), "--backend", "tensorrt", "--lock", lock, "--cache-dir", "c")
+    assert res.code == 0, res
+    assert trt._standin.recordings == recorded + 1 and len(list(Path("c").iterdir())) == 1
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -122,6 +122,33 @@ def test_probe_records_an_unexpected_exception_as_a_failed_step(
     assert "Traceback" not in res.err and (tmp_path / "b.tar.gz").is_file()
 
 
+def test_a_strict_attach_tensorrt_raises_on_is_could_not_tell_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, cli, tmp_path: Path
+) -> None:
+    from tests.trt_standin import _impl
+
+    install_standin(monkeypatch)
+    attach = _impl.IBuilderConfig.set_timing_cache
+
+    def raising(self, cache, ignore_mismatch):
+        if not ignore_mismatch:
+            raise RuntimeError("strict attach exploded")
+        return attach(self, cache, ignore_mismatch)
+
+    monkeypatch.setattr(_impl.IBuilderConfig, "set_timing_cache", raising)
+    monkeypatch.chdir(tmp_path)
+    res = cli("doctor", "--probe", "--bundle", "b.tar.gz", "--json")
+    assert res.code == 0, res
+    (answer,) = [a for a in json.loads(res.out)["answers"] if a["question"] == "strict-attach"]
+    assert answer["result"] == "skipped"
+    assert answer["detail"].startswith("could not tell (")
+    assert (
+        "raised in set_timing_cache(ignore_mismatch=False) (RuntimeError: strict attach "
+        "exploded)" in answer["detail"]
+    )
+    assert "Traceback" not in res.err
+
+
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 

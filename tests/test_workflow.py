@@ -374,7 +374,7 @@ def test_build_options_reach_the_workflow(work: Path, cli, monkeypatch) -> None:
     assert (r.code, r.err) == (2, "error: stopped before the build\n")
     [(model, kw)] = calls
     assert model == Path("mlp.onnx") and kw["lock"] == Path("tactics.lock")
-    assert kw["cache_dir"] == Path("caches") and kw["out"] is None and kw["frozen"] is False
+    assert kw["cache_dir"] is None and kw["out"] is None and kw["frozen"] is False
     assert kw["backend"].threads == 3 and kw["held_out"] is None
     settings = kw["settings"]
     assert (settings.optimization_level, settings.workspace, settings.tf32) == (0, 2 << 30, False)

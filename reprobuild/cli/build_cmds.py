@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 
+from reprobuild.cachedir import CACHE_DIR_HELP
 from reprobuild.cli.render import echo, print_json, with_progress
 from reprobuild.lock.model import DEFAULT_LOCK
 from reprobuild.types import DEFAULT_TIE_BAND
@@ -61,9 +62,7 @@ def build(
     frozen: bool = typer.Option(
         False, "--frozen", help="CI mode: never write the lock; fail if it would change."
     ),
-    cache_dir: Path = typer.Option(
-        Path("caches"), "--cache-dir", help="Recording timing caches, per environment."
-    ),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help=CACHE_DIR_HELP),
     allow_env_change: bool = typer.Option(
         False,
         "--allow-env-change",

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from reprobuild.cachedir import DEFAULT_CACHE_DIR
+from reprobuild.cachedir import CACHE_DIR_HELP
 from reprobuild.cli.groups import ModelArg, ModelOpt, model_of
 from reprobuild.cli.render import print_json
 from reprobuild.lock.model import DEFAULT_LOCK
@@ -23,9 +23,7 @@ def export_cache(
     model: Path | None = ModelArg,
     output: Path = typer.Option(..., "--output", "-o", help="Timing-cache file to write."),
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lockfile with the tactics."),
-    cache_dir: Path = typer.Option(
-        Path(DEFAULT_CACHE_DIR), "--cache-dir", help="Where recording timing caches are kept."
-    ),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help=CACHE_DIR_HELP),
     model_opt: Path | None = ModelOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -33,7 +31,8 @@ def export_cache(
 
     Its keys are made with the editable-cache flag (for a lock with a precision plan: those
     of the converted model, so the model is needed when the lock's model is not at hand).
-    TensorRT's Python API with that flag honours them; trtexec loads the file but cannot set
+    TensorRT's Python API with that flag finds the locked tactics under them (reprobuild's
+    own locked builds check that the engine follows them); trtexec loads the file but cannot set
     the flag, so it may miss and re-time (--errorOnTimingCacheMiss shows it; `reprobuild
     doctor --probe` checks it); Torch-TensorRT does not pin from it (strict attach, its own
     network, overwrites the file). See docs/export-cache.md. Needs TensorRT and the GPU the
@@ -120,12 +119,17 @@ def doctor(
         tensorrt_reason = tensorrt_backend.creation_problem()
     ref_env, ref_reason = _reference_environment()
     from reprobuild.backends.tensorrt.device import run_readiness
+    from reprobuild.backends.tensorrt.install import driver_problem, tensorrt_cuda_major
 
     report: dict[str, Any] = {
         "tensorrt": tensorrt_info.to_dict(),
         "cuda": cuda.to_dict(),
         # whether `run` (verify, a recording's expected bits) finds a CUDA runtime
         "run": run_readiness(tensorrt_info.version) if tensorrt_info.installed else None,
+        # the driver's CUDA older than the one the TensorRT wheel was built for (else None)
+        "driver_problem": driver_problem(cuda, tensorrt_cuda_major())
+        if tensorrt_info.installed
+        else None,
         "backends": {
             "reference": {"available": ref_reason is None, "problem": ref_reason},
             "tensorrt": {"available": tensorrt_reason is None, "problem": tensorrt_reason},
@@ -194,6 +198,8 @@ def _print_doctor(report: dict[str, Any]) -> None:
         f"CUDA: driver {cuda['driver_version'] or 'unknown'}, "
         f"runtime {cuda['cuda_runtime_version'] or 'unknown'}"
     )
+    if report["driver_problem"]:
+        typer.echo(f"CUDA driver: TOO OLD: {report['driver_problem']}")
     run = report["run"]
     if run is not None:
         typer.echo(

@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from reprobuild.cachedir import CACHE_DIR_HELP
 from reprobuild.cli.build_cmds import (
     BACKEND_HELP,
     HELD_OUT_HELP,
@@ -61,7 +62,7 @@ def verify(
     ),
     report: Path | None = typer.Option(None, "--report", help="Write a JSON report here."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
-    cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help=CACHE_DIR_HELP),
     seed: int = typer.Option(
         0, "--seed", min=0, max=SEED_MAX, help="Seed of the random inputs (at most 18 digits)."
     ),
@@ -374,7 +375,7 @@ def bisect(
     lock: Path = typer.Option(DEFAULT_LOCK, "--lock", "-l", help="Lock A (the baseline)."),
     against: Path = typer.Option(..., "--against", help="Lock B, whose outputs differ."),
     backend: str = typer.Option("auto", "--backend", help=BACKEND_HELP),
-    cache_dir: Path = typer.Option(Path("caches"), "--cache-dir", help="Recording timing caches."),
+    cache_dir: Path | None = typer.Option(None, "--cache-dir", help=CACHE_DIR_HELP),
     inputs: Path | None = typer.Option(None, "--inputs", help=".npz or Polygraphy JSON inputs."),
     first: bool = typer.Option(
         False, "--first", help="Stop at the first culprit found [default: find every culprit]."

@@ -100,7 +100,8 @@ class LogWarning:
     """A timing-cache message worth showing a user, with its 1-based line number.
 
     Kinds: ``cache-loaded``, ``cache-in-use``, ``cache-local``, ``cache-not-used``,
-    ``cache-invalid``, ``cache-error``, ``cache-miss``, ``cache-serialized``.
+    ``cache-invalid``, ``cache-error``, ``cache-miss``, ``cache-serialized``, and
+    ``parser-error`` (a build's log the parser failed on: ``workflow.pinned.LogCollector``).
     """
 
     line: int

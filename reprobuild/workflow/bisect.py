@@ -52,7 +52,7 @@ def bisect(
     lock: str | os.PathLike[str] = DEFAULT_LOCK,
     against: str | os.PathLike[str],
     backend: str | Backend = "auto",
-    cache_dir: str | os.PathLike[str] = "caches",
+    cache_dir: str | os.PathLike[str] | None = None,
     inputs: str | os.PathLike[str] | None = None,
     seed: int = 0,
     first: bool = False,
@@ -60,8 +60,9 @@ def bisect(
 ) -> BisectResult:
     """Find every layer whose tactic difference changes the outputs (``first``: the first
     one found, fewer builds); see the module's docstring for the search."""
-    from reprobuild.cachedir import cache_path
+    from reprobuild.cachedir import cache_folder, cache_path
 
+    cache_dir = cache_folder(cache_dir, lock)
     be = resolve_backend(backend)
     announce_backend(backend, be, progress)
     a, lock_path, model_path = open_lock(lock, model, be)

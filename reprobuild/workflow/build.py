@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.backends.base import Backend
+from reprobuild.cachedir import cache_folder
 from reprobuild.errors import DriftError, ReprobuildError, UsageError
 from reprobuild.events import Progress, Step, quiet
 from reprobuild.fileio import exclusive, sha256_file
@@ -61,7 +62,7 @@ from reprobuild.workflow.ties import apply_to_entries, decide_recording
 
 __all__ = ["BuildResult", "PrecisionRequest", "build"]
 
-_WORRYING = {"cache-not-used", "cache-invalid", "cache-error", "cache-miss"}
+_WORRYING = {"cache-not-used", "cache-invalid", "cache-error", "cache-miss", "parser-error"}
 """Log-message kinds that deserve a warning; the rest stay in the report's log_messages."""
 
 
@@ -111,7 +112,7 @@ def build(
     backend: str | Backend = "auto",
     settings: BuildSettings | None = None,
     frozen: bool = False,
-    cache_dir: str | os.PathLike[str] = "caches",
+    cache_dir: str | os.PathLike[str] | None = None,
     allow_env_change: bool = False,  # accepted, no longer needed: see check_existing
     re_record: bool = False,
     report: str | os.PathLike[str] | None = None,
@@ -131,6 +132,7 @@ def build(
     backend has not been shown to honour an edited tactic (TensorRT: see record.py).
     """
     t0 = time.perf_counter()
+    cache_dir = cache_folder(cache_dir, lock)
     model_path, lock_path, engine_path, report_path, log_path = build_paths(
         model, lock, out, report, cache_dir, frozen, precision, held_out, log
     )
@@ -197,6 +199,9 @@ def _build(
         elif not rerecord:  # the keys this target was recorded with
             check_lock(existing, lock_path)  # no locked tactic that a kernel rule denies
             be = be.for_target(existing.environment)
+    if existing is None or rerecord:  # what a recording needs beyond building (TensorRT:
+        # a CUDA runtime for the lock's expected bits), asked before any work
+        getattr(be, "check_recording", lambda: None)()
     settings = settings or BuildSettings()
     check_profiles(settings)
     check_dynamic_inputs(model_path, settings)

@@ -1,12 +1,15 @@
 """``export-cache``: a standard TensorRT timing-cache file that holds a lock's choices.
 
-The file is the environment's recording cache (from ``caches/``, or a recording build when
-there is none) with ``update()`` applied for every lock entry, then serialized. A builder
-that sets ``EDITABLE_TIMING_CACHE`` on the same network and settings (TensorRT's Python API,
-as reprobuild does) builds with the locked kernels. trtexec loads the file but cannot set
-the editable flag, so its keys may differ (``--errorOnTimingCacheMiss`` makes that a
-failure); Torch-TensorRT never sets the flag, attaches strictly, builds its own network and
-overwrites the file, so the file does not pin its tactics (docs/export-cache.md).
+The file is the environment's recording cache (from ``caches/`` beside the lock or
+``--cache-dir``, or a recording build when there is none) with ``update()`` applied for
+every lock entry, then serialized. A builder that sets ``EDITABLE_TIMING_CACHE`` on the same
+network and settings (TensorRT's Python API, as reprobuild does) finds the same keys holding
+the locked tactics; reprobuild's own locked builds check that the engine followed them (the
+cache map before and after, the engine inspector), a build elsewhere is not checked. trtexec
+loads the file but cannot set the editable flag, so its keys may differ
+(``--errorOnTimingCacheMiss`` makes that a failure); Torch-TensorRT never sets the flag,
+attaches strictly, builds its own network and overwrites the file, so the file does not pin
+its tactics (docs/export-cache.md).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from reprobuild.backends.base import Backend, TimingCache
-from reprobuild.cachedir import cache_path, get_or_record
+from reprobuild.cachedir import cache_folder, cache_path, get_or_record
 from reprobuild.errors import BuildError, UsageError
 from reprobuild.fileio import sha256_file
 from reprobuild.lock.model import Lock
@@ -52,13 +55,14 @@ def _model_candidates(lock_path: Path, recorded: str, override: Path | None) -> 
 def export_pinned_cache(
     lock_path: str | Path,
     output: str | Path,
-    cache_dir: str | Path,
+    cache_dir: str | Path | None,
     *,
     model: str | Path | None = None,
     backend: Backend | None = None,
 ) -> ExportResult:
     """Write ``output`` atomically; ``backend`` defaults to a new ``TensorRTBackend``."""
     check_output_path(output, "timing cache")
+    cache_dir = cache_folder(cache_dir, lock_path)
     check_distinct([(output, "timing cache")], [(lock_path, "lock"), (model, "model")], cache_dir)
     lock_path = Path(lock_path)
     lock = load_lock(lock_path)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprobuild.cachedir import DEFAULT_CACHE_DIR
+from reprobuild.cachedir import cache_folder
 from reprobuild.errors import UsageError
 from reprobuild.fileio import exclusive, read_regular
 from reprobuild.limits import cap
@@ -52,7 +52,7 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                     "machine's target, pins kept)"
                 )
         models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
-        check_distinct([(out, "merged lock")], models, DEFAULT_CACHE_DIR)
+        check_distinct([(out, "merged lock")], models, cache_folder(None, out))
         merged = merge(locks)
         merged.model.path = _rebased(models[0][0], locks[0][1].model.path, out)
         text = dumps_lock(merged)

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from reprobuild.backends.base import Backend, BuildOutput, LogSink, TimingCache
+from reprobuild.backends.base import Backend, BuildOutput, TimingCache
 from reprobuild.cachedir import get_or_record
 from reprobuild.errors import BuildError, DriftError
-from reprobuild.events import LayersDone, Progress, Step, quiet
+from reprobuild.events import Progress, Step, quiet
 from reprobuild.lock.model import LayerEntry, Lock, LockCandidate
 from reprobuild.pinning import (
     cross_check_kernels,
@@ -33,6 +33,7 @@ from reprobuild.pinning import (
 )
 from reprobuild.types import BuildSettings
 from reprobuild.words import count
+from reprobuild.workflow.logcollect import LogCollector
 
 _LACKS = "lacks keys of the lock"
 _RETRY_HINT = " (--allow-cache-miss-retry accepts the retried build when its map matches)"
@@ -44,34 +45,6 @@ class SavedLog(Protocol):
     def __call__(self, line: str) -> None: ...
 
     def restart(self) -> None: ...
-
-
-class LogCollector:
-    """Feeds builder log lines to the parser as they come, reporting layers done, and to
-    ``save`` (``build --log``) when given."""
-
-    def __init__(self, progress: Progress, what: str, save: LogSink | None = None) -> None:
-        from reprobuild.logs.parser import LogParser
-
-        self.save = save
-        self.parser = LogParser(source=what)
-        self.records: list[Any] = []
-        self.progress = progress
-        self.what = what
-        self.layer_info: str | None = None  # the engine inspector's JSON, once built
-        self.known: dict[str, Any] | None = None  # the backend's own key -> layer data
-
-    def __call__(self, line: str) -> None:
-        if self.save is not None:
-            self.save(line)
-        done = self.parser.feed(line)
-        if done:
-            self.records.extend(done)
-            self.progress(LayersDone(self.what, len(self.records)))
-
-    def finish(self) -> list[Any]:
-        self.records.extend(self.parser.finish())
-        return self.records
 
 
 def run_build(

@@ -126,7 +126,7 @@ class _ModelRun:
     pinned: tuple[str, int] | None = None  # key, tactic
     lock: Any = None
     run_path: str | None = None
-    strict_attach: bool | None = None
+    strict_attach: bool | str | None = None  # a string: why it could not tell
     shuffled: bool = False
     trtexec: ProbeStep | None = None
     keys: Any = None  # probe_keys.KeyEvidence
@@ -345,12 +345,16 @@ def _keys_shuffle(be: CapturingBackend, caches: Path) -> bool:
     return len({tuple(cache.query_keys()) for _ in range(4)}) > 1
 
 
-def _strict_attach(be: CapturingBackend, caches: Path) -> bool | None:
+def _strict_attach(be: CapturingBackend, caches: Path) -> bool | str | None:
+    """Whether a strict attach took the recording cache; a string: why it could not tell."""
     check = getattr(be.inner, "strict_attach_accepted", None)
     data = _recording_bytes(caches)
     if check is None or data is None:
         return None
-    return bool(check(data))
+    try:
+        return bool(check(data))
+    except ReprobuildError as err:
+        return str(err)
 
 
 def _trtexec_misses(run: _ModelRun, cmd: list[str], read: Any) -> list[str]:

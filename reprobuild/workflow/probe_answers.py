@@ -198,7 +198,8 @@ def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> lis
             f"{len(bad_times)}; flags: {', '.join(flags)}",
         )
     )
-    strict = [r.strict_attach for r in runs if r.strict_attach is not None]
+    strict = [r.strict_attach for r in runs if isinstance(r.strict_attach, bool)]
+    untold = [f"{r.name}: {r.strict_attach}" for r in runs if isinstance(r.strict_attach, str)]
     out.append(
         Answer(
             "strict-attach",
@@ -209,6 +210,8 @@ def answers(runs: list[Any], steps: list[Any], questions: dict[str, str]) -> lis
             if strict and not all(strict)
             else "accepted"
             if strict
+            else f"could not tell ({'; '.join(untold)})"
+            if untold
             else "not checked",
         )
     )

@@ -180,7 +180,7 @@ def verify(
     inputs: str | os.PathLike[str] | None = None,
     report: str | os.PathLike[str] | None = None,
     backend: str | Backend = "auto",
-    cache_dir: str | os.PathLike[str] = "caches",
+    cache_dir: str | os.PathLike[str] | None = None,
     seed: int = 0,
     control: bool = True,
     control_limit: int | None = None,
@@ -213,8 +213,9 @@ def verify(
     ``batch_invariance`` the first one's samples alone against inside their batch
     (:mod:`.determinism`, which also names the layers when either fails).
     """
-    from reprobuild.cachedir import cache_path
+    from reprobuild.cachedir import cache_folder, cache_path
 
+    cache_dir = cache_folder(cache_dir, lock)
     if rebuilds < 1:
         raise UsageError(f"--rebuilds must be at least 1, got {rebuilds}")
     if runs < 1:

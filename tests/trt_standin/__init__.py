@@ -34,7 +34,9 @@ nothing public rules out. Each is named, so a test can run the whole workflow un
 - ``strict-attach``: a cache loaded from bytes is refused by
   ``set_timing_cache(cache, ignore_mismatch=False)`` (a second GPU of the same SKU).
 - ``inf-nan``: the slowest candidate times as NaN and every recorded entry holds an
-  infinite time (``update()`` refuses infinite times, as it refuses negative ones).
+  infinite time. The stand-in's ``update()`` refuses infinite times as it refuses negative
+  ones: an assumption, the stricter case (NvInfer.h lists only negative and NaN times as
+  invalid, so a real TensorRT may take ``inf``); reprobuild writes no infinite time.
 - ``shuffled-keys``: ``queryKeys()`` returns the keys in a different order on every call.
 - ``shared-kernel-names``: MatMul/Gemm candidates that differ only in pipeline stages share
   one kernel name under several tactic hashes (as in a real 10.16 log; see ``_impl``).

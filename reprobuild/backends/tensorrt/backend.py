@@ -239,12 +239,27 @@ class TensorRTBackend:
             )
         return TrtTimingCache(self._trt_module, trt_cache, trt_config, self.create_timing_cache)
 
+    def check_recording(self) -> None:
+        """A recording needs a CUDA runtime for its expected bits (:func:`.device.check_recording`);
+        ``build`` asks before any work when it would record."""
+        from reprobuild.backends.tensorrt import device as device_mod
+
+        device_mod.check_recording(self.version)
+
     def strict_attach_accepted(self, data: bytes) -> bool:
         """Whether ``set_timing_cache(cache, ignore_mismatch=False)`` takes a cache loaded
-        from ``data`` (``doctor --probe`` asks; builds always attach leniently)."""
+        from ``data`` (``doctor --probe`` asks; builds always attach leniently). TensorRT
+        raising on the way answers nothing: a ``CacheError`` naming the call and its error."""
         trt_config = self._trt_builder().create_builder_config()
-        trt_cache = trt_config.create_timing_cache(bytes(data))
-        return bool(trt_config.set_timing_cache(trt_cache, ignore_mismatch=False))
+        step = "create_timing_cache"
+        try:
+            trt_cache = trt_config.create_timing_cache(bytes(data))
+            step = "set_timing_cache(ignore_mismatch=False)"
+            return bool(trt_config.set_timing_cache(trt_cache, ignore_mismatch=False))
+        except (RuntimeError, TypeError, ValueError) as err:
+            raise CacheError(
+                f"TensorRT {self.version} raised in {step} ({type(err).__name__}: {err})"
+            ) from None
 
     def _trt_cache_of(self, cache: TimingCache) -> Any:
         if isinstance(cache, TrtTimingCache):

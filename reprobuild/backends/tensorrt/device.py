@@ -182,3 +182,19 @@ def run_readiness(tensorrt_version: str | None) -> dict[str, Any]:
     if package is None:
         package = "nvidia-cuda-runtime-cu12 (CUDA 12) or nvidia-cuda-runtime (CUDA 13)"
     return {"found": device is not None, "how": how, "package": None if device else package}
+
+
+def check_recording(tensorrt_version: str | None) -> None:
+    """Refuse a recording, before any work, that could not record the lock's expected bits:
+    those come from running the engine, and ``run`` needs a CUDA runtime (TensorRT 11's
+    wheels no longer bring one). Without this check the recording only warned at its end
+    and ``verify`` later exited 3."""
+    ready = run_readiness(tensorrt_version)
+    if not ready["found"]:
+        from reprobuild.errors import UsageError
+
+        raise UsageError(
+            f"NO CUDA runtime found; pip install {ready['package']}: a TensorRT recording runs "
+            "its engine for the lock's expected bits (what verify checks), and that needs a "
+            "CUDA runtime (`reprobuild doctor` shows what run finds)"
+        )

@@ -230,3 +230,32 @@ def tensorrt_cuda_major() -> str | None:
         return None
     majors = sorted({m.group(1) for d in dists if (m := re.search(r"cu(\d+)", d.lower()))})
     return majors[0] if len(majors) == 1 else None
+
+
+# The oldest Linux driver of each CUDA major (NVIDIA's CUDA toolkit release notes).
+_MIN_DRIVER = {"12": "525", "13": "580"}
+
+
+def driver_problem(cuda: cuda_probe.CudaInfo, built_for: str | None) -> str | None:
+    """Why this driver cannot run the installed TensorRT wheel: the CUDA version the driver
+    supports (``cuDriverGetVersion``) is older than the CUDA major the wheel was built for
+    (``built_for``: :func:`tensorrt_cuda_major`; tensorrt-cu13 and TensorRT 11 need CUDA 13,
+    driver 580+). None when it can, or either version is unknown: ``doctor`` says it before
+    TensorRT fails obscurely when it creates a builder."""
+    driver = cuda.driver_api_version
+    try:
+        have, need = int((driver or "").split(".")[0]), int(built_for or "")
+    except ValueError:
+        return None
+    if have >= need:
+        return None
+    oldest = _MIN_DRIVER.get(str(need))
+    fix = (
+        f"update the driver ({oldest} or later for CUDA {need})" if oldest else "update the driver"
+    )
+    if have == 12:
+        fix += ", or pip install tensorrt-cu12 (TensorRT for this driver's CUDA 12)"
+    return (
+        f"the driver supports CUDA {driver}, older than the CUDA {need} the installed TensorRT "
+        f"wheel (tensorrt-cu{need}) was built for: {fix}"
+    )
