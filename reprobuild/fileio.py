@@ -59,6 +59,33 @@ _LOCAL = threading.local()
 re-enters instead of waiting for itself (``flock`` is per open file, not per process)."""
 
 
+def make_folders(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; the ones created, outermost first.
+
+    Why: a failed or interrupted command must leave no trace, and ``mkdir(parents=True)``
+    does not say which levels it made; only those are removed on abort, never a folder
+    that was there before."""
+    missing: list[Path] = []
+    here = directory
+    while not here.exists() and not here.is_symlink() and here.parent != here:
+        missing.append(here)
+        here = here.parent
+    made: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:  # made meanwhile by another process: not ours to remove
+                continue
+            made.append(folder)
+    except BaseException:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
+    return made
+
+
 @contextlib.contextmanager
 def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[None]:
     """Hold an inter-process lock for read-modify-write of ``path``.
@@ -85,10 +112,13 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
             held[key] -= 1
         return
     deadline = time.monotonic() + timeout
+    made: list[Path] = []  # a lock's new folder, made as outputs' are; removed if left empty
     while True:
         try:
+            made += make_folders(Path(lock_path).parent)
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as err:
+            _remove_empty(made)
             raise UsageError(
                 f"{lock_path}: cannot create the lock's .lck file ({err.strerror or err}); "
                 "remove whatever is at that path, or choose another lock path"
@@ -114,6 +144,7 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
                 break
         except BaseException:
             os.close(fd)
+            _remove_empty(made)
             raise
         os.close(fd)  # the file was removed by its last holder: lock the new one
     held[key] = 1
@@ -124,6 +155,14 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
         with contextlib.suppress(OSError):
             os.unlink(lock_path)
         os.close(fd)
+        _remove_empty(made)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a command made that nothing was written into, innermost first."""
+    for folder in reversed(folders):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 def write_target(path: str | os.PathLike[str]) -> Path:

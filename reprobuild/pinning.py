@@ -72,11 +72,12 @@ def update_tactics(
     the entry's recorded time (``time_ms``, exact, from the lock): a builder chooses between
     the several keys of one layer by their cached times, so writing the recorded ones back
     makes a rebuild on any machine of the target choose as the recording did. Without a
-    usable recorded time (a schema-1 lock; ``inf`` for a key whose tactics all failed:
-    NvInfer.h lists only negative and NaN timings as invalid, and a NaN deletes the entry,
-    so nothing non-finite is written) the cache's current time is kept when finite, and a
-    non-finite one becomes :data:`FAILED_TIME_MS`, never a cheap time that could win a
-    format choice.
+    usable recorded time (a schema-1 lock; ``inf`` for a key whose tactics all failed)
+    the cache's current time is kept when finite, and a non-finite one becomes
+    :data:`FAILED_TIME_MS`, never a cheap time that could win a format choice. Nothing
+    non-finite is written: a NaN deletes the entry, and although NvInfer.h lists only
+    negative and NaN timings as invalid, whether ``update()`` takes ``inf`` is not shown,
+    while a finite time relies on nothing undocumented.
     """
     results: list[PinResult] = []
     for entry in entries:

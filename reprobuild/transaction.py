@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import TextIO
 
 from reprobuild.errors import UsageError
-from reprobuild.fileio import write_target
+from reprobuild.fileio import make_folders, write_target
 
 
 def _reason(err: OSError) -> str:
@@ -409,33 +409,6 @@ def working_files() -> Iterator[None]:
         yield
     finally:
         del COMMITTED[mark:]
-
-
-def make_folders(directory: Path) -> list[Path]:
-    """Create ``directory`` and its missing parents; the ones created, outermost first.
-
-    Why: a failed or interrupted command must leave no trace, and ``mkdir(parents=True)``
-    does not say which levels it made; only those are removed on abort, never a folder
-    that was there before."""
-    missing: list[Path] = []
-    here = directory
-    while not here.exists() and not here.is_symlink() and here.parent != here:
-        missing.append(here)
-        here = here.parent
-    made: list[Path] = []
-    try:
-        for folder in reversed(missing):
-            try:
-                folder.mkdir()
-            except FileExistsError:  # made meanwhile by another process: not ours to remove
-                continue
-            made.append(folder)
-    except BaseException:
-        for folder in reversed(made):
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
-        raise
-    return made
 
 
 def sweep(target: Path) -> None:

@@ -313,3 +313,16 @@ def test_int8_calibration_is_announced_and_bad_samples_are_one_line(cli, tmp_pat
     (line,) = res.err.strip().splitlines()
     assert "an activation overflows to infinity or NaN on these samples" in line
     assert "RuntimeWarning" not in res.err
+
+
+def test_a_lock_in_a_new_folder_is_made_there_as_outputs_are(cli, tmp_path: Path) -> None:
+    """A lock path whose folder does not exist yet gets that folder, as ``-o`` paths do;
+    a refused build leaves no folder behind."""
+    model = tmp_path / "mlp.onnx"
+    shutil.copy(EXAMPLES / "mlp.onnx", model)
+    args = ("build", str(model), "--lock", str(tmp_path / "a" / "b" / "t.lock"))
+    res = cli(*args, "-o", str(tmp_path / "x.engine"), "--opt-level", "0")
+    assert res.code == 2 and not (tmp_path / "a").exists(), res
+    assert cli(*args, "-o", str(tmp_path / "x.engine")).code == 0
+    assert (tmp_path / "a" / "b" / "t.lock").is_file()
+    assert (tmp_path / "a" / "b" / "caches").is_dir()  # the recording cache, beside the lock
