@@ -52,7 +52,9 @@ def merge_locks(paths: list[str | os.PathLike[str]], out: str | os.PathLike[str]
                     "machine's target, pins kept)"
                 )
         models = [(Path(p).parent / lock.model.path, "model") for p, lock in locks]
-        check_distinct([(out, "merged lock")], models, cache_folder(None, out))
+        # the recording caches beside each input lock, and beside the merged one
+        for folder in dict.fromkeys(cache_folder(None, p) for p in [*paths, out]):
+            check_distinct([(out, "merged lock")], models, folder)
         merged = merge(locks)
         merged.model.path = _rebased(models[0][0], locks[0][1].model.path, out)
         text = dumps_lock(merged)
