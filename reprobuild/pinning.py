@@ -278,8 +278,11 @@ def cross_check_kernels(
             ],
         )
     check = KernelCheck([], [])
+    # a key named after no single layer (<cache-only ...>, <one of a, b>) may be the format
+    # combination a layer runs: its tactic is locked too, never another candidate's drift
+    unnamed = {int(e.tactic) for e in locked_entries if e.layer.startswith("<")}
     for op_name in sorted(groups):
-        _check_layer(op_name, groups[op_name], info.layers, check)
+        _check_layer(op_name, groups[op_name], info.layers, check, unnamed)
     return check
 
 
@@ -379,9 +382,11 @@ def key_choice_drift(layer_info_json: str | None, entries: Sequence[Any]) -> lis
     return problems
 
 
-def _check_layer(op_name: str, entries: list[_Entry], layers: Sequence, check: KernelCheck) -> None:
+def _check_layer(
+    op_name: str, entries: list[_Entry], layers: Sequence, check: KernelCheck, unnamed: set[int]
+) -> None:
     locked_kernels = {e.kernel for e in entries if e.kernel}
-    locked_tactics = {int(e.tactic) for e in entries}
+    locked_tactics = {int(e.tactic) for e in entries} | unnamed
     other_kernels = {
         c.kernel for e in entries for c in getattr(e, "candidates", ()) if c.kernel
     } - locked_kernels

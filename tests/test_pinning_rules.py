@@ -127,6 +127,22 @@ def test_the_kernel_check_compares_hashes_when_candidates_share_a_kernel_name() 
     assert cross_check_kernels(info(None), entries).problems == []
 
 
+def test_a_layer_running_an_unnamed_keys_tactic_is_not_drift() -> None:
+    """A layer's second format combination can be a key no log line names (locked as
+    ``<cache-only ...>``); when the builder runs that key, the engine shows its tactic, which
+    may be another candidate of the layer's named key: locked, not drift."""
+    cands = [LockCandidate(0x11, "k1"), LockCandidate(0x22, "k2")]
+    entries = [
+        LayerEntry("0x" + "a" * 32, "conv", 0x11, "k1", False, cands),
+        LayerEntry("0x" + "b" * 32, "<cache-only 0xbbbb>", 0x22, None, False, []),
+    ]
+    layer = {"Name": "conv", "TacticName": "k2", "TacticValue": f"0x{0x22:016x}"}
+    info = json.dumps({"Layers": [layer], "Bindings": []})
+    assert cross_check_kernels(info, entries).problems == []
+    # the negative control: without the unnamed key, the same engine is drift
+    assert len(cross_check_kernels(info, entries[:1]).problems) == 1
+
+
 def test_a_key_whose_table_prints_twice_keeps_the_timed_candidates() -> None:
     """A second, one-row table for a key (a cache hit announced again, like the ``got cached
     result`` lines of tests/fixtures/trt-logs/INDEX.md's 8.x logs) must not replace the
