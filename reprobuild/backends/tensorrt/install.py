@@ -21,8 +21,8 @@ from reprobuild.errors import BackendUnavailable
 
 MIN_VERSION = (10, 8)
 INSTALL_HINT = (
-    "pip install --extra-index-url https://pypi.nvidia.com 'tensorrt-cu12>=10.8' "
-    "(or tensorrt-cu13 for CUDA 13)"
+    "pip install --extra-index-url https://pypi.nvidia.com 'reprobuild[tensorrt-cu13]' for a "
+    "CUDA 13 driver (nvidia-smi: CUDA Version 13.x), 'reprobuild[tensorrt-cu12]' for CUDA 12"
 )
 
 
@@ -126,8 +126,9 @@ def unusable_reason() -> str | None:
 
 
 CREATE_HINT = (
-    "the GPU driver may be too old for this TensorRT (TensorRT 11 for CUDA 13 needs a "
-    "CUDA 13 driver; `pip install 'tensorrt-cu12>=10.8'` works with CUDA 12 drivers), or "
+    "the GPU driver may be too old for this TensorRT (the CUDA 13 build, which the plain "
+    "`tensorrt` package is since 10.13.3, needs a CUDA 13 driver; "
+    "`pip install 'reprobuild[tensorrt-cu12]'` works with CUDA 12 drivers), or "
     "its libraries are broken: reinstall TensorRT"
 )
 
