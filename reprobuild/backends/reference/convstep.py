@@ -31,11 +31,13 @@ from reprobuild.backends.reference import kernels
 from reprobuild.backends.reference.convparams import (
     column_shape,
     columns,
-    columns_view,
     conv_params,
     fill_border,
     interior,
+    is_pointwise,
     pad_width,
+    unfold,
+    unfolded_shape,
 )
 
 _F32 = np.dtype(np.float32)
@@ -148,12 +150,8 @@ class ConvStep:
             self._taps = (w, mats)
         acc: np.ndarray | None = None
         for t, w_tap in zip(taps, self._taps[1], strict=True):
-            window = tuple(
-                slice(i * d, i * d + (o - 1) * s + 1, s)
-                for i, d, o, s in zip(t, params["dilations"], out, params["strides"], strict=True)
-            )
             xs = self.scratch.get("tap", (n_batch, channels, *out))
-            np.copyto(xs, xp[(slice(None), slice(None), *window)])
+            unfold(xp, params, xs, t)
             part = kernels._mm(w_tap, xs.reshape(n_batch, group, cg, positions))
             if acc is None:
                 acc = part
@@ -177,11 +175,10 @@ class ConvStep:
 
     def _columns(self, xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
         """The im2col matrix of :func:`.convparams.columns`, copied into a kept buffer."""
-        view = columns_view(xp, params)
-        if view is None:
+        if is_pointwise(params):
             return columns(xp, params)
-        buf = self.scratch.get("cols", view.shape)
-        np.copyto(buf, view)
+        buf = self.scratch.get("cols", unfolded_shape(xp, params))
+        unfold(xp, params, buf)
         return buf.reshape(column_shape(xp, params))
 
 
