@@ -292,32 +292,58 @@ def _pad_counts(
     return count
 
 
-def _flat_sum(
+def _image_mean(
     x: np.ndarray,
-    width: list[tuple[int, int]],
     kernel: tuple[int, ...],
     dilations: tuple[int, ...],
-    out: tuple[int, ...],
+    pads: tuple[int, ...],
+    counts: np.ndarray,
 ) -> np.ndarray:
-    """The taps of a 2-D, stride-1 window summed as :func:`_fold` sums them (same order,
-    same operands per output element), over the padded images of all channels taken as one
-    row: a tap is then one contiguous slice, not one short slice per image row (a 14x14
-    image made numpy loop 14 elements at a time). The positions in the padding rows and
-    columns are computed and dropped; a tail of zeros keeps the last tap's slice in bounds.
-    """
-    n, c = x.shape[:2]
-    hp, wp = (x.shape[2 + i] + width[2 + i][0] + width[2 + i][1] for i in range(2))
-    size = n * c * hp * wp
-    tail = (kernel[0] - 1) * dilations[0] * wp + (kernel[1] - 1) * dilations[1]
-    flat = np.zeros(size + tail, np.float32)
-    image = flat[:size].reshape(n, c, hp, wp)
-    image[:, :, width[2][0] : width[2][0] + x.shape[2], width[3][0] : width[3][0] + x.shape[3]] = x
-    starts = (
-        i * dilations[0] * wp + j * dilations[1] for i in range(kernel[0]) for j in range(kernel[1])
-    )
+    """2-D stride-1 AveragePool of float32 ``x`` divided by ``counts`` (one per output
+    position), each image in one compiled pass (:func:`_mean_rows`)."""
+    n, c, h, w = x.shape
+    result = np.empty((n, c, *counts.shape), np.float32)
+    images = np.ascontiguousarray(x).reshape(n * c, h, w)
+    _mean_rows(images, result.reshape(n * c, *counts.shape), counts, *kernel, *dilations, *pads)
+    return result
+
+
+@compiled
+def _mean_rows(x, out, counts, kh, kw, dh, dw, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
+    """Per image of ``x``, padded with zeros into a buffer (in the L1/L2 cache): the taps
+    summed as :func:`_fold` sums them (row-major order, same operands per output), over
+    the image's rows taken as one flat row (a tap is then one contiguous slice, not one
+    short slice per image row; positions in the padding columns are computed and dropped),
+    then each output row divided by its ``counts``."""
+    images, h, w = x.shape
+    ho, wo = out.shape[1], out.shape[2]
+    hp, wp = h + top + bottom, w + left + right
+    padded = np.zeros(hp * wp, np.float32)
+    size = (ho - 1) * wp + wo
     total = np.empty(size, np.float32)
-    _fold_flat(flat, np.fromiter(starts, np.int64), total, False)
-    return np.ascontiguousarray(total.reshape(n, c, hp, wp)[:, :, : out[0], : out[1]])
+    for image in range(images):
+        src = padded
+        if top or left or bottom or right:
+            for r in range(h):
+                dst = padded[(top + r) * wp + left :]
+                row = x[image, r]
+                for j in range(w):
+                    dst[j] = row[j]
+        else:
+            src = x[image].reshape(h * w)
+        for j in range(size):
+            total[j] = src[j]
+        for i in range(kh):
+            for t in range(1 if i == 0 else 0, kw):
+                tap = src[i * dh * wp + t * dw :]
+                for j in range(size):
+                    total[j] = total[j] + tap[j]
+        for o in range(ho):
+            dst = out[image, o]
+            row = total[o * wp :]
+            count = counts[o]
+            for j in range(wo):
+                dst[j] = row[j] / count[j]
 
 
 def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
@@ -335,16 +361,18 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     else:
         count = _pad_counts(tuple(x.shape[2:]), geo, width)
 
+    if nd == 2 and strides == (1, 1):
+        counts = count.reshape(out) if isinstance(count, np.ndarray) else np.full(out, count)
+        xf = x.astype(np.float32, copy=False)
+        return _image_mean(xf, kernel, dilations, pads, counts).astype(x.dtype, copy=False)
+
     def pool(block: np.ndarray) -> np.ndarray:
         xf = block.astype(np.float32, copy=False)
-        if nd == 2 and strides == (1, 1):
-            total = _flat_sum(xf, width, kernel, dilations, out)
-        else:
-            xp = pad_constant(xf, width) if any(pads) else xf
-            total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
+        xp = pad_constant(xf, width) if any(pads) else xf
+        total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
         return np.divide(total, count, out=total)
 
-    return _by_channel_blocks(x, out, x.dtype, pool, blocked=nd == 2 and strides == (1, 1))
+    return _by_channel_blocks(x, out, x.dtype, pool, blocked=False)
 
 
 def global_average_pool(x: np.ndarray, _attrs: Mapping[str, Any]) -> np.ndarray | None:
