@@ -651,3 +651,32 @@ def test_compiled_max_pool_gives_the_per_axis_folds_bits(seed: int) -> None:
         block = pools._axis_max(block, 2 + axis, k[axis], strides[axis], dil[axis], out[axis])
     assert wide == ((out[1] - 1) * strides[1] + 1 >= pools.ROW_SPAN_MIN)
     assert _same_bits(pools.max_pool(x, attrs), block)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_im2col_padding_on_the_fly_gives_the_padded_copys_columns(seed: int) -> None:
+    """The compiled im2col, reading the unpadded input (zeros written where the padding
+    is) or the padded copy, gives numpy's copy of the padded copy's strided view, for any
+    strides, dilations and pads."""
+    from reprobuild.backends.reference import convparams
+
+    g = _rng(400 + seed)
+    kernel = (int(g.integers(1, 4)), int(g.integers(1, 4)))
+    x = g.standard_normal((2, 3, int(g.integers(4, 12)), int(g.integers(4, 40))))
+    x = x.astype(np.float32)
+    w = np.zeros((4, 3, *kernel), np.float32)
+    attrs = {
+        "strides": [int(g.integers(1, 4)), int(g.integers(1, 4))],
+        "dilations": [int(g.integers(1, 3)), int(g.integers(1, 3))],
+        "pads": [int(g.integers(0, 4)) for _ in range(4)],
+    }
+    params = convparams.conv_params(x, w, attrs)
+    assert params is not None and convparams.pads_itself(x, params)
+    xp = convparams.padded(x, params)
+    want = np.ascontiguousarray(convparams._taps_view(xp, params))  # numpy's strided copy
+    got = np.full(want.shape, np.nan, np.float32)
+    convparams.unfold(x, params, got, pads=tuple(attrs["pads"][:2]))
+    assert _same_bits(got, want)
+    again = np.full(want.shape, np.nan, np.float32)
+    convparams.unfold(xp, params, again)  # the padded copy itself, as before
+    assert _same_bits(again, want)

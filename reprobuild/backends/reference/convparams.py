@@ -124,46 +124,77 @@ def unfolded_shape(xp: np.ndarray, params: Mapping[str, Any]) -> tuple[int, ...]
     return (xp.shape[0], xp.shape[1], *params["kernel"], *params["out"])
 
 
+def pads_itself(x: np.ndarray, params: Mapping[str, Any]) -> bool:
+    """Whether :func:`unfold` can read the unpadded ``x`` and pad it with zeros itself (a
+    2-D float32 C-contiguous image): no padded copy of the input is then made."""
+    return params["nd"] == 2 and x.dtype == np.float32 and x.flags.c_contiguous
+
+
 def unfold(
-    xp: np.ndarray, params: Mapping[str, Any], out: np.ndarray, tap: tuple[int, ...] | None = None
+    x: np.ndarray,
+    params: Mapping[str, Any],
+    out: np.ndarray,
+    tap: tuple[int, ...] | None = None,
+    pads: tuple[int, int] = (0, 0),
 ) -> None:
-    """Copy the im2col matrix of padded ``xp`` (:func:`unfolded_shape`; with ``tap``, only
-    that tap's ``(N, C, *positions)``) into ``out``, C-contiguous of its shape.
+    """Copy the im2col matrix of ``x`` (:func:`unfolded_shape`; with ``tap``, only that
+    tap's ``(N, C, *positions)``) into ``out``, C-contiguous of its shape. ``x`` is padded
+    with ``pads`` (top, left: only where :func:`pads_itself`) zeros more than it has.
 
     A 2-D float32 image is copied by :func:`_unfold_rows`: numpy copies a strided view one
     output row (a few dozen elements) per inner-loop call, and that per-call cost was a
     sixth of the copy on 55x55 images, more on smaller ones; other shapes by numpy."""
-    if params["nd"] != 2 or xp.dtype != np.float32 or not xp.flags.c_contiguous:
-        view = _taps_view(xp, params)
+    if not pads_itself(x, params):
+        assert not any(pads)
+        view = _taps_view(x, params)
         np.copyto(out, view if tap is None else view[(slice(None), slice(None), *tap)])
         return
-    n, c, hp, wp = xp.shape
+    n, c, h, w = x.shape
     first = (0, 0) if tap is None else tap
     rows = out.reshape(n * c, *(params["kernel"] if tap is None else (1, 1)), *params["out"])
-    _unfold_rows(xp.reshape(n * c, hp, wp), rows, *first, *params["strides"], *params["dilations"])
+    steps = (*params["strides"], *params["dilations"])
+    _unfold_rows(x.reshape(n * c, h, w), rows, *first, *steps, *pads)
 
 
 @compiled
-def _unfold_rows(xp, out, i0, j0, sh, sw, dh, dw):  # noqa: ANN001, ANN202, PLR0913
-    """``out[c, i, j, r, q] = xp[c, r * sh + (i0 + i) * dh, q * sw + (j0 + j) * dw]``, one
-    output row at a time from a 1-D slice (loops over index arithmetic on the whole array
-    did not vectorize); stride 1 and 2 are constants in their loops, which vectorize."""
-    images, kh, kw, oh, ow = out.shape
+def _unfold_rows(x, out, i0, j0, sh, sw, dh, dw, top, left):  # noqa: ANN001, ANN202, PLR0913
+    """``out[c, i, j, r, q] = xp[c, r * sh + (i0 + i) * dh, q * sw + (j0 + j) * dw]``, with
+    ``xp`` ``x`` padded with ``top`` and ``left`` zeros (and as many after as the output
+    needs): one output row at a time, from a 1-D slice (loops over index arithmetic on the
+    whole array did not vectorize), its zeros written directly; stride 1 and 2 are
+    constants in their loops, which vectorize."""
+    images, h, w = x.shape
+    kh, kw, oh, ow = out.shape[1:]
+    zero = np.float32(0.0)
     for c in range(images):
         for i in range(kh):
             for j in range(kw):
+                shift = (j0 + j) * dw - left  # input column of output column 0
+                lo = 0 if shift >= 0 else min(ow, (sw - 1 - shift) // sw)
+                hi = min(ow, (w - 1 - shift) // sw + 1) if w - 1 - shift >= 0 else 0
+                hi = max(lo, hi)
                 for r in range(oh):
-                    src = xp[c, r * sh + (i0 + i) * dh, (j0 + j) * dw :]
+                    y = r * sh + (i0 + i) * dh - top
                     dst = out[c, i, j, r]
+                    if y < 0 or y >= h:
+                        for q in range(ow):
+                            dst[q] = zero
+                        continue
+                    for q in range(lo):
+                        dst[q] = zero
+                    for q in range(hi, ow):
+                        dst[q] = zero
+                    src = x[c, y, shift + lo * sw :]
+                    seg = dst[lo:hi]
                     if sw == 1:
-                        for q in range(ow):
-                            dst[q] = src[q]
+                        for q in range(seg.size):
+                            seg[q] = src[q]
                     elif sw == 2:
-                        for q in range(ow):
-                            dst[q] = src[2 * q]
+                        for q in range(seg.size):
+                            seg[q] = src[2 * q]
                     else:
-                        for q in range(ow):
-                            dst[q] = src[q * sw]
+                        for q in range(seg.size):
+                            seg[q] = src[q * sw]
 
 
 def _taps_view(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:

@@ -36,6 +36,7 @@ from reprobuild.backends.reference.convparams import (
     interior,
     is_pointwise,
     pad_width,
+    pads_itself,
     unfold,
     unfolded_shape,
 )
@@ -108,11 +109,10 @@ class ConvStep:
             return None
         group, out = params["group"], params["out"]
         n_batch, m_out = x.shape[0], w.shape[0]
-        xp = self._padded(x, params)
         if self.spec.scheme == "direct":
-            result = self._direct(xp, w, params)
+            result = self._direct(self._padded(x, params), w, params)
         else:
-            cols = self._columns(xp, params)
+            cols = self._columns(x, params)
             result = kernels.reduce_gemm(w.reshape(group, m_out // group, -1), cols, self.spec)
         return result.reshape(n_batch, m_out, *out)
 
@@ -173,13 +173,26 @@ class ConvStep:
             inner[...] = x
         return buf
 
-    def _columns(self, xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
-        """The im2col matrix of :func:`.convparams.columns`, copied into a kept buffer."""
+    def _columns(self, x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
+        """The im2col matrix of :func:`.convparams.columns`, copied into a kept buffer:
+        unfolded from the padded buffer where the step before wrote ``x`` into it
+        (:meth:`input_buffer`), else from ``x`` padded on the fly where
+        :func:`.convparams.pads_itself` (no padded copy), else from :meth:`_padded`."""
         if is_pointwise(params):
-            return columns(xp, params)
-        buf = self.scratch.get("cols", unfolded_shape(xp, params))
-        unfold(xp, params, buf)
-        return buf.reshape(column_shape(xp, params))
+            return columns(x, params)
+        buf = self.scratch.get("cols", unfolded_shape(x, params))
+        if pads_itself(x, params) and not self._in_padded_buffer(x, params):
+            unfold(x, params, buf, pads=params["pads"][:2])
+        else:
+            unfold(self._padded(x, params), params, buf)
+        return buf.reshape(column_shape(x, params))
+
+    def _in_padded_buffer(self, x: np.ndarray, params: Mapping[str, Any]) -> bool:
+        """Whether ``x`` is the interior of the kept padded buffer (:meth:`input_buffer`)."""
+        if not any(params["pads"]):
+            return False
+        buf = self.scratch.get("pad", _padded_shape(x.shape, params))
+        return same_memory(buf[interior(x.shape, pad_width(params["pads"]))], x)
 
 
 def _padded_shape(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[int, ...]:
