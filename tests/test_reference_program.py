@@ -293,18 +293,54 @@ def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
 ) -> None:
     feeds = {"x": _rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     backend, built, loaded, want = _built(_biased_conv_model(tmp_path), feeds)
+    padded = []
+    real = convstep.ConvStep._padded
+    monkeypatch.setattr(
+        convstep.ConvStep,
+        "_padded",
+        lambda self, x, params: padded.append(self.spec.scheme) or real(self, x, params),
+    )
+    for _ in range(2):
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
+    # an im2col kernel reads its 2-D input unpadded (the zeros written as it unfolds)
+    assert all(scheme == "direct" for scheme in padded)
+    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
+    # c1 and c2 die in their chains; c3 is read by Add too, so Conv 3 adds its own bias
+    assert [step.outputs[0] for step in compiled.steps] == ["r1", "r2", "c3", "r3", "y"]
+
+
+@pytest.mark.parametrize("scheme", ["direct", "blas"])
+def test_a_direct_conv_takes_its_input_in_its_padded_buffer(
+    scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step before a padded ``direct`` Conv writes its output into the Conv's padded
+    buffer (:meth:`.ConvStep.input_buffer`), which is then not copied; an im2col Conv
+    pads a 2-D input as it unfolds it and asks for no such buffer."""
+    from reprobuild.backends.reference import kernels
+
+    g = _rng(10)
+    x = g.standard_normal((1, 4, 7, 6)).astype(np.float32)
+    w = g.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    attrs = {"pads": [1, 2, 0, 1]}
+    (spec,) = [
+        s
+        for s in kernels.kernels_for("Conv", "f32")
+        if convstep.supported(s) and s.scheme == scheme
+    ][:1]
+    step = convstep.ConvStep(spec, attrs, convstep.Scratch())
+    inner = step.input_buffer(x, w)
+    if scheme != "direct":
+        assert inner is None
+        return
+    assert inner is not None
+    inner[...] = x
     in_place = []
     real = convstep.same_memory
     monkeypatch.setattr(
         convstep, "same_memory", lambda a, b: in_place.append(real(a, b)) or in_place[-1]
     )
-    for _ in range(2):
-        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
-    # the second Conv's input was written into its padded buffer by the chain before it
-    assert in_place == [False, True] * 2
-    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
-    # c1 and c2 die in their chains; c3 is read by Add too, so Conv 3 adds its own bias
-    assert [step.outputs[0] for step in compiled.steps] == ["r1", "r2", "c3", "r3", "y"]
+    assert _same_bits(step([inner, w]), kernels.execute(spec, [x, w], attrs))
+    assert in_place == [True]  # found where the step before wrote it: not copied
 
 
 def _dense_model(tmp_path: Path) -> Path:

@@ -124,13 +124,16 @@ class ConvStep:
 
     def input_buffer(self, x: np.ndarray, w: Any) -> np.ndarray | None:
         """Where :meth:`_padded` puts an input shaped like ``x`` inside the kept padded
-        buffer, or None (no padding, or not this step's float32 path). The step that makes
-        this layer's input, run just before it, writes it there: the input is then not
-        copied into the padded buffer (the program makes sure nothing else reads it)."""
+        buffer, or None (no padding, an im2col that pads a new 2-D input itself, or not
+        this step's float32 path). The step that makes this layer's input, run just before
+        it, writes it there: the input is then not copied into the padded buffer (the
+        program makes sure nothing else reads it)."""
         if not _all_f32(x, w):
             return None
         params = self._geometry(x, w)
         if params is None or not any(params["pads"]):
+            return None
+        if self.spec.scheme != "direct" and params["nd"] == 2:  # :meth:`_columns` pads it
             return None
         buf = self.scratch.get("pad", _padded_shape(x.shape, params))
         return buf[interior(x.shape, pad_width(params["pads"]))]
@@ -174,25 +177,17 @@ class ConvStep:
         return buf
 
     def _columns(self, x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
-        """The im2col matrix of :func:`.convparams.columns`, copied into a kept buffer:
-        unfolded from the padded buffer where the step before wrote ``x`` into it
-        (:meth:`input_buffer`), else from ``x`` padded on the fly where
-        :func:`.convparams.pads_itself` (no padded copy), else from :meth:`_padded`."""
+        """The im2col matrix of :func:`.convparams.columns`, copied into a kept buffer: from
+        ``x`` padded on the fly where :func:`.convparams.pads_itself` (no padded copy), else
+        from :meth:`_padded`."""
         if is_pointwise(params):
             return columns(x, params)
         buf = self.scratch.get("cols", unfolded_shape(x, params))
-        if pads_itself(x, params) and not self._in_padded_buffer(x, params):
+        if pads_itself(x, params):
             unfold(x, params, buf, pads=params["pads"][:2])
         else:
             unfold(self._padded(x, params), params, buf)
         return buf.reshape(column_shape(x, params))
-
-    def _in_padded_buffer(self, x: np.ndarray, params: Mapping[str, Any]) -> bool:
-        """Whether ``x`` is the interior of the kept padded buffer (:meth:`input_buffer`)."""
-        if not any(params["pads"]):
-            return False
-        buf = self.scratch.get("pad", _padded_shape(x.shape, params))
-        return same_memory(buf[interior(x.shape, pad_width(params["pads"]))], x)
 
 
 def _padded_shape(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[int, ...]:
