@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numba
 import numpy as np
 
 from reprobuild.backends.reference.convparams import pad_constant, pad_width
@@ -161,6 +162,22 @@ narrower ones as one flat row over the whole image (every row, half of them not 
 with stride 2, but no loop too short to vectorize)."""
 
 
+@numba.njit(inline="always", error_model="numpy", boundscheck=False)
+def _flat_image(x, image, padded, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
+    """Image ``image`` of ``x`` as one flat row: itself, or copied into the interior of
+    ``padded`` (whose border holds the padding value) where there is padding."""
+    h, w = x.shape[1], x.shape[2]
+    if not (top or left or bottom or right):
+        return x[image].reshape(h * w)
+    wp = w + left + right
+    for r in range(h):
+        dst = padded[(top + r) * wp + left :]
+        row = x[image, r]
+        for j in range(w):
+            dst[j] = row[j]
+    return padded
+
+
 def _image_max(
     x: np.ndarray,
     kernel: tuple[int, ...],
@@ -199,15 +216,7 @@ def _max_rows(x, out, kh, kw, sh, sw, dh, dw, top, left, bottom, right):  # noqa
     cols = np.empty(n_cols, x.dtype)
     rows = np.empty(n_rows, x.dtype)
     for image in range(images):
-        src = padded
-        if top or left or bottom or right:
-            for r in range(h):
-                dst = padded[(top + r) * wp + left :]
-                row = x[image, r]
-                for j in range(w):
-                    dst[j] = row[j]
-        else:
-            src = x[image].reshape(h * w)
+        src = _flat_image(x, image, padded, top, left, bottom, right)
         for j in range(n_cols):
             cols[j] = src[j]
         for t in range(1, kw):
@@ -300,50 +309,49 @@ def _image_mean(
     counts: np.ndarray,
 ) -> np.ndarray:
     """2-D stride-1 AveragePool of float32 ``x`` divided by ``counts`` (one per output
-    position), each image in one compiled pass (:func:`_mean_rows`)."""
+    position), in one compiled pass (:func:`_mean_rows`)."""
     n, c, h, w = x.shape
     result = np.empty((n, c, *counts.shape), np.float32)
     images = np.ascontiguousarray(x).reshape(n * c, h, w)
-    _mean_rows(images, result.reshape(n * c, *counts.shape), counts, *kernel, *dilations, *pads)
+    wp = w + pads[1] + pads[3]
+    taps = [
+        i * dilations[0] * wp + j * dilations[1] for i in range(kernel[0]) for j in range(kernel[1])
+    ]
+    offsets = np.array(taps, np.int64)  # row-major, the order :func:`_fold` sums them
+    _mean_rows(images, result.reshape(n * c, *counts.shape), counts, offsets, *pads)
     return result
 
 
 @compiled
-def _mean_rows(x, out, counts, kh, kw, dh, dw, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
-    """Per image of ``x``, padded with zeros into a buffer (in the L1/L2 cache): the taps
-    summed as :func:`_fold` sums them (row-major order, same operands per output), over
-    the image's rows taken as one flat row (a tap is then one contiguous slice, not one
-    short slice per image row; positions in the padding columns are computed and dropped),
-    then each output row divided by its ``counts``."""
+def _mean_rows(x, out, counts, offsets, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
+    """Each image of ``x`` padded with zeros into a buffer (in the L1/L2 cache), or each
+    group of unpadded images (:data:`POOL_BLOCK_ELEMENTS` elements: a 7x7 kernel on 7x7
+    images would otherwise sum one position per tap), as one flat row: the taps at
+    ``offsets`` summed by :func:`_fold_flat` (a tap is one contiguous slice, not one short
+    slice per image row; positions whose window crosses a row or image end are computed
+    and dropped), then each output row divided by its ``counts``."""
     images, h, w = x.shape
     ho, wo = out.shape[1], out.shape[2]
     hp, wp = h + top + bottom, w + left + right
     padded = np.zeros(hp * wp, np.float32)
     size = (ho - 1) * wp + wo
-    total = np.empty(size, np.float32)
-    for image in range(images):
-        src = padded
-        if top or left or bottom or right:
-            for r in range(h):
-                dst = padded[(top + r) * wp + left :]
-                row = x[image, r]
-                for j in range(w):
-                    dst[j] = row[j]
+    group = 1 if top or left or bottom or right else max(1, POOL_BLOCK_ELEMENTS // (h * w))
+    group = min(group, images)
+    total = np.empty((group - 1) * hp * wp + size, np.float32)
+    for first in range(0, images, group):
+        last = min(images, first + group)
+        if group == 1:
+            src = _flat_image(x, first, padded, top, left, bottom, right)
         else:
-            src = x[image].reshape(h * w)
-        for j in range(size):
-            total[j] = src[j]
-        for i in range(kh):
-            for t in range(1 if i == 0 else 0, kw):
-                tap = src[i * dh * wp + t * dw :]
-                for j in range(size):
-                    total[j] = total[j] + tap[j]
-        for o in range(ho):
-            dst = out[image, o]
-            row = total[o * wp :]
-            count = counts[o]
-            for j in range(wo):
-                dst[j] = row[j] / count[j]
+            src = x[first:last].reshape((last - first) * h * w)
+        _fold_flat(src, offsets, total[: (last - first - 1) * hp * wp + size], False)
+        for image in range(first, last):
+            for o in range(ho):
+                dst = out[image, o]
+                row = total[(image - first) * hp * wp + o * wp :]
+                count = counts[o]
+                for j in range(wo):
+                    dst[j] = row[j] / count[j]
 
 
 def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
