@@ -21,6 +21,7 @@ from reprobuild.backends.reference import (
     elementwise,
     engine,
     ops,
+    pools,
     program,
 )
 from reprobuild.backends.reference.prepared import PreparedModel
@@ -292,18 +293,54 @@ def test_a_conv_bias_is_added_in_the_pass_of_the_layers_after_it(
 ) -> None:
     feeds = {"x": _rng(9).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     backend, built, loaded, want = _built(_biased_conv_model(tmp_path), feeds)
+    padded = []
+    real = convstep.ConvStep._padded
+    monkeypatch.setattr(
+        convstep.ConvStep,
+        "_padded",
+        lambda self, x, params: padded.append(self.spec.scheme) or real(self, x, params),
+    )
+    for _ in range(2):
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
+    # an im2col kernel reads its 2-D input unpadded (the zeros written as it unfolds)
+    assert all(scheme == "direct" for scheme in padded)
+    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
+    # c1 and c2 die in their chains; c3 is read by Add too, so Conv 3 adds its own bias
+    assert [step.outputs[0] for step in compiled.steps] == ["r1", "r2", "c3", "r3", "y"]
+
+
+@pytest.mark.parametrize("scheme", ["direct", "blas"])
+def test_a_direct_conv_takes_its_input_in_its_padded_buffer(
+    scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step before a padded ``direct`` Conv writes its output into the Conv's padded
+    buffer (:meth:`.ConvStep.input_buffer`), which is then not copied; an im2col Conv
+    pads a 2-D input as it unfolds it and asks for no such buffer."""
+    from reprobuild.backends.reference import kernels
+
+    g = _rng(10)
+    x = g.standard_normal((1, 4, 7, 6)).astype(np.float32)
+    w = g.standard_normal((5, 4, 3, 3)).astype(np.float32)
+    attrs = {"pads": [1, 2, 0, 1]}
+    (spec,) = [
+        s
+        for s in kernels.kernels_for("Conv", "f32")
+        if convstep.supported(s) and s.scheme == scheme
+    ][:1]
+    step = convstep.ConvStep(spec, attrs, convstep.Scratch())
+    inner = step.input_buffer(x, w)
+    if scheme != "direct":
+        assert inner is None
+        return
+    assert inner is not None
+    inner[...] = x
     in_place = []
     real = convstep.same_memory
     monkeypatch.setattr(
         convstep, "same_memory", lambda a, b: in_place.append(real(a, b)) or in_place[-1]
     )
-    for _ in range(2):
-        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
-    # the second Conv's input was written into its padded buffer by the chain before it
-    assert in_place == [False, True] * 2
-    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
-    # c1 and c2 die in their chains; c3 is read by Add too, so Conv 3 adds its own bias
-    assert [step.outputs[0] for step in compiled.steps] == ["r1", "r2", "c3", "r3", "y"]
+    assert _same_bits(step([inner, w]), kernels.execute(spec, [x, w], attrs))
+    assert in_place == [True]  # found where the step before wrote it: not copied
 
 
 def _dense_model(tmp_path: Path) -> Path:
@@ -509,44 +546,44 @@ def test_building_and_running_an_mlp_never_imports_onnx_reference(tmp_path: Path
         {"kernel_shape": [1, 1]},
     ],
 )
-@pytest.mark.parametrize("block", [ops.POOL_BLOCK_ELEMENTS, 100, 1])
+@pytest.mark.parametrize("block", [pools.POOL_BLOCK_ELEMENTS, 100, 1])
 def test_pools_sum_taps_in_the_order_they_always_did(attrs, block, monkeypatch) -> None:
     """AveragePool adds the taps one by one in row-major order and divides once (the counts
     now kept between runs): the same bits as a copy of tap 0 plus each later tap; also a few
     channels, or one, at a time."""
-    monkeypatch.setattr(ops, "POOL_BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(pools, "POOL_BLOCK_ELEMENTS", block)
     g = _rng(6)
     x = g.standard_normal((2, 3, 9, 8)).astype(np.float32)
-    kernel, strides, dilations, pads, out = ops._pool_geometry(x, attrs)
+    kernel, strides, dilations, pads, out = pools._pool_geometry(x, attrs)
     nd = len(kernel)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
-    views = list(ops._windows(np.pad(x, width), kernel, strides, dilations, out))
+    views = list(pools._windows(np.pad(x, width), kernel, strides, dilations, out))
     total = views[0].copy()
     for v in views[1:]:
         total += v
     ones = np.pad(np.ones((1, 1, 9, 8), np.float32), width)
-    counts = list(ops._windows(ones, kernel, strides, dilations, out))
+    counts = list(pools._windows(ones, kernel, strides, dilations, out))
     count = sum(counts[1:], counts[0].copy())
     if attrs.get("count_include_pad") or not any(pads):
         count = np.float32(math.prod(kernel))
     for _ in range(2):  # the second call divides by the kept counts
-        assert _same_bits(ops.average_pool(x, attrs), total / count)
+        assert _same_bits(pools.average_pool(x, attrs), total / count)
     max_attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
-    assert _same_bits(ops.max_pool(x, max_attrs), _reference("MaxPool", [x], **max_attrs))
+    assert _same_bits(pools.max_pool(x, max_attrs), _reference("MaxPool", [x], **max_attrs))
     # the maximum of each window's taps in the order they always were, NaN and -0.0 kept
     x.reshape(-1)[::5] = -0.0
     x.reshape(-1)[::7] = np.nan
-    kernel, strides, dilations, pads, out = ops._pool_geometry(x, max_attrs)
+    kernel, strides, dilations, pads, out = pools._pool_geometry(x, max_attrs)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
     xp = np.pad(x, width, constant_values=-np.inf)
-    cols = ops._fold(
-        ops._windows(xp, (1, kernel[1]), (1, strides[1]), dilations, (xp.shape[2], out[1])),
+    cols = pools._fold(
+        pools._windows(xp, (1, kernel[1]), (1, strides[1]), dilations, (xp.shape[2], out[1])),
         np.maximum,
     )
-    want = ops._fold(
-        ops._windows(cols, (kernel[0], 1), (strides[0], 1), dilations, out), np.maximum
+    want = pools._fold(
+        pools._windows(cols, (kernel[0], 1), (strides[0], 1), dilations, out), np.maximum
     )
-    assert _same_bits(ops.max_pool(x, max_attrs), want)
+    assert _same_bits(pools.max_pool(x, max_attrs), want)
 
 
 @pytest.mark.parametrize("shape", [(2, 5, 4, 3), (1, 3, 7), (1, 2, 3, 2, 4)])
@@ -606,17 +643,76 @@ def test_scratch_keeps_small_buffers_between_runs_and_frees_large_ones() -> None
 def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int, monkeypatch) -> None:
     """The flat-row path of a 2-D stride-1 AveragePool gives the tap-by-tap fold's bytes."""
     g = _rng(100 + seed)
-    monkeypatch.setattr(ops, "POOL_BLOCK_ELEMENTS", int(g.choice([1, 50, ops.POOL_BLOCK_ELEMENTS])))
+    monkeypatch.setattr(
+        pools, "POOL_BLOCK_ELEMENTS", int(g.choice([1, 50, pools.POOL_BLOCK_ELEMENTS]))
+    )
     k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
     dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
     pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))] * 2
     x = g.standard_normal((1, 3, int(g.integers(5, 12)), int(g.integers(5, 12))))
     x = x.astype(np.float32)
     attrs = {"kernel_shape": list(k), "dilations": list(dil), "pads": pads}
-    got = ops.average_pool(x, attrs)
-    geo = ops._pool_geometry(x, attrs)
+    got = pools.average_pool(x, attrs)
+    geo = pools._pool_geometry(x, attrs)
     assert got is not None and geo is not None
     width = [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])]
-    want = ops._fold(ops._windows(np.pad(x, width), k, (1, 1), dil, geo[4]), np.add)
-    np.divide(want, ops._pad_counts(tuple(x.shape[2:]), geo, width), out=want)
+    want = pools._fold(pools._windows(np.pad(x, width), k, (1, 1), dil, geo[4]), np.add)
+    np.divide(want, pools._pad_counts(tuple(x.shape[2:]), geo, width), out=want)
     assert got.flags.c_contiguous and _same_bits(got, want)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_compiled_max_pool_gives_the_per_axis_folds_bits(seed: int) -> None:
+    """The one-pass 2-D MaxPool (padding inside, rows folded per output row or as one flat
+    row) gives the bytes of the per-axis folds it replaced, NaN and -0.0 included."""
+    g = _rng(300 + seed)
+    k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
+    strides = (int(g.integers(1, 4)), int(g.integers(1, 3)))
+    dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
+    pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
+    pads += [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
+    wide = seed % 2 == 0  # rows of at least ROW_SPAN_MIN: folded one output row at a time
+    shape = (2, 3, int(g.integers(7, 12)), int(g.integers(150, 160) if wide else g.integers(7, 12)))
+    x = g.standard_normal(shape).astype(np.float64 if seed % 3 == 0 else np.float32)
+    x.reshape(-1)[:: int(g.integers(3, 7))] = -0.0
+    x.reshape(-1)[:: int(g.integers(5, 11))] = 0.0
+    x.reshape(-1)[:: int(g.integers(7, 13))] = np.nan
+    attrs = {"kernel_shape": list(k), "strides": list(strides), "dilations": list(dil)}
+    attrs["pads"] = pads
+    kernel, strides, dilations, _, out = pools._pool_geometry(x, attrs)
+    block = np.pad(
+        x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])], constant_values=-np.inf
+    )
+    for axis in (1, 0):
+        block = pools._axis_max(block, 2 + axis, k[axis], strides[axis], dil[axis], out[axis])
+    assert wide == ((out[1] - 1) * strides[1] + 1 >= pools.ROW_SPAN_MIN)
+    assert _same_bits(pools.max_pool(x, attrs), block)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_im2col_padding_on_the_fly_gives_the_padded_copys_columns(seed: int) -> None:
+    """The compiled im2col, reading the unpadded input (zeros written where the padding
+    is) or the padded copy, gives numpy's copy of the padded copy's strided view, for any
+    strides, dilations and pads."""
+    from reprobuild.backends.reference import convparams
+
+    g = _rng(400 + seed)
+    kernel = (int(g.integers(1, 4)), int(g.integers(1, 4)))
+    x = g.standard_normal((2, 3, int(g.integers(4, 12)), int(g.integers(4, 40))))
+    x = x.astype(np.float32)
+    w = np.zeros((4, 3, *kernel), np.float32)
+    attrs = {
+        "strides": [int(g.integers(1, 4)), int(g.integers(1, 4))],
+        "dilations": [int(g.integers(1, 3)), int(g.integers(1, 3))],
+        "pads": [int(g.integers(0, 4)) for _ in range(4)],
+    }
+    params = convparams.conv_params(x, w, attrs)
+    assert params is not None and convparams.pads_itself(x, params)
+    xp = convparams.padded(x, params)
+    want = np.ascontiguousarray(convparams._taps_view(xp, params))  # numpy's strided copy
+    got = np.full(want.shape, np.nan, np.float32)
+    convparams.unfold(x, params, got, pads=tuple(attrs["pads"][:2]))
+    assert _same_bits(got, want)
+    again = np.full(want.shape, np.nan, np.float32)
+    convparams.unfold(xp, params, again)  # the padded copy itself, as before
+    assert _same_bits(again, want)

@@ -130,66 +130,82 @@ class ChainStep:
 
 
 def _four_d(a: np.ndarray) -> np.ndarray | None:
-    """A view of ``a`` as ``(N, C, H, W)``: a 2-D image as it is, fewer image axes padded
-    with ones, more merged where memory allows (None where it does not: never a copy, the
-    chain writes through it)."""
+    """A view of ``a`` as ``(N, C, H, W)``: fewer image axes padded with ones, more merged
+    where memory allows; a C-contiguous ``a`` (a new tensor, or a channel slice of a batch-1
+    Concat's buffer) as ``(N, C, 1, H*W)``, each image one row, which :func:`_run`'s last op
+    then writes directly (None where no view exists: never a copy, the chain writes
+    through it)."""
+    if a.flags.c_contiguous:
+        return a.reshape(a.shape[0], a.shape[1], 1, -1)
     if a.ndim == 4:
         return a
     if a.ndim < 4:
         return a.reshape(a.shape[:2] + (1,) * (4 - a.ndim) + a.shape[2:])
-    if not a.flags.c_contiguous:
-        return None
-    return a.reshape(a.shape[0], a.shape[1], 1, -1)
+    return None
 
 
 @numba.njit(inline="always", error_model="numpy", boundscheck=False)
-def _apply_row(code, row, v):  # noqa: ANN001, ANN202 (numba types it)
-    """One op (``code`` as :attr:`ElementOp.code`) on a row: the test is made once per row, so
-    each branch is one loop that the compiler vectorizes."""
+def _apply_row(code, src, dst, v):  # noqa: ANN001, ANN202 (numba types it)
+    """``dst = op(src, v)`` for one op (``code`` as :attr:`ElementOp.code`) on a row (``dst``
+    may be ``src``): the test is made once per row, so each branch is one loop that the
+    compiler vectorizes."""
     if code == _ADD:
-        for j in range(row.size):
-            row[j] = row[j] + v
+        for j in range(dst.size):
+            dst[j] = src[j] + v
     elif code == _SUB:
-        for j in range(row.size):
-            row[j] = row[j] - v
+        for j in range(dst.size):
+            dst[j] = src[j] - v
     elif code == _MUL:
-        for j in range(row.size):
-            row[j] = row[j] * v
+        for j in range(dst.size):
+            dst[j] = src[j] * v
     elif code == _DIV:
-        for j in range(row.size):
-            row[j] = row[j] / v
+        for j in range(dst.size):
+            dst[j] = src[j] / v
     elif code == _RELU:  # Relu: numpy's maximum(a, 0)
         zero = np.float32(0.0)
-        for j in range(row.size):
-            row[j] = maximum(row[j], zero)
+        for j in range(dst.size):
+            dst[j] = maximum(src[j], zero)
     elif code == _ADD + _SWAPPED:
-        for j in range(row.size):
-            row[j] = v + row[j]
+        for j in range(dst.size):
+            dst[j] = v + src[j]
     elif code == _SUB + _SWAPPED:
-        for j in range(row.size):
-            row[j] = v - row[j]
+        for j in range(dst.size):
+            dst[j] = v - src[j]
     elif code == _MUL + _SWAPPED:
-        for j in range(row.size):
-            row[j] = v * row[j]
+        for j in range(dst.size):
+            dst[j] = v * src[j]
     else:  # _DIV + _SWAPPED
-        for j in range(row.size):
-            row[j] = v / row[j]
+        for j in range(dst.size):
+            dst[j] = v / src[j]
 
 
 @compiled
 def _run(x, out, codes, table):  # noqa: ANN001, ANN202 (numba types it)
-    """``out[n, c] = ops(x[n, c])`` over ``x`` as ``(N, C, H*W)``: each channel's image read
-    into a row (in the L1 cache), every op applied to the row in order, the row written
-    out image row by image row (``out`` may be another array's interior)."""
+    """``out[n, c] = ops(x[n, c])`` over ``x`` as ``(N, C, H*W)``: the first op reads the
+    channel's image into a row (in the L1 cache), the others apply to the row in order;
+    where ``out`` holds each image as one row (:func:`_four_d`), the last op writes it
+    there, else the row is written out image row by image row (``out`` may be another
+    array's interior). Each branch passes arrays, not a choice between two: a loop
+    writing into an array chosen at run time did not vectorize."""
     n_batch, channels, size = x.shape
     height, width = out.shape[2], out.shape[3]
     row = np.empty(size, np.float32)
+    last = codes.size - 1
     for n in range(n_batch):
         for c in range(channels):
-            for j in range(size):
-                row[j] = x[n, c, j]
-            for k in range(codes.size):
-                _apply_row(codes[k], row, table[k, c])
+            if last == 0 and height == 1:
+                _apply_row(codes[0], x[n, c], out[n, c, 0], table[0, c])
+                continue
+            _apply_row(codes[0], x[n, c], row, table[0, c])
+            for k in range(1, last):
+                _apply_row(codes[k], row, row, table[k, c])
+            if last > 0 and height == 1:
+                _apply_row(codes[last], row, out[n, c, 0], table[last, c])
+                continue
+            if last > 0:
+                _apply_row(codes[last], row, row, table[last, c])
             for i in range(height):
+                dst = out[n, c, i]
+                src = row[i * width :]
                 for j in range(width):
-                    out[n, c, i, j] = row[i * width + j]
+                    dst[j] = src[j]

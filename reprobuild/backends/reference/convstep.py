@@ -31,11 +31,14 @@ from reprobuild.backends.reference import kernels
 from reprobuild.backends.reference.convparams import (
     column_shape,
     columns,
-    columns_view,
     conv_params,
     fill_border,
     interior,
+    is_pointwise,
     pad_width,
+    pads_itself,
+    unfold,
+    unfolded_shape,
 )
 
 _F32 = np.dtype(np.float32)
@@ -106,11 +109,10 @@ class ConvStep:
             return None
         group, out = params["group"], params["out"]
         n_batch, m_out = x.shape[0], w.shape[0]
-        xp = self._padded(x, params)
         if self.spec.scheme == "direct":
-            result = self._direct(xp, w, params)
+            result = self._direct(self._padded(x, params), w, params)
         else:
-            cols = self._columns(xp, params)
+            cols = self._columns(x, params)
             result = kernels.reduce_gemm(w.reshape(group, m_out // group, -1), cols, self.spec)
         return result.reshape(n_batch, m_out, *out)
 
@@ -122,13 +124,16 @@ class ConvStep:
 
     def input_buffer(self, x: np.ndarray, w: Any) -> np.ndarray | None:
         """Where :meth:`_padded` puts an input shaped like ``x`` inside the kept padded
-        buffer, or None (no padding, or not this step's float32 path). The step that makes
-        this layer's input, run just before it, writes it there: the input is then not
-        copied into the padded buffer (the program makes sure nothing else reads it)."""
+        buffer, or None (no padding, an im2col that pads a new 2-D input itself, or not
+        this step's float32 path). The step that makes this layer's input, run just before
+        it, writes it there: the input is then not copied into the padded buffer (the
+        program makes sure nothing else reads it)."""
         if not _all_f32(x, w):
             return None
         params = self._geometry(x, w)
         if params is None or not any(params["pads"]):
+            return None
+        if self.spec.scheme != "direct" and params["nd"] == 2:  # :meth:`_columns` pads it
             return None
         buf = self.scratch.get("pad", _padded_shape(x.shape, params))
         return buf[interior(x.shape, pad_width(params["pads"]))]
@@ -148,12 +153,8 @@ class ConvStep:
             self._taps = (w, mats)
         acc: np.ndarray | None = None
         for t, w_tap in zip(taps, self._taps[1], strict=True):
-            window = tuple(
-                slice(i * d, i * d + (o - 1) * s + 1, s)
-                for i, d, o, s in zip(t, params["dilations"], out, params["strides"], strict=True)
-            )
             xs = self.scratch.get("tap", (n_batch, channels, *out))
-            np.copyto(xs, xp[(slice(None), slice(None), *window)])
+            unfold(xp, params, xs, t)
             part = kernels._mm(w_tap, xs.reshape(n_batch, group, cg, positions))
             if acc is None:
                 acc = part
@@ -175,14 +176,18 @@ class ConvStep:
             inner[...] = x
         return buf
 
-    def _columns(self, xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
-        """The im2col matrix of :func:`.convparams.columns`, copied into a kept buffer."""
-        view = columns_view(xp, params)
-        if view is None:
-            return columns(xp, params)
-        buf = self.scratch.get("cols", view.shape)
-        np.copyto(buf, view)
-        return buf.reshape(column_shape(xp, params))
+    def _columns(self, x: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
+        """The im2col matrix of :func:`.convparams.columns`, copied into a kept buffer: from
+        ``x`` padded on the fly where :func:`.convparams.pads_itself` (no padded copy), else
+        from :meth:`_padded`."""
+        if is_pointwise(params):
+            return columns(x, params)
+        buf = self.scratch.get("cols", unfolded_shape(x, params))
+        if pads_itself(x, params):
+            unfold(x, params, buf, pads=params["pads"][:2])
+        else:
+            unfold(self._padded(x, params), params, buf)
+        return buf.reshape(column_shape(x, params))
 
 
 def _padded_shape(shape: tuple[int, ...], params: Mapping[str, Any]) -> tuple[int, ...]:

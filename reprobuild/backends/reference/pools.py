@@ -1,0 +1,392 @@
+"""Numpy and compiled paths for pooling (MaxPool, AveragePool, GlobalAveragePool), which
+``onnx.reference`` runs as a Python loop over output pixels (seconds per layer on ImageNet
+shapes). Each computes the same results, tap by tap in the same order; a function returns
+None for a configuration it does not cover, and :func:`.ops.run_fast`'s caller then falls
+back to ``onnx.reference``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+
+from reprobuild.backends.reference.convparams import pad_constant, pad_width
+from reprobuild.backends.reference.jit import compiled, maximum
+
+
+def _pool_geometry(
+    x: np.ndarray, attrs: Mapping[str, Any]
+) -> (
+    tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+    | None
+):
+    nd = x.ndim - 2
+    kernel = tuple(int(v) for v in attrs.get("kernel_shape", ()))
+    if nd < 1 or len(kernel) != nd or int(attrs.get("ceil_mode", 0)):
+        return None
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
+    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
+    if auto_pad == "VALID":
+        pads = (0,) * (2 * nd)
+    elif auto_pad in ("NOTSET", ""):
+        pads = tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER") and len(strides) == nd == len(dilations):
+        begins, ends = [], []
+        for size, k, s, d in zip(x.shape[2:], kernel, strides, dilations, strict=True):
+            total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            begins.append(small if auto_pad == "SAME_UPPER" else large)
+            ends.append(large if auto_pad == "SAME_UPPER" else small)
+        pads = (*begins, *ends)
+    else:
+        return None
+    if len(pads) != 2 * nd or len(strides) != nd or len(dilations) != nd:
+        return None
+    out = []
+    for i in range(nd):
+        span = (kernel[i] - 1) * dilations[i] + 1
+        o = (x.shape[2 + i] + pads[i] + pads[nd + i] - span) // strides[i] + 1
+        if o < 1:
+            return None
+        out.append(o)
+    return kernel, strides, dilations, pads, tuple(out)
+
+
+def _windows(
+    xp: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    out: Sequence[int],
+):
+    """Yield, for each kernel tap, the strided view of every window's element at that tap."""
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        window = tuple(
+            slice(t * d, t * d + (o - 1) * s + 1, s)
+            for t, d, o, s in zip(taps, dilations, out, strides, strict=True)
+        )
+        yield xp[(slice(None), slice(None), *window)]
+
+
+POOL_BLOCK_ELEMENTS = 1 << 16
+"""Input elements per block of channels that a pool works through at once (256 KB of
+float32): its passes over a block stay in the CPU's L2 cache instead of main memory."""
+
+
+def _by_channel_blocks(
+    x: np.ndarray, out: tuple[int, ...], dtype: Any, pool: Any, blocked: bool
+) -> np.ndarray:
+    """``pool`` (a block of ``x``'s channels -> its pooled block) over every block of
+    channels, into one new ``(N, C, *out)`` array: pools treat channels independently, so
+    each element gets the same operations as from one call on the whole tensor. Not
+    ``blocked``: one call (passes over strided views gain less than the blocks cost)."""
+    if not blocked:
+        return pool(x).astype(dtype, copy=False)
+    n, c = x.shape[:2]
+    result = np.empty((n, c, *out), dtype)
+    step = max(1, POOL_BLOCK_ELEMENTS // max(1, n * math.prod(x.shape[2:])))
+    for start in range(0, c, step):
+        result[:, start : start + step] = pool(x[:, start : start + step])
+    return result
+
+
+def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """MaxPool (single output), reduced one spatial axis at a time, last axis first: the
+    maximum over a box is the maximum over its rows of the maxima over its columns, k1 + k2 - 2
+    passes instead of k1 * k2 - 1. 2-D float32/float64: one compiled pass per image
+    (:func:`_image_max`); else :func:`_axis_max`, a block of channels at a time."""
+    if not np.issubdtype(x.dtype, np.floating):
+        return None
+    geo = _pool_geometry(x, attrs)
+    if geo is None:
+        return None
+    kernel, strides, dilations, pads, out = geo
+    nd = len(kernel)
+    if nd == 2 and x.dtype in _COMPILED_FLOATS:
+        return _image_max(x, kernel, strides, dilations, pads, out)
+    width = pad_width(pads)
+
+    def pool(block: np.ndarray) -> np.ndarray:
+        if any(pads):
+            block = pad_constant(block, width, -np.inf)
+        else:
+            block = np.ascontiguousarray(block)
+        for axis in reversed(range(nd)):
+            k, s, d, o = kernel[axis], strides[axis], dilations[axis], out[axis]
+            block = _axis_max(block, 2 + axis, k, s, d, o)
+        return block
+
+    overlap = any(k > s for k, s in zip(kernel, strides, strict=True))
+    return _by_channel_blocks(x, out, x.dtype, pool, blocked=overlap)
+
+
+def _axis_max(x: np.ndarray, axis: int, k: int, s: int, d: int, o: int) -> np.ndarray:
+    """The maxima of ``k`` taps (dilation ``d``) along ``axis`` of C-contiguous ``x`` at ``o``
+    positions ``s`` apart, taps combined in order, ``((t0 max t1) max t2) ...``.
+
+    Where windows overlap (``k > s``), each pass runs over the block as one flat row
+    (contiguous operands: numpy's vector loop, not a strided element-by-element one) and
+    positions whose window crosses a row end are computed, never selected; otherwise the
+    taps' strided views are combined directly (fewer elements)."""
+    if k <= s:
+        lead = (slice(None),) * axis
+        views = (x[(*lead, slice(t * d, t * d + (o - 1) * s + 1, s))] for t in range(k))
+        return _fold(views, np.maximum)
+    inner = math.prod(x.shape[axis + 1 :])
+    flat = x.reshape(-1)
+    shift = d * inner
+    length = flat.size - (k - 1) * shift  # > 0: the padded axis spans the kernel
+    acc = np.empty_like(flat)
+    if x.dtype == np.float16:  # numba has no float16: numpy's passes, one per tap
+        acc[:length] = _fold((flat[t * shift : t * shift + length] for t in range(k)), np.maximum)
+    else:
+        _fold_flat(flat, np.arange(k, dtype=np.int64) * shift, acc[:length], True)
+    picked = acc.reshape(x.shape)[(slice(None),) * axis + (slice(0, (o - 1) * s + 1, s),)]
+    return np.ascontiguousarray(picked)
+
+
+_COMPILED_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+"""The float types numba compiles (not float16)."""
+
+ROW_SPAN_MIN = 64
+"""Image rows at least this wide are folded one output row at a time by :func:`_max_rows`;
+narrower ones as one flat row over the whole image (every row, half of them not needed
+with stride 2, but no loop too short to vectorize)."""
+
+
+@numba.njit(inline="always", error_model="numpy", boundscheck=False)
+def _flat_image(x, image, padded, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
+    """Image ``image`` of ``x`` as one flat row: itself, or copied into the interior of
+    ``padded`` (whose border holds the padding value) where there is padding."""
+    h, w = x.shape[1], x.shape[2]
+    if not (top or left or bottom or right):
+        return x[image].reshape(h * w)
+    wp = w + left + right
+    for r in range(h):
+        dst = padded[(top + r) * wp + left :]
+        row = x[image, r]
+        for j in range(w):
+            dst[j] = row[j]
+    return padded
+
+
+def _image_max(
+    x: np.ndarray,
+    kernel: tuple[int, ...],
+    strides: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: tuple[int, ...],
+    out: tuple[int, ...],
+) -> np.ndarray:
+    """2-D MaxPool, each image in one compiled pass (:func:`_max_rows`): the bits of
+    :func:`_axis_max` over the columns, then the rows, of the image padded with -inf."""
+    n, c, h, w = x.shape
+    result = np.empty((n, c, *out), x.dtype)
+    images = np.ascontiguousarray(x).reshape(n * c, h, w)
+    _max_rows(images, result.reshape(n * c, *out), *kernel, *strides, *dilations, *pads)
+    return result
+
+
+@compiled
+def _max_rows(x, out, kh, kw, sh, sw, dh, dw, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
+    """Per image of ``x``, padded with -inf into a buffer (in the L1/L2 cache) where ``top``,
+    ``left``, ``bottom`` or ``right`` say: each position's maximum over the ``kw`` column
+    taps, the whole image as one flat row (positions whose window crosses a row end are
+    computed, never read); then each output position's maximum over the ``kh`` row taps of
+    those, at every column; then every ``sw``-th column picked. Contiguous operands make
+    vectorized loops (strided taps indexed directly do not vectorize). Taps combine in
+    order, ``((t0 max t1) max t2) ...``, columns first, as :func:`_axis_max` combines them.
+    Rows narrower than :data:`ROW_SPAN_MIN` fold all image rows as one flat row."""
+    images, h, w = x.shape
+    ho, wo = out.shape[1], out.shape[2]
+    hp, wp = h + top + bottom, w + left + right
+    padded = np.full(hp * wp, -np.inf, x.dtype)
+    n_cols = hp * wp - (kw - 1) * dw
+    span = (wo - 1) * sw + 1
+    per_row = span >= ROW_SPAN_MIN
+    n_rows = span if per_row else (ho - 1) * sh * wp + span
+    cols = np.empty(n_cols, x.dtype)
+    rows = np.empty(n_rows, x.dtype)
+    for image in range(images):
+        src = _flat_image(x, image, padded, top, left, bottom, right)
+        for j in range(n_cols):
+            cols[j] = src[j]
+        for t in range(1, kw):
+            tap = src[t * dw :]
+            for j in range(n_cols):
+                cols[j] = maximum(cols[j], tap[j])
+        for i in range(ho if per_row else 1):
+            base = cols[i * sh * wp :]
+            for j in range(n_rows):
+                rows[j] = base[j]
+            for t in range(1, kh):
+                tap = base[t * dh * wp :]
+                for j in range(n_rows):
+                    rows[j] = maximum(rows[j], tap[j])
+            for o in range(i, i + 1 if per_row else ho):
+                picked = rows if per_row else rows[o * sh * wp :]
+                dst = out[image, o]
+                if sw == 2:  # a constant stride: a faster loop
+                    for j in range(wo):
+                        dst[j] = picked[2 * j]
+                else:
+                    for j in range(wo):
+                        dst[j] = picked[sw * j]
+
+
+def _fold(views: Iterator[np.ndarray], ufunc: Any) -> np.ndarray:
+    """``ufunc`` over the taps in order, ``((t0 . t1) . t2) ...``, into one new array (the
+    first two taps combined directly: no pass copying the first one)."""
+    first = next(views)
+    second = next(views, None)
+    if second is None:
+        return first.copy()
+    acc = ufunc(first, second)
+    for view in views:
+        ufunc(acc, view, out=acc)
+    return acc
+
+
+_CHUNK = 1024
+"""Positions :func:`_fold_flat` folds at once: every tap's pass over them stays in L1."""
+
+
+@compiled
+def _fold_flat(flat, offsets, out, is_max):  # noqa: ANN001, ANN202 (numba types it)
+    """``out[p] = ((flat[p + o0] . flat[p + o1]) . flat[p + o2]) ...``, with ``.`` numpy's
+    ``maximum`` or ``+``: what :func:`_fold` gives over the slices ``flat[o:o + out.size]``,
+    the same operations in the same order for each position, a chunk of positions at a
+    time instead of one pass over all of them per tap."""
+    n = out.size
+    for start in range(0, n, _CHUNK):
+        acc = out[start : min(start + _CHUNK, n)]
+        src = flat[start + offsets[0] :]
+        for j in range(acc.size):
+            acc[j] = src[j]
+        for t in range(1, offsets.size):
+            src = flat[start + offsets[t] :]
+            if is_max:
+                for j in range(acc.size):
+                    acc[j] = maximum(acc[j], src[j])
+            else:
+                for j in range(acc.size):
+                    acc[j] = acc[j] + src[j]
+
+
+_COUNTS: dict[tuple[Any, ...], np.ndarray] = {}
+"""AveragePool divisors without padding, by spatial shape and geometry: a constant of the
+layer, computed once instead of once per run (a handful of entries per model)."""
+
+
+def _pad_counts(
+    spatial: tuple[int, ...], geo: tuple[tuple[int, ...], ...], width: list[tuple[int, int]]
+) -> np.ndarray:
+    key = (spatial, *geo)
+    count = _COUNTS.get(key)
+    if count is None:
+        kernel, strides, dilations, _, out = geo
+        ones = pad_constant(np.ones((1, 1, *spatial), np.float32), width)
+        count = _fold(_windows(ones, kernel, strides, dilations, out), np.add)
+        if len(_COUNTS) >= 256:
+            _COUNTS.clear()
+        _COUNTS[key] = count
+    return count
+
+
+def _image_mean(
+    x: np.ndarray,
+    kernel: tuple[int, ...],
+    dilations: tuple[int, ...],
+    pads: tuple[int, ...],
+    counts: np.ndarray,
+) -> np.ndarray:
+    """2-D stride-1 AveragePool of float32 ``x`` divided by ``counts`` (one per output
+    position), in one compiled pass (:func:`_mean_rows`)."""
+    n, c, h, w = x.shape
+    result = np.empty((n, c, *counts.shape), np.float32)
+    images = np.ascontiguousarray(x).reshape(n * c, h, w)
+    wp = w + pads[1] + pads[3]
+    taps = [
+        i * dilations[0] * wp + j * dilations[1] for i in range(kernel[0]) for j in range(kernel[1])
+    ]
+    offsets = np.array(taps, np.int64)  # row-major, the order :func:`_fold` sums them
+    _mean_rows(images, result.reshape(n * c, *counts.shape), counts, offsets, *pads)
+    return result
+
+
+@compiled
+def _mean_rows(x, out, counts, offsets, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
+    """Each image of ``x`` padded with zeros into a buffer (in the L1/L2 cache), or each
+    group of unpadded images (:data:`POOL_BLOCK_ELEMENTS` elements: a 7x7 kernel on 7x7
+    images would otherwise sum one position per tap), as one flat row: the taps at
+    ``offsets`` summed by :func:`_fold_flat` (a tap is one contiguous slice, not one short
+    slice per image row; positions whose window crosses a row or image end are computed
+    and dropped), then each output row divided by its ``counts``."""
+    images, h, w = x.shape
+    ho, wo = out.shape[1], out.shape[2]
+    hp, wp = h + top + bottom, w + left + right
+    padded = np.zeros(hp * wp, np.float32)
+    size = (ho - 1) * wp + wo
+    group = 1 if top or left or bottom or right else max(1, POOL_BLOCK_ELEMENTS // (h * w))
+    group = min(group, images)
+    total = np.empty((group - 1) * hp * wp + size, np.float32)
+    for first in range(0, images, group):
+        last = min(images, first + group)
+        if group == 1:
+            src = _flat_image(x, first, padded, top, left, bottom, right)
+        else:
+            src = x[first:last].reshape((last - first) * h * w)
+        _fold_flat(src, offsets, total[: (last - first - 1) * hp * wp + size], False)
+        for image in range(first, last):
+            for o in range(ho):
+                dst = out[image, o]
+                row = total[(image - first) * hp * wp + o * wp :]
+                count = counts[o]
+                for j in range(wo):
+                    dst[j] = row[j] / count[j]
+
+
+def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """AveragePool with ONNX's ``count_include_pad`` rule, summed tap by tap in float32."""
+    if x.dtype not in (np.float32, np.float16) or int(attrs.get("ceil_mode", 0)):
+        return None
+    geo = _pool_geometry(x, attrs)
+    if geo is None:
+        return None
+    kernel, strides, dilations, pads, out = geo
+    nd = len(kernel)
+    width = pad_width(pads)
+    if int(attrs.get("count_include_pad", 0)) or not any(pads):
+        count: Any = np.float32(math.prod(kernel))
+    else:
+        count = _pad_counts(tuple(x.shape[2:]), geo, width)
+
+    if nd == 2 and strides == (1, 1):
+        counts = count.reshape(out) if isinstance(count, np.ndarray) else np.full(out, count)
+        xf = x.astype(np.float32, copy=False)
+        return _image_mean(xf, kernel, dilations, pads, counts).astype(x.dtype, copy=False)
+
+    def pool(block: np.ndarray) -> np.ndarray:
+        xf = block.astype(np.float32, copy=False)
+        xp = pad_constant(xf, width) if any(pads) else xf
+        total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
+        return np.divide(total, count, out=total)
+
+    return _by_channel_blocks(x, out, x.dtype, pool, blocked=False)
+
+
+def global_average_pool(x: np.ndarray, _attrs: Mapping[str, Any]) -> np.ndarray | None:
+    """``onnx.reference``'s own formula (``np.average`` over the spatial axes, cast back),
+    without the evaluator's per-call checks, which cost more than the average itself."""
+    if not np.issubdtype(x.dtype, np.floating):
+        return None
+    y = np.average(x, axis=tuple(range(2, x.ndim)))
+    return y.reshape(y.shape + (1,) * (x.ndim - 2)).astype(x.dtype)
