@@ -108,10 +108,10 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     geo = _pool_geometry(x, attrs)
     if geo is None:
         return None
+    if len(geo[0]) == 2 and x.dtype in _COMPILED_FLOATS:
+        return _image_max(x, geo)
     kernel, strides, dilations, pads, out = geo
     nd = len(kernel)
-    if nd == 2 and x.dtype in _COMPILED_FLOATS:
-        return _image_max(x, kernel, strides, dilations, pads, out)
     width = pad_width(pads)
 
     def pool(block: np.ndarray) -> np.ndarray:
@@ -178,16 +178,11 @@ def _flat_image(x, image, padded, top, left, bottom, right):  # noqa: ANN001, AN
     return padded
 
 
-def _image_max(
-    x: np.ndarray,
-    kernel: tuple[int, ...],
-    strides: tuple[int, ...],
-    dilations: tuple[int, ...],
-    pads: tuple[int, ...],
-    out: tuple[int, ...],
-) -> np.ndarray:
-    """2-D MaxPool, each image in one compiled pass (:func:`_max_rows`): the bits of
+def _image_max(x: np.ndarray, geo: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """2-D MaxPool of ``geo`` (``_pool_geometry``'s kernel, strides, dilations, pads and
+    output shape), each image in one compiled pass (:func:`_max_rows`): the bits of
     :func:`_axis_max` over the columns, then the rows, of the image padded with -inf."""
+    kernel, strides, dilations, pads, out = geo
     n, c, h, w = x.shape
     result = np.empty((n, c, *out), x.dtype)
     images = np.ascontiguousarray(x).reshape(n * c, h, w)
