@@ -266,3 +266,29 @@ def test_an_impossible_reading_does_not_make_a_candidate_the_best() -> None:
     t = tune(2, measure, AutotunePolicy(reps=3, drop_factor=100.0))
     assert t.best == 1 and t.costs == [0.591, 0.41]
     assert t.samples[0] == [1.081, 0.591, 0.038]  # the report keeps every run
+
+
+def test_a_conv_operand_is_charged_its_faster_making(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first im2col in a process also loads the compiled copy loop: that one-time cost
+    (seconds, no engine run pays it) must not be charged to the im2col kernels."""
+    import numpy as np
+
+    from reprobuild.backends.reference import kernels, layertune
+
+    now = [0.0]
+    real = kernels.columns
+    made = []
+
+    def columns(xp: np.ndarray, params: dict) -> np.ndarray:
+        made.append(1)
+        now[0] += 5.0 if len(made) == 1 else 0.002  # the first making loads compiled code
+        return real(xp, params)
+
+    monkeypatch.setattr(kernels, "columns", columns)
+    x = np.ones((1, 2, 5, 5), np.float32)
+    w = np.ones((3, 2, 3, 3), np.float32)
+    ops = layertune._ConvOperands([x, w], {"kernel_shape": [3, 3]}, lambda: now[0])
+    spec = kernels.KERNELS["ref_conv_im2col_blas_f32"]
+    extra = ops.extra_ms(spec)
+    assert len(made) == 2 and extra == pytest.approx(2.0)  # ms: the second making
+    np.testing.assert_array_equal(ops.get().cols, real(ops.get().padded, ops.get().params))
