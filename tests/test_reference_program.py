@@ -466,7 +466,10 @@ def test_engine_bytes_checked_once_per_object_and_dropped_by_a_build(tmp_path, m
     backend.run(out.engine, feeds)
     assert engine._LAST_BYTES and engine._LAST_BYTES[0][0] is out.engine
     prepared = engine._LAST_BYTES[0][1].prepared
-    assert "pad" in prepared._scratch._buffers  # the Conv's padded input, kept
+    # the Conv's kept buffer: its padded input (direct) or its columns (im2col); which one
+    # follows the kernel the build picked, and the injected costs are seeded per key, whose
+    # environment part differs from machine to machine
+    assert {"pad", "cols"} & set(prepared._scratch._buffers)
     backend.build(str(path), BuildSettings(), backend.create_timing_cache(), lambda _: None)
     assert not engine._LAST_BYTES  # the build does not keep the caller's engine alive
     assert prepared._scratch._buffers == {}  # nor the buffers of its runs
