@@ -37,6 +37,7 @@ from yaml import (
 from yaml.constructor import SafeConstructor
 
 from reprobuild.errors import LockError
+from reprobuild.lock.emit import layers_marker
 from reprobuild.lock.model import LayerEntry, Lock, LockCandidate
 from reprobuild.lock.schema import HEX_RE, KEY_RE, Doc
 from reprobuild.lock.validate import FIX, lock_from_data
@@ -58,20 +59,26 @@ class _Decline(Exception):
     """Not in the writer's shape: the composing path reads the text."""
 
 
-def read_lock(loader: Any, filename: str) -> Lock | None:
+def read_lock(
+    loader: Any, filename: str, blocks: list[list[LayerEntry]] | None = None
+) -> Lock | None:
     """The lock of the text ``loader`` (a PyYAML safe loader, C or pure) parses, or None;
-    the loader's parse errors propagate."""
+    the loader's parse errors propagate. ``blocks``: the targets' layers already read from
+    the writer's text (:mod:`.textread`), each standing in the text as the writer's marker
+    word (:func:`.emit.layers_marker`)."""
     try:
-        return _Reader(loader).document(filename)
+        return _Reader(loader, blocks or []).document(filename)
     except _Decline:
         return None
 
 
 class _Reader:
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, blocks: list[list[LayerEntry]]) -> None:
         self.loader = loader
         self.next: Callable[[], Any] = loader.get_event  # None once the stream has ended
         self.plain: dict[str, Any] = {}  # a plain scalar's text -> its value
+        self.blocks = blocks
+        self.used = 0  # blocks taken at their target's layers: all of them, or decline
 
     def document(self, filename: str) -> Lock:
         nxt = self.next
@@ -91,7 +98,7 @@ class _Reader:
                 head[name] = self.targets(layers)
             else:
                 head[name] = self.value(nxt(), 1)
-        if not layers:
+        if not layers or self.used != len(self.blocks):
             raise _Decline
         if nxt().__class__ is not DocumentEndEvent or nxt().__class__ is not StreamEndEvent:
             raise _Decline  # a second document: the composer's error
@@ -119,7 +126,7 @@ class _Reader:
                 if name.__class__ is not str or name in target:
                     raise _Decline
                 if name == "layers":
-                    layers.append(self.layers(timed=True))
+                    layers.append(self.layers(timed=True, index=len(layers)))
                     target[name] = []
                 else:
                     target[name] = self.value(nxt(), 3)
@@ -181,10 +188,17 @@ class _Reader:
 
     # ------------------------------------------------------------- the layers, entry by entry
 
-    def layers(self, *, timed: bool) -> list[LayerEntry]:
-        """The entries; the same checks and results as ``validate`` gives the same data."""
+    def layers(self, *, timed: bool, index: int | None = None) -> list[LayerEntry]:
+        """The entries; the same checks and results as ``validate`` gives the same data.
+        Target ``index``'s marker word stands for its block already read from the text."""
         nxt = self.next
-        _collection(nxt(), SequenceStartEvent)
+        ev = nxt()
+        if index is not None and index < len(self.blocks) and ev.__class__ is ScalarEvent:
+            if ev.value != layers_marker(index) or not ev.implicit[0] or ev.tag is not None:
+                raise _Decline
+            self.used += 1
+            return self.blocks[index]
+        _collection(ev, SequenceStartEvent)
         entries: list[LayerEntry] = []
         seen: set[str] = set()
         while (ev := nxt()).__class__ is not SequenceEndEvent:

@@ -22,6 +22,7 @@ from reprobuild.lock.emit import emit_events, layers_marker, layers_text, lock_e
 from reprobuild.lock.eventread import STR, read_lock
 from reprobuild.lock.model import Lock
 from reprobuild.lock.schema import Doc, find_duplicate_key
+from reprobuild.lock.textread import split_layers
 from reprobuild.lock.validate import FIX, lock_from_data
 
 MAP = "tag:yaml.org,2002:map"
@@ -132,6 +133,18 @@ def _events_lock(text: str, filename: str) -> Lock | None:
     refuses goes to the pure-Python parser, and what that one refuses too is the error:
     composing would stop at the same event with the same error (the composer's own errors,
     at aliases and deep nesting, come after events at which the reader has declined)."""
+    split = split_layers(text)
+    if split is not None:  # the layers read from the writer's text, the head from events
+        head, blocks = split
+        loader = CLoader(head)
+        try:
+            lock = read_lock(loader, filename, blocks)
+        except (yaml.YAMLError, ValueError, TypeError, RecursionError):
+            lock = None  # the whole text, below, says what is wrong
+        finally:
+            loader.dispose()
+        if lock is not None:
+            return lock
     for loader_class in (CLoader, PyLoader):
         loader = None
         try:
