@@ -301,3 +301,23 @@ def testgroup_testing_finds_every_culprit_or_the_first() -> None:
     builds.clear()
     found = group_test(keys, changes_with({"k03", "k07", "k11"}, set()), True, [])
     assert found == [["k03"]] and len(builds) == 8  # two halves at each of 4 levels
+
+
+def test_a_switched_build_that_raises_is_listed_not_built(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception of the builder itself (not one of reprobuild's errors: a binding that
+    throws on an edited tactic, say) in a control build is evidence missing, listed with
+    its reason; the rebuilds' verdict stands."""
+    from reprobuild.workflow import control
+
+    _record("cnn.onnx", "t.lock")
+
+    def thrown(*_a: object, **_k: object) -> None:
+        raise RuntimeError("[TRT] an edited tactic threw")
+
+    monkeypatch.setattr(control, "switched_build", thrown)
+    r = verify(lock="t.lock", backend="reference", rebuilds=2)
+    assert r.reproducible and r.power is False
+    assert r.control.untestable
+    assert all(p.error == "RuntimeError: [TRT] an edited tactic threw" for p in r.control.probes)

@@ -223,6 +223,10 @@ class ProbeContext:
         except ReprobuildError as err:  # e.g. TensorRT refuses the tactic for this layer
             result.error = str(err)
             return result
+        except Exception as err:  # noqa: BLE001 - an exception of the bindings themselves:
+            # a switched build is evidence, never the verdict; it is listed as not built
+            result.error = f"{type(err).__name__}: {err}"
+            return result
         result.bits_flipped, result.bits_total, result.outputs_changed = bit_difference(
             self.reference, outputs
         )
