@@ -39,7 +39,8 @@ from yaml.constructor import SafeConstructor
 from reprobuild.errors import LockError
 from reprobuild.lock.emit import layers_marker
 from reprobuild.lock.model import LayerEntry, Lock, LockCandidate
-from reprobuild.lock.schema import HEX_RE, KEY_RE, Doc
+from reprobuild.lock.schema import KEY_RE, Doc
+from reprobuild.lock.textread import tactic_value, time_value
 from reprobuild.lock.validate import FIX, lock_from_data
 
 STR = "tag:yaml.org,2002:str"
@@ -258,16 +259,8 @@ class _Reader:
 
     def time(self, ev: Any) -> float:
         """A recorded time as the writer writes it: ``float.hex`` text, or ``inf``."""
-        text = self.text(ev)
-        if text == "inf":
-            return float("inf")
-        if not text.startswith("0x"):
-            raise _Decline
-        try:
-            value = float.fromhex(text)
-        except (ValueError, OverflowError):
-            raise _Decline from None
-        if not value >= 0:
+        value = time_value(self.text(ev))
+        if value is None:
             raise _Decline
         return value
 
@@ -311,11 +304,8 @@ class _Reader:
         return value
 
     def tactic(self, ev: Any) -> int:
-        text = self.text(ev)
-        if HEX_RE.fullmatch(text) is None:
-            raise _Decline
-        value = int(text, 16)
-        if value >= 2**64:
+        value = tactic_value(self.text(ev))
+        if value is None:
             raise _Decline
         return value
 

@@ -119,22 +119,38 @@ def _value(text: str) -> str | None:
     return text
 
 
-def _tactic(text: str) -> int:
+def tactic_value(text: str) -> int | None:
+    """A tactic hash as a lock holds it (``0x`` hex below 2**64), or None: the one check of
+    both readers."""
     if HEX_RE.fullmatch(text) is None:
-        raise _Decline
+        return None
     value = int(text, 16)
-    if value >= 2**64:
+    return value if value < 2**64 else None
+
+
+def time_value(text: str | None) -> float | None:
+    """A recorded time as a lock holds it (``float.hex`` text >= 0, or ``inf``), or None:
+    the one check of both readers."""
+    if text == "inf":
+        return float("inf")
+    if text is None or not text.startswith("0x"):
+        return None
+    try:
+        value = float.fromhex(text)
+    except (ValueError, OverflowError):
+        return None
+    return value if value >= 0 else None
+
+
+def _tactic(text: str) -> int:
+    value = tactic_value(text)
+    if value is None:
         raise _Decline
     return value
 
 
 def _time(text: str | None) -> float:
-    """A recorded time: ``float.hex`` text >= 0, or ``inf`` (as the event reader takes it)."""
-    if text == "inf":
-        return float("inf")
-    if text is None or not text.startswith("0x"):
-        raise _Decline
-    value = float.fromhex(text)
-    if not value >= 0:
+    value = time_value(text)
+    if value is None:
         raise _Decline
     return value
