@@ -79,11 +79,17 @@ def make_folders(directory: Path) -> list[Path]:
                 continue
             made.append(folder)
     except BaseException:
-        for folder in reversed(made):
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
+        remove_folders(made)
         raise
     return made
+
+
+def remove_folders(folders: list[Path]) -> None:
+    """Remove the folders :func:`make_folders` made (outermost first), innermost first;
+    one that holds something stays (``rmdir`` removes only empty folders)."""
+    for folder in reversed(folders):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
 
 
 @contextlib.contextmanager
@@ -118,7 +124,7 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
             made += make_folders(Path(lock_path).parent)
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as err:
-            _remove_empty(made)
+            remove_folders(made)
             raise UsageError(
                 f"{lock_path}: cannot create the lock's .lck file ({err.strerror or err}); "
                 "remove whatever is at that path, or choose another lock path"
@@ -144,7 +150,7 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
                 break
         except BaseException:
             os.close(fd)
-            _remove_empty(made)
+            remove_folders(made)
             raise
         os.close(fd)  # the file was removed by its last holder: lock the new one
     held[key] = 1
@@ -155,14 +161,7 @@ def exclusive(path: str | os.PathLike[str], timeout: float = 60.0) -> Iterator[N
         with contextlib.suppress(OSError):
             os.unlink(lock_path)
         os.close(fd)
-        _remove_empty(made)
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove the folders a command made that nothing was written into, innermost first."""
-    for folder in reversed(folders):
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)
+        remove_folders(made)
 
 
 def write_target(path: str | os.PathLike[str]) -> Path:

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import TextIO
 
 from reprobuild.errors import UsageError
-from reprobuild.fileio import make_folders, write_target
+from reprobuild.fileio import make_folders, remove_folders, write_target
 
 
 def _reason(err: OSError) -> str:
@@ -354,9 +354,7 @@ class Outputs:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         self._staged = []
-        for folder in reversed(self._made):
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
+        remove_folders(self._made)
         self._made = []
 
 
