@@ -196,9 +196,10 @@ def _with_keys(
 ) -> list[LayerEntry]:
     """The recording's entries and one for each key the replay added, named from the
     replay's log and engine, with the time its cache holds."""
+    tactics = cache.tactic_map()
     added, w = entries_from_records(
         pb.records,
-        {k: cache.tactic_map()[k] for k in keys},
+        {k: tactics[k] for k in keys},
         pb.output.layer_info,
         pb.output.extra.get("key_layers"),
     )
