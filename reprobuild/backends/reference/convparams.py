@@ -160,41 +160,40 @@ def unfold(
 def _unfold_rows(x, out, i0, j0, sh, sw, dh, dw, top, left):  # noqa: ANN001, ANN202, PLR0913
     """``out[c, i, j, r, q] = xp[c, r * sh + (i0 + i) * dh, q * sw + (j0 + j) * dw]``, with
     ``xp`` ``x`` padded with ``top`` and ``left`` zeros (and as many after as the output
-    needs): one output row at a time, from a 1-D slice (loops over index arithmetic on the
-    whole array did not vectorize), its zeros written directly; stride 1 and 2 are
-    constants in their loops, which vectorize."""
+    needs). Each image is first copied into a zero-bordered flat buffer that stays in the
+    cache (or read in place where no tap reaches past it), so every output row is one
+    plain strided copy with no bounds to work out: on 14x14 images, half the time of
+    clipping each row against the border. Stride 1 and 2 are constants in their loops,
+    which vectorize (index arithmetic on the whole array did not)."""
     images, h, w = x.shape
     kh, kw, oh, ow = out.shape[1:]
-    zero = np.float32(0.0)
+    hp = max(h + top, (oh - 1) * sh + (i0 + kh - 1) * dh + 1)
+    wp = max(w + left, (ow - 1) * sw + (j0 + kw - 1) * dw + 1)
+    in_place = hp == h and wp == w  # no padding, and no tap reads past the image
+    padded = np.zeros(0 if in_place else hp * wp, x.dtype)
     for c in range(images):
+        if in_place:
+            image = x[c].reshape(h * w)
+        else:
+            image = padded
+            for y in range(h):
+                row, dst = x[c, y], padded[(y + top) * wp + left :]
+                for q in range(w):
+                    dst[q] = row[q]
         for i in range(kh):
             for j in range(kw):
-                shift = (j0 + j) * dw - left  # input column of output column 0
-                lo = 0 if shift >= 0 else min(ow, (sw - 1 - shift) // sw)
-                hi = min(ow, (w - 1 - shift) // sw + 1) if w - 1 - shift >= 0 else 0
-                hi = max(lo, hi)
                 for r in range(oh):
-                    y = r * sh + (i0 + i) * dh - top
+                    src = image[(r * sh + (i0 + i) * dh) * wp + (j0 + j) * dw :]
                     dst = out[c, i, j, r]
-                    if y < 0 or y >= h:
-                        for q in range(ow):
-                            dst[q] = zero
-                        continue
-                    for q in range(lo):
-                        dst[q] = zero
-                    for q in range(hi, ow):
-                        dst[q] = zero
-                    src = x[c, y, shift + lo * sw :]
-                    seg = dst[lo:hi]
                     if sw == 1:
-                        for q in range(seg.size):
-                            seg[q] = src[q]
+                        for q in range(ow):
+                            dst[q] = src[q]
                     elif sw == 2:
-                        for q in range(seg.size):
-                            seg[q] = src[2 * q]
+                        for q in range(ow):
+                            dst[q] = src[2 * q]
                     else:
-                        for q in range(seg.size):
-                            seg[q] = src[q * sw]
+                        for q in range(ow):
+                            dst[q] = src[q * sw]
 
 
 def _taps_view(xp: np.ndarray, params: Mapping[str, Any]) -> np.ndarray:
