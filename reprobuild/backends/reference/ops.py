@@ -84,7 +84,10 @@ def softmax_legacy(
 def dropout_inference(
     inputs: Sequence[Any], attrs: Mapping[str, Any], opset: int, n_outputs: int
 ) -> list[np.ndarray] | None:
-    """Inference Dropout: identity, and an all-kept mask typed as the opset's schema says."""
+    """Inference Dropout: identity, and an all-kept mask typed as the opset's schema says.
+    The output is the input itself, not a copy: nothing writes into either (the engine's
+    program lets a layer overwrite only the outputs of :data:`.program.FRESH_OPS`, and
+    never an input a layer that may return a view reads)."""
     x = inputs[0] if inputs else None
     if not isinstance(x, np.ndarray):
         return None
@@ -92,7 +95,7 @@ def dropout_inference(
         return None  # training_mode = true: let onnx.reference apply the random mask
     if opset < 7 and int(attrs.get("is_test", 0)) == 0:
         return None
-    outputs = [x.copy()]
+    outputs = [x]
     if n_outputs > 1:
         outputs.append(np.ones(x.shape, dtype=x.dtype if opset < 10 else np.bool_))
     return outputs
