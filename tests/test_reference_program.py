@@ -692,6 +692,94 @@ def test_compiled_max_pool_gives_the_per_axis_folds_bits(seed: int) -> None:
     assert _same_bits(pools.max_pool(x, attrs), block)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_a_max_pool_fed_by_a_chain_gives_the_bits_of_the_chain_then_the_pool(seed: int) -> None:
+    """The pool that takes a chain's output image by image (never written out whole) gives
+    the bytes of the chain run whole and then pooled, for any geometry, special values in
+    the input and the constants, and a batch (images cycle through the channels)."""
+    g = _rng(500 + seed)
+    k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
+    pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
+    pads += [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
+    attrs = {
+        "kernel_shape": list(k),
+        "strides": [int(g.integers(1, 4)), int(g.integers(1, 3))],
+        "dilations": [int(g.integers(1, 3)), int(g.integers(1, 3))],
+        "pads": pads,
+    }
+    wide = seed % 2 == 0  # rows folded one output row at a time (pools.ROW_SPAN_MIN)
+    shape = (
+        int(g.integers(1, 3)),
+        3,
+        int(g.integers(7, 12)),
+        int(g.integers(150, 160) if wide else g.integers(7, 12)),
+    )
+    x = g.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1).view(np.uint32)
+    flat[g.choice(flat.size, len(_SPECIAL), replace=False)] = _SPECIAL
+    bias = g.standard_normal(3).astype(np.float32)
+    bias[0] = np.nan if seed % 3 == 0 else -0.0
+    ops_ = [chain.ElementOp(np.add, bias, channels=True)]
+    if seed % 4 < 2:
+        ops_ += [
+            chain.ElementOp(np.multiply, g.standard_normal(3).astype(np.float32), channels=True)
+        ]
+    ops_.append(chain.RELU)
+    step = chain.ChainStep(ops_, donate=False)
+    found = step.operands(x)
+    assert found is not None
+    got = pools.chained_max_pool(x, attrs, step.codes, found[1])
+    assert got is not None and _same_bits(got, pools.max_pool(step(x), attrs))
+
+
+def _pooled_model(tmp_path: Path) -> Path:
+    """Conv(+bias) -> Relu -> MaxPool (padded), Conv -> BatchNormalization -> Relu -> MaxPool
+    with its Indices, and a Relu -> MaxPool whose Relu output is a graph output too: the
+    first chain hands its output to the pool image by image, the others may not."""
+    g = _rng(11)
+    bn = [_init(g, n, (4,)) for n in ("scale", "bias", "mean")]
+    bn.append(numpy_helper.from_array((g.random(4) + 0.5).astype(np.float32), "var"))
+    pool = {"kernel_shape": [3, 3], "strides": [2, 2]}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], pads=[0, 0, 1, 1], **pool),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"]),
+        helper.make_node("BatchNormalization", ["c2", "scale", "bias", "mean", "var"], ["n"]),
+        helper.make_node("Relu", ["n"], ["r2"]),
+        helper.make_node("MaxPool", ["r2"], ["p2", "i2"], **pool),
+        helper.make_node("Conv", ["p2", "w3", "b3"], ["c3"]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("MaxPool", ["r3"], ["y"], kernel_shape=[2, 2]),
+    ]
+    inits = [_init(g, "w1", (4, 3, 3, 3)), _init(g, "b1", (4,)), _init(g, "w2", (4, 4, 1, 1))]
+    inits += [_init(g, "w3", (4, 4, 1, 1)), _init(g, "b3", (4,)), *bn]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "r3")]
+    outputs.append(helper.make_tensor_value_info("i2", TensorProto.INT64, None))
+    graph = helper.make_graph(
+        nodes,
+        "pooled",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 20, 20])],
+        outputs,
+        inits,
+    )
+    path = tmp_path / "pooled.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_chain_hands_its_output_to_the_max_pool_after_it(tmp_path: Path) -> None:
+    feeds = {"x": _rng(12).standard_normal((1, 3, 20, 20)).astype(np.float32)}
+    backend, built, loaded, want = _built(_pooled_model(tmp_path), feeds)
+    for _ in range(2):
+        got = backend.run(built, feeds)
+        assert all(_same_bits(got[name], want[name]) for name in want)
+    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
+    # r1 is never made: its chain pools it; p2 comes with Indices and r3 is a graph output
+    outputs = [step.outputs for step in compiled.steps]
+    assert outputs == [("p1",), ("c2",), ("r2",), ("p2", "i2"), ("r3",), ("y",)]
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_im2col_padding_on_the_fly_gives_the_padded_copys_columns(seed: int) -> None:
     """The compiled im2col, reading the unpadded input (zeros written where the padding

@@ -96,7 +96,7 @@ class ChainStep:
 
     def __init__(self, ops: Sequence[ElementOp], donate: bool) -> None:
         self.ops, self.donate = tuple(ops), donate
-        self._codes = np.array([op.code for op in self.ops], np.int64)
+        self.codes = np.array([op.code for op in self.ops], np.int64)
         self._tables: dict[tuple[int, ...], np.ndarray | None] = {}
 
     def __call__(
@@ -105,6 +105,22 @@ class ChainStep:
         """The chain's output; written where ``into(x)`` says when it names a place (an
         array of ``x``'s shape that nothing else uses: the next Conv's padded buffer, or
         the chain's channels of the Concat after it)."""
+        found = self.operands(x)
+        if found is None:
+            return None
+        src, table = found
+        out = into(x) if into is not None else None
+        dst = None if out is None else _four_d(out)
+        if dst is None:  # contiguous: a view of four axes always exists
+            out = x if self.donate and x.flags.c_contiguous else np.empty(x.shape, _F32)
+            dst = _four_d(out)
+        _run(src, dst, self.codes, table)
+        return out
+
+    def operands(self, x: Any) -> tuple[np.ndarray, np.ndarray] | None:
+        """(``x`` as ``(N, C, H*W)``, each op's constant for each channel) for an input the
+        chain covers, else None: what :func:`_run`, or a loop that takes the chain's
+        output image by image (:func:`apply_ops`), needs."""
         if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim < 2:
             return None
         table = self._tables.get(x.shape, False)
@@ -112,14 +128,7 @@ class ChainStep:
             table = self._tables[x.shape] = self._table(x.shape)
         if table is None:
             return None
-        src = x.reshape(x.shape[0], x.shape[1], -1)  # a copy only if x is not contiguous
-        out = into(x) if into is not None else None
-        dst = None if out is None else _four_d(out)
-        if dst is None:  # contiguous: a view of four axes always exists
-            out = x if self.donate and x.flags.c_contiguous else np.empty(x.shape, _F32)
-            dst = _four_d(out)
-        _run(src, dst, self._codes, table)
-        return out
+        return x.reshape(x.shape[0], x.shape[1], -1), table  # a copy only if x is not contiguous
 
     def _table(self, shape: tuple[int, ...]) -> np.ndarray | None:
         """Each op's constant for each channel, ``(ops, channels)`` (None: not covered)."""
@@ -179,6 +188,15 @@ def _apply_row(code, src, dst, v):  # noqa: ANN001, ANN202 (numba types it)
             dst[j] = v / src[j]
 
 
+@numba.njit(inline="always", error_model="numpy", boundscheck=False)
+def apply_ops(codes, table, channel, src, row, count):  # noqa: ANN001, ANN202, PLR0913
+    """``row = ops(src)`` for the first ``count`` ops (``count`` >= 1) on one image of
+    channel ``channel``: the first reads ``src``, the others work in ``row``."""
+    _apply_row(codes[0], src, row, table[0, channel])
+    for k in range(1, count):
+        _apply_row(codes[k], row, row, table[k, channel])
+
+
 @compiled
 def _run(x, out, codes, table):  # noqa: ANN001, ANN202 (numba types it)
     """``out[n, c] = ops(x[n, c])`` over ``x`` as ``(N, C, H*W)``: the first op reads the
@@ -193,19 +211,15 @@ def _run(x, out, codes, table):  # noqa: ANN001, ANN202 (numba types it)
     last = codes.size - 1
     for n in range(n_batch):
         for c in range(channels):
-            if last == 0 and height == 1:
+            if height == 1 and last == 0:
                 _apply_row(codes[0], x[n, c], out[n, c, 0], table[0, c])
-                continue
-            _apply_row(codes[0], x[n, c], row, table[0, c])
-            for k in range(1, last):
-                _apply_row(codes[k], row, row, table[k, c])
-            if last > 0 and height == 1:
+            elif height == 1:
+                apply_ops(codes, table, c, x[n, c], row, last)
                 _apply_row(codes[last], row, out[n, c, 0], table[last, c])
-                continue
-            if last > 0:
-                _apply_row(codes[last], row, row, table[last, c])
-            for i in range(height):
-                dst = out[n, c, i]
-                src = row[i * width :]
-                for j in range(width):
-                    dst[j] = src[j]
+            else:
+                apply_ops(codes, table, c, x[n, c], row, last + 1)
+                for i in range(height):
+                    dst = out[n, c, i]
+                    src = row[i * width :]
+                    for j in range(width):
+                        dst[j] = src[j]

@@ -16,7 +16,9 @@ a new tensor. A :class:`Program` is compiled once per (folded model, kernel plan
   (Conv -> Relu is one pass over the output after the GEMM, not two);
 - has such a chain write its output where the next layer wants it: into the padded
   buffer of the Conv after it, or into its channels of the Concat after it
-  (:mod:`.concats`, which also lets DenseNet's Concats append to the previous one).
+  (:mod:`.concats`, which also lets DenseNet's Concats append to the previous one), or
+  hand it image by image to the 2-D MaxPool after it, so that it is never written whole
+  (:func:`.pools.chained_max_pool`); which layers a chain covers is :mod:`.chainplan`'s.
 
 Each numpy step computes what the generic path computes, the same float operations in the
 same order (``tests/test_reference_program.py`` holds them to it bit for bit); the one
@@ -26,7 +28,7 @@ difference is the sign of a zero: ``Sum`` of negative zeros gives ``-0.0`` where
 Buffer ownership, decided statically: a tensor may be overwritten by the layer that reads
 it last only if a layer known to return a new array produced it (:data:`FRESH_OPS`, or an
 autotuned float kernel), it is not a graph output, and no layer that might return a view of
-it (Reshape, Flatten, Identity, ...) reads it.
+it (Reshape, Flatten, Identity, Dropout, ...) reads it.
 """
 
 from __future__ import annotations
@@ -38,11 +40,18 @@ from typing import Any
 import numpy as np
 
 from reprobuild.backends.reference import int8, kernels
-from reprobuild.backends.reference.chain import RELU, ChainStep, ElementOp, binary_op
+from reprobuild.backends.reference.chain import ChainStep
+from reprobuild.backends.reference.chainplan import (
+    bn_constants,
+    chain_channels,
+    chain_end,
+    chain_ops,
+)
 from reprobuild.backends.reference.concats import ConcatBuffers, Layout, growth, slots
 from reprobuild.backends.reference.convstep import ConvStep, Scratch, supported
 from reprobuild.backends.reference.elementwise import BINARY, binary, concat, relu, total
 from reprobuild.backends.reference.graphorder import consumed_names
+from reprobuild.backends.reference.pools import chained_max_pool
 from reprobuild.backends.reference.prepared import Layer, PreparedModel, execute_spec
 
 FRESH_OPS = frozenset(
@@ -124,11 +133,11 @@ def compile_program(
     runs: list[tuple[int, int]] = []  # (first, one past the last) layer of each step
     while not runs or runs[-1][1] < len(prepared.layers):
         start = runs[-1][1] if runs else 0
-        runs.append((start, max(_chain_end(prepared, plan, start), start + 1)))
+        runs.append((start, max(chain_end(prepared, plan, start), start + 1)))
     chains = {
         prepared.layers[end - 1].node.output[0]: channels
         for start, end in runs
-        if end - start > 1 and (channels := _chain_channels(prepared, plan, start, end))
+        if end - start > 1 and (channels := chain_channels(prepared, plan, start, end))
     }
     concats, grown = ConcatBuffers(), growth(prepared, ownable)
     joined = slots(prepared, chains, set(grown))
@@ -150,42 +159,23 @@ def compile_program(
         for position in range(len(prepared.layers))
     ]
     fused: list[LayerStep] = []
+    pooled: set[int] = set()  # MaxPools run by the chain before them
     for start, end in runs:
+        if start in pooled:
+            continue
         if end - start < 2:
             fused.append(steps[start])
+            continue
+        if _pool_after(prepared, steps, end):
+            pooled.add(end)
+            fused.append(_chain_step(prepared, plan, steps[start:end], start, ownable, steps[end]))
             continue
         into = _next_conv_input(prepared, steps, end)
         target = into_concat.get(steps[end - 1].outputs[0])
         if target is not None:
             into = _concat_input(concats, *target)
-        fused.append(_chain_step(prepared, plan, steps[start:end], start, ownable, into))
+        fused.append(_chain_step(prepared, plan, steps[start:end], start, ownable, into=into))
     return Program(tuple(fused), scratch, concats)
-
-
-def _chain_ops(
-    prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], start: int, end: int
-) -> tuple[str, list[ElementOp]]:
-    """(the chain's input, every op in order) of the chain of layers ``start:end``."""
-    layers = prepared.layers[start:end]
-    head = _chain_head(prepared, layers[0], plan.get(layers[0].index))
-    assert head is not None
-    ops = list(head[1])
-    for layer in layers[1:]:
-        found = _element_ops(prepared, layer, None)
-        assert found is not None
-        ops += found[1]
-    return head[0], ops
-
-
-def _chain_channels(
-    prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], start: int, end: int
-) -> int:
-    """The channels of the output of the chain of layers ``start:end`` when its ops say
-    (a per-channel constant: a Conv's bias, BatchNormalization's), else 0."""
-    for op in _chain_ops(prepared, plan, start, end)[1]:
-        if op.channels:
-            return int(op.constant.shape[0])
-    return 0
 
 
 def _concat_input(
@@ -255,112 +245,68 @@ def _step(
     )
 
 
-def _chain_head(
-    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
-) -> tuple[str, list[ElementOp]] | None:
-    """(its input, its ops) of a layer a chain may start with, else None."""
-    return _element_ops(prepared, layer, spec) or _conv_head(prepared, layer, spec)
-
-
-def _conv_head(
-    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
-) -> tuple[str, list[ElementOp]] | None:
-    """(its input, the bias add) of a Conv layer run by :class:`.ConvStep` whose bias is a
-    float32 constant: a chain may start with it and add the bias in its own pass over the
-    output (one pass over the Conv's output fewer), else None."""
-    if spec is None or not supported(spec) or layer.fusion is not None:
-        return None
-    names = list(layer.node.input)
-    bias = prepared.constants.get(names[2]) if len(names) > 2 and names[2] else None
-    if type(bias) is not np.ndarray or bias.dtype != np.float32 or bias.ndim != 1:
-        return None
-    return names[0], [ElementOp(np.add, bias, channels=True)]
-
-
-def _element_ops(
-    prepared: PreparedModel, layer: Layer, spec: kernels.KernelSpec | None
-) -> tuple[str, list[ElementOp]] | None:
-    """(the one non-constant input, the ops) of a layer a chain can run, else None: the
-    layers and conditions :func:`_runner` gives a numpy path to."""
-    if spec is not None or layer.domain or layer.has_subgraph:
-        return None
-    names = list(layer.node.input)
-    if sum(1 for o in layer.node.output if o) != 1 or not names or not names[0]:
-        return None
-    if layer.op == "Relu" and len(names) == 1:
-        return names[0], [RELU]
-    if layer.op in BINARY and prepared.opsets.get("", 1) >= 7:
-        op = binary_op(layer.op, names, prepared.constants)
-        return None if op is None else (names[0] if op.first else names[1], [op])
-    if layer.op == "BatchNormalization":
-        constants = _bn_constants(prepared, layer)
-        if constants is None:
-            return None
-        inv, shift = constants
-        return names[0], [
-            ElementOp(np.multiply, inv, channels=True),
-            ElementOp(np.add, shift, channels=True),
-        ]
-    return None
-
-
-def _chain_end(prepared: PreparedModel, plan: Mapping[int, kernels.KernelSpec], start: int) -> int:
-    """One past the last layer of the elementwise run starting at ``start``: each next
-    layer reads the previous one's output, which nothing else reads."""
-    layers = prepared.layers
-    position = start
-    if _chain_head(prepared, layers[start], plan.get(layers[start].index)) is None:
-        return start
-    while position + 1 < len(layers):
-        (out,) = (o for o in layers[position].node.output if o)
-        nxt = layers[position + 1]
-        found = _element_ops(prepared, nxt, plan.get(nxt.index))
-        if (
-            found is None
-            or found[0] != out
-            or prepared.last_use.get(out) != position + 1
-            or out in prepared.output_names
-            or list(nxt.node.input).count(out) != 1
-        ):
-            break
-        position += 1
-    return position + 1
-
-
 def _chain_step(
     prepared: PreparedModel,
     plan: Mapping[int, kernels.KernelSpec],
     parts: Sequence[LayerStep],
     start: int,
     ownable: set[str],
+    pool: LayerStep | None = None,
     into: Callable[[np.ndarray], np.ndarray | None] | None = None,
 ) -> LayerStep:
     """One step for the layers ``parts`` (starting at position ``start``), as a chain that
-    writes its output where ``into`` says (:func:`_next_conv_input`)."""
+    writes its output where ``into`` says (:func:`_next_conv_input`), or hands it image by
+    image to the MaxPool step ``pool`` after it (:func:`_pool_after`)."""
     conv = parts[0].conv
-    x_name, ops = _chain_ops(prepared, plan, start, start + len(parts))
+    x_name, ops = chain_ops(prepared, plan, start, start + len(parts))
     head = parts[0].inputs.index(x_name)
     # a Conv head's product is a new array, which nothing else sees
     donate = conv is not None or (x_name in ownable and prepared.last_use.get(x_name) == start)
     chain = ChainStep(ops, donate)
+    pool_attrs = None if pool is None else prepared.layers[start + len(parts)].attrs
 
     def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
         x = inputs[head] if conv is None else conv.product(inputs)
-        out = None if x is None else chain(x, into)
-        if out is not None:
-            return [out]
-        value = parts[0].run(inputs, values, model)[0]  # one by one, as unchained
-        for prev, part in zip(parts, parts[1:], strict=False):
-            (made,) = prev.outputs
-            ins = [value if n == made else (values[n] if n else None) for n in part.inputs]
-            value = part.run(ins, values, model)[0]
-        return [value]
+        found = None if x is None or pool_attrs is None else chain.operands(x)
+        if found is not None:
+            out = chained_max_pool(x, pool_attrs, chain.codes, found[1])
+            if out is not None:
+                return [out]
+        value = None if x is None else chain(x, into)
+        if value is None:  # one by one, as unchained
+            value = parts[0].run(inputs, values, model)[0]
+            for prev, part in zip(parts, parts[1:], strict=False):
+                (made,) = prev.outputs
+                ins = [value if n == made else (values[n] if n else None) for n in part.inputs]
+                value = part.run(ins, values, model)[0]
+        return [value] if pool is None else pool.run([value], values, model)
 
+    last = parts if pool is None else [*parts, pool]
     return LayerStep(
         inputs=parts[0].inputs,
-        outputs=parts[-1].outputs,
+        outputs=last[-1].outputs,
         run=run,
-        free=tuple(dict.fromkeys(n for part in parts for n in part.free)),
+        free=tuple(dict.fromkeys(n for part in last for n in part.free)),
+    )
+
+
+def _pool_after(prepared: PreparedModel, steps: Sequence[LayerStep], end: int) -> bool:
+    """Whether the layer at ``end`` is a 2-D MaxPool (no Indices output) that is the only
+    reader of the output of the chain ending before it: the chain then hands it its output
+    image by image (:func:`.pools.chained_max_pool`), never writing it out whole."""
+    if end >= len(steps):
+        return False
+    layer = prepared.layers[end]
+    (out,) = steps[end - 1].outputs
+    return (
+        layer.op == "MaxPool"
+        and not layer.domain
+        and list(layer.node.output) == list(steps[end].outputs)
+        and len(steps[end].outputs) == 1
+        and list(layer.node.input) == [out]
+        and prepared.last_use.get(out) == end
+        and out not in prepared.output_names
+        and len(layer.attrs.get("kernel_shape", ())) == 2
     )
 
 
@@ -434,32 +380,11 @@ def _concat(
     return lambda inputs: concat(inputs, layer.attrs)
 
 
-def _bn_constants(prepared: PreparedModel, layer: Layer) -> tuple[np.ndarray, np.ndarray] | None:
-    """Inference BatchNormalization on float32 with constant parameters: its per-channel
-    ``inv`` and ``shift`` (``y = x * inv + shift``), computed once, as :func:`.ops.batch_norm`
-    computes them; None where that numpy path would refuse the layer."""
-    from reprobuild.backends.reference import ops
-
-    names = list(layer.node.input)
-    if len(names) != 5 or any(n not in prepared.constants for n in names[1:]):
-        return None
-    opset = prepared.opsets.get("", 1)
-    params = [np.asarray(prepared.constants[n]) for n in names[1:]]
-    probe = np.zeros((1, params[0].shape[0] if params[0].ndim == 1 else 0), np.float32)
-    if ops.batch_norm([probe, *params], layer.attrs, opset, 1) is None:
-        return None  # training mode, spatial=0, shapes or dtypes the numpy path refuses
-    scale, bias, mean, var = params
-    f32 = np.float32
-    eps = f32(layer.attrs.get("epsilon", 1e-5))
-    inv = scale.astype(f32) / np.sqrt(var.astype(f32) + eps)
-    return inv, bias.astype(f32) - mean.astype(f32) * inv
-
-
 def _batch_norm(
     prepared: PreparedModel, layer: Layer, donate: tuple[bool, ...]
 ) -> Callable[[list[Any]], Any | None] | None:
-    """BatchNormalization as ``x * inv + shift`` (:func:`_bn_constants`)."""
-    constants = _bn_constants(prepared, layer)
+    """BatchNormalization as ``x * inv + shift`` (:func:`bn_constants`)."""
+    constants = bn_constants(prepared, layer)
     if constants is None:
         return None
     inv, shift = constants
