@@ -202,8 +202,7 @@ def test_documented_exit_codes_hold_with_measured_timings(page: Path, tmp_path: 
     --runs N``'s job (a check before a release), so the suite pays for one run a page."""
     res = run_page(page, tmp_path, injected=False)
     assert res.returncode == 0, (
-        f"{page.name}, measured timings:\n{res.stderr[-6000:]}\n--- stdout:\n"
-        f"{res.stdout[-3000:]}"
+        f"{page.name}, measured timings:\n{res.stderr[-6000:]}\n--- stdout:\n{res.stdout[-3000:]}"
     )
 
 
