@@ -4,11 +4,13 @@ which documented exit codes do not hold.
 ``tests/test_docs.py`` runs each page's ```sh and ```python blocks with injected timings, so
 the suite never depends on which kernel won a race on a busy machine. A reader's machine
 has no injection: a recording may choose the candidate a page pins, and then a ``diff`` or
-``bisect`` the page says exits 1 exits 0. This script runs the same pages through the same
-runner (:func:`tests.test_docs.run_page`, ``injected=False``, every command run even after
-one fails), each in a fresh temporary folder, ``--runs`` times, and prints per page the
-runs whose every command exited as documented, then each command that did not, with its
-block, the documented code and the code of each run:
+``bisect`` the page says exits 1 exits 0. The suite runs the pages whose exit codes depend
+on that once with measured timings; several fresh runs of every page are this script's
+job, before a release. It runs the same pages through the same runner
+(:func:`tests.test_docs.run_page`, ``injected=False``, every command run even after one
+fails), each in a fresh temporary folder, ``--runs`` times, and prints per page the runs
+whose every command exited as documented, then each command that did not, with its block,
+the documented code and the code of each run:
 
     .venv/bin/python scripts/docs_real_timings.py --runs 5            # every page
     .venv/bin/python scripts/docs_real_timings.py --page README.md    # one page

@@ -1206,7 +1206,9 @@ class IExecutionContext(_Strict):
         if name in self._shapes:
             return self._shapes[name]
         if self._out_shapes is None:
-            self._out_shapes = _dynamic_io.output_shapes(self._evaluate, self._feeds_with)
+            self._out_shapes = _dynamic_io.output_shapes(
+                self._evaluate, self._feeds_with, self._engine._data["model"]
+            )
         return self._out_shapes.get(name, ())
 
     def set_output_allocator(self, name, output_allocator):

@@ -71,14 +71,33 @@ def write_host(address, values):
     _ctypes.memmove(address, values.ctypes.data, values.nbytes)
 
 
-def output_shapes(evaluate, feeds_with):
+_OUTPUT_SHAPES = {}
+"""Answers of :func:`output_shapes` by the model file's bytes and the zero-filled feeds."""
+
+
+def output_shapes(evaluate, feeds_with, model_path):
     """Each output's shape, ``-1`` where it depends on the data: ``feeds_with(fill)`` gives
-    the feeds with every ordinary input filled with ``fill`` (shape tensors as set)."""
-    low = {k: v.shape for k, v in evaluate(feeds_with(0)).items()}
-    high = {k: v.shape for k, v in evaluate(feeds_with(1)).items()}
-    return {
-        k: tuple(a if a == b else -1 for a, b in zip(low[k], high[k], strict=True)) for k in low
-    }
+    the feeds with every ordinary input filled with ``fill`` (shape tensors as set). The
+    answer depends only on the model and those feeds, so it is kept per process: each one
+    costs two whole evaluations of the model, and a probe runs the same engine many times."""
+    import hashlib
+    import pathlib
+
+    zeros = feeds_with(0)
+    key = (
+        hashlib.sha256(pathlib.Path(model_path).read_bytes()).hexdigest(),
+        *sorted(
+            (n, v.shape, v.dtype.str, hashlib.sha256(v.tobytes()).hexdigest())
+            for n, v in zeros.items()
+        ),
+    )
+    if key not in _OUTPUT_SHAPES:
+        low = {k: v.shape for k, v in evaluate(zeros).items()}
+        high = {k: v.shape for k, v in evaluate(feeds_with(1)).items()}
+        _OUTPUT_SHAPES[key] = {
+            k: tuple(a if a == b else -1 for a, b in zip(low[k], high[k], strict=True)) for k in low
+        }
+    return _OUTPUT_SHAPES[key]
 
 
 def deliver(allocator, name, out, stream):

@@ -7,6 +7,7 @@ work without TensorRT; :mod:`.backend` builds on it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 from collections.abc import Callable
@@ -218,11 +219,14 @@ def machine_environment(cuda: cuda_probe.CudaInfo | None = None) -> Environment:
     return Environment.make("tensorrt", identity, advisory)
 
 
+@functools.lru_cache(maxsize=1)
 def tensorrt_cuda_major() -> str | None:
     """The CUDA major version of the installed TensorRT flavour, from its distribution's
     name (``tensorrt-cu12``, ``tensorrt_cu13_bindings``, ...): what its kernels were built
-    against, whichever ``libcudart`` the loader would find first."""
-    import re
+    against, whichever ``libcudart`` the loader would find first. Read once per process:
+    the installed distributions do not change while it runs, and reading them walks every
+    distribution's file list (a sixth of a second in a typical venv, and a probe asks for
+    the environment some twenty times)."""
     from importlib import metadata
 
     try:
