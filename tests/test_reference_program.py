@@ -672,6 +672,8 @@ def test_compiled_max_pool_gives_the_per_axis_folds_bits(seed: int) -> None:
     k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
     strides = (int(g.integers(1, 4)), int(g.integers(1, 3)))
     dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
+    if seed % 3 == 1:  # the kernel compiled with its constants (pools._max_rows_3x3)
+        k, dil = (3, 3), (1, 1)
     pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
     pads += [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
     wide = seed % 2 == 0  # rows of at least ROW_SPAN_MIN: folded one output row at a time
@@ -698,13 +700,13 @@ def test_a_max_pool_fed_by_a_chain_gives_the_bits_of_the_chain_then_the_pool(see
     the bytes of the chain run whole and then pooled, for any geometry, special values in
     the input and the constants, and a batch (images cycle through the channels)."""
     g = _rng(500 + seed)
-    k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
+    k = (3, 3) if seed % 3 == 1 else (int(g.integers(1, 4)), int(g.integers(1, 4)))
     pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
     pads += [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
     attrs = {
         "kernel_shape": list(k),
         "strides": [int(g.integers(1, 4)), int(g.integers(1, 3))],
-        "dilations": [int(g.integers(1, 3)), int(g.integers(1, 3))],
+        "dilations": [1, 1] if seed % 3 == 1 else [int(g.integers(1, 3)), int(g.integers(1, 3))],
         "pads": pads,
     }
     wide = seed % 2 == 0  # rows folded one output row at a time (pools.ROW_SPAN_MIN)

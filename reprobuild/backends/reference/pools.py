@@ -198,7 +198,10 @@ def _image_max(
     result = np.empty((n, c, *out), x.dtype)
     images = np.ascontiguousarray(x).reshape(n * c, h, w)
     rows = result.reshape(n * c, *out)
-    _max_rows(images, rows, *chain, *kernel, *strides, *dilations, *pads)
+    if kernel == (3, 3) and dilations == (1, 1):
+        _max_rows_3x3(images, rows, *chain, *strides, *pads)
+    else:
+        _max_rows(images, rows, *chain, *kernel, *strides, *dilations, *pads)
     return result
 
 
@@ -252,6 +255,19 @@ def _max_taps(src, step, count, dst):  # noqa: ANN001, ANN202 (numba types it)
 
 @compiled
 def _max_rows(x, out, codes, table, kh, kw, sh, sw, dh, dw, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
+    """:func:`_max_rows_of` for any kernel."""
+    _max_rows_of(x, out, codes, table, kh, kw, sh, sw, dh, dw, top, left, bottom, right)
+
+
+@compiled
+def _max_rows_3x3(x, out, codes, table, sh, sw, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
+    """:func:`_max_rows_of` for the common 3x3 kernel without dilation, compiled with those
+    constants (a third faster than with them as arguments)."""
+    _max_rows_of(x, out, codes, table, 3, 3, sh, sw, 1, 1, top, left, bottom, right)
+
+
+@numba.njit(inline="always", error_model="numpy", boundscheck=False)
+def _max_rows_of(x, out, codes, table, kh, kw, sh, sw, dh, dw, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
     """Per image of ``x``, padded with -inf into a buffer (in the L1/L2 cache) where ``top``,
     ``left``, ``bottom`` or ``right`` say: each position's maximum over the ``kw`` column
     taps, the whole image as one flat row (positions whose window crosses a row end are
