@@ -16,7 +16,7 @@ import numba
 import numpy as np
 
 from reprobuild.backends.reference.chain import apply_ops
-from reprobuild.backends.reference.convparams import pad_constant, pad_width
+from reprobuild.backends.reference.convparams import flat_image, pad_constant, pad_width
 from reprobuild.backends.reference.jit import compiled, maximum
 
 
@@ -167,22 +167,6 @@ narrower ones as one flat row over the whole image (every row, half of them not 
 with stride 2, but no loop too short to vectorize)."""
 
 
-@numba.njit(inline="always", error_model="numpy", boundscheck=False)
-def _flat_image(x, image, padded, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
-    """Image ``image`` of ``x`` as one flat row: itself, or copied into the interior of
-    ``padded`` (whose border holds the padding value) where there is padding."""
-    h, w = x.shape[1], x.shape[2]
-    if not (top or left or bottom or right):
-        return x[image].reshape(h * w)
-    wp = w + left + right
-    for r in range(h):
-        dst = padded[(top + r) * wp + left :]
-        row = x[image, r]
-        for j in range(w):
-            dst[j] = row[j]
-    return padded
-
-
 def _image_max(
     x: np.ndarray,
     geo: tuple[tuple[int, ...], ...],
@@ -295,9 +279,9 @@ def _max_rows_of(x, out, codes, table, kh, kw, sh, sw, dh, dw, top, left, bottom
             apply_ops(
                 codes, table, image % table.shape[1], x[image].reshape(h * w), flat, codes.size
             )
-            src = _flat_image(staged, 0, padded, top, left, bottom, right)
+            src = flat_image(staged, 0, padded, top, left, bottom, right)
         else:
-            src = _flat_image(x, image, padded, top, left, bottom, right)
+            src = flat_image(x, image, padded, top, left, bottom, right)
         _max_taps(src, dw, kw, cols)
         for i in range(ho if per_row else 1):
             base = cols[i * sh * wp :]
@@ -412,7 +396,7 @@ def _mean_rows(x, out, counts, offsets, top, left, bottom, right):  # noqa: ANN0
     for first in range(0, images, group):
         last = min(images, first + group)
         if group == 1:
-            src = _flat_image(x, first, padded, top, left, bottom, right)
+            src = flat_image(x, first, padded, top, left, bottom, right)
         else:
             src = x[first:last].reshape((last - first) * h * w)
         _fold_flat(src, offsets, total[: (last - first - 1) * hp * wp + size], False)
