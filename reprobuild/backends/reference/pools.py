@@ -15,7 +15,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from reprobuild.backends.reference.chain import apply_ops
+from reprobuild.backends.reference.chain import ChainStep, apply_ops
 from reprobuild.backends.reference.convparams import flat_image, pad_constant, pad_width
 from reprobuild.backends.reference.jit import compiled, maximum
 
@@ -190,17 +190,18 @@ def _image_max(
 
 
 def chained_max_pool(
-    x: np.ndarray, attrs: Mapping[str, Any], codes: np.ndarray, table: np.ndarray
+    x: np.ndarray, attrs: Mapping[str, Any], chain: ChainStep
 ) -> np.ndarray | None:
-    """MaxPool of ``ops(x)``, the ops of a chain of elementwise layers (:mod:`.chain`'s
-    codes and constants), each image going through them in the cache just before it is
-    pooled: the chain's output, as large as the pool's input, is never written out (on a
-    stem's 64 x 112 x 112 output, a third of the chain and pool's time). The bits of the
-    chain's output pooled by :func:`max_pool`. None where the pool is not a 2-D float32 one."""
+    """MaxPool of ``chain(x)``, each image going through the chain's ops in the cache just
+    before it is pooled: the chain's output, as large as the pool's input, is never
+    written out (on a stem's 64 x 112 x 112 output, a third of the chain and pool's time).
+    The bits of the chain's output pooled by :func:`max_pool`. None where the pool is not a
+    2-D float32 one or the chain does not cover ``x``."""
     geo = _pool_geometry(x, attrs) if x.dtype == np.float32 and x.ndim == 4 else None
-    if geo is None or len(geo[0]) != 2:
+    found = None if geo is None or len(geo[0]) != 2 else chain.operands(x)
+    if found is None:
         return None
-    return _image_max(x, geo, (codes, table))
+    return _image_max(x, geo, (chain.codes, found[1]))
 
 
 @numba.njit(inline="always", error_model="numpy", boundscheck=False)
@@ -227,7 +228,7 @@ def _max_taps(src, step, count, dst):  # noqa: ANN001, ANN202 (numba types it)
     while t < count:
         a = src[t * step : t * step + n]
         if t + 1 < count:
-            b = src[(t + 1) * step : (t + 2) * step + n - step]
+            b = src[(t + 1) * step : (t + 1) * step + n]
             for j in range(n):
                 dst[j] = maximum(maximum(dst[j], a[j]), b[j])
             t += 2

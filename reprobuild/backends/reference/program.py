@@ -267,9 +267,8 @@ def _chain_step(
 
     def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
         x = inputs[head] if conv is None else conv.product(inputs)
-        found = None if x is None or pool_attrs is None else chain.operands(x)
-        if found is not None:
-            out = chained_max_pool(x, pool_attrs, chain.codes, found[1])
+        if x is not None and pool_attrs is not None:
+            out = chained_max_pool(x, pool_attrs, chain)
             if out is not None:
                 return [out]
         value = None if x is None else chain(x, into)
@@ -301,8 +300,7 @@ def _pool_after(prepared: PreparedModel, steps: Sequence[LayerStep], end: int) -
     return (
         layer.op == "MaxPool"
         and not layer.domain
-        and list(layer.node.output) == list(steps[end].outputs)
-        and len(steps[end].outputs) == 1
+        and len(layer.node.output) == len(steps[end].outputs) == 1
         and list(layer.node.input) == [out]
         and prepared.last_use.get(out) == end
         and out not in prepared.output_names
