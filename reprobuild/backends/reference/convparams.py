@@ -25,28 +25,52 @@ def conv_params(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> dict[
         return None
     if group < 1 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
         return None
+    geo = window_geometry(x.shape[2:], kernel, attrs)
+    if geo is None:
+        return None
+    strides, dilations, pads, out = geo
+    return {
+        "nd": nd,
+        "group": group,
+        "kernel": kernel,
+        "strides": strides,
+        "dilations": dilations,
+        "pads": pads,
+        "out": out,
+    }
+
+
+def window_geometry(
+    spatial: Sequence[int], kernel: Sequence[int], attrs: Mapping[str, Any]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """(strides, dilations, pads, output size) of a window of ``kernel`` sliding over
+    ``spatial`` as a Conv's or a pool's attributes say: ONNX ``pads`` (every begin, then
+    every end) from ``auto_pad`` (SAME_UPPER/SAME_LOWER: the output ``ceil(size /
+    stride)``, the odd padding after or before; VALID: none) or given. None where the
+    attributes do not fit ``spatial`` or leave no output."""
+    nd = len(spatial)
     strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
     dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
-    spatial = x.shape[2:]
+    if len(strides) != nd or len(dilations) != nd:
+        return None
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if isinstance(auto_pad, bytes):
         auto_pad = auto_pad.decode()
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         begins, ends = [], []
         for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
             small, large = total // 2, total - total // 2
             begins.append(small if auto_pad == "SAME_UPPER" else large)
             ends.append(large if auto_pad == "SAME_UPPER" else small)
-        pads = tuple(begins) + tuple(ends)
+        pads = (*begins, *ends)
     elif auto_pad == "VALID":
         pads = (0,) * (2 * nd)
     elif auto_pad in ("NOTSET", ""):
         pads = tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))
     else:
         return None
-    if len(strides) != nd or len(dilations) != nd or len(pads) != 2 * nd:
+    if len(pads) != 2 * nd:
         return None
     out = []
     for i in range(nd):
@@ -55,15 +79,7 @@ def conv_params(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]) -> dict[
         if o < 1:
             return None
         out.append(o)
-    return {
-        "nd": nd,
-        "group": group,
-        "kernel": kernel,
-        "strides": strides,
-        "dilations": dilations,
-        "pads": pads,
-        "out": tuple(out),
-    }
+    return strides, dilations, pads, tuple(out)
 
 
 def is_pointwise(params: Mapping[str, Any]) -> bool:

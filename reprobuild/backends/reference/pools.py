@@ -16,7 +16,12 @@ import numba
 import numpy as np
 
 from reprobuild.backends.reference.chain import ChainStep, apply_ops
-from reprobuild.backends.reference.convparams import flat_image, pad_constant, pad_width
+from reprobuild.backends.reference.convparams import (
+    flat_image,
+    pad_constant,
+    pad_width,
+    window_geometry,
+)
 from reprobuild.backends.reference.jit import compiled, maximum
 
 
@@ -30,35 +35,8 @@ def _pool_geometry(
     kernel = tuple(int(v) for v in attrs.get("kernel_shape", ()))
     if nd < 1 or len(kernel) != nd or int(attrs.get("ceil_mode", 0)):
         return None
-    auto_pad = attrs.get("auto_pad", "NOTSET")
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
-    strides = tuple(int(v) for v in attrs.get("strides", [1] * nd))
-    dilations = tuple(int(v) for v in attrs.get("dilations", [1] * nd))
-    if auto_pad == "VALID":
-        pads = (0,) * (2 * nd)
-    elif auto_pad in ("NOTSET", ""):
-        pads = tuple(int(v) for v in attrs.get("pads", [0] * (2 * nd)))
-    elif auto_pad in ("SAME_UPPER", "SAME_LOWER") and len(strides) == nd == len(dilations):
-        begins, ends = [], []
-        for size, k, s, d in zip(x.shape[2:], kernel, strides, dilations, strict=True):
-            total = max(0, (-(-size // s) - 1) * s + (k - 1) * d + 1 - size)
-            small, large = total // 2, total - total // 2
-            begins.append(small if auto_pad == "SAME_UPPER" else large)
-            ends.append(large if auto_pad == "SAME_UPPER" else small)
-        pads = (*begins, *ends)
-    else:
-        return None
-    if len(pads) != 2 * nd or len(strides) != nd or len(dilations) != nd:
-        return None
-    out = []
-    for i in range(nd):
-        span = (kernel[i] - 1) * dilations[i] + 1
-        o = (x.shape[2 + i] + pads[i] + pads[nd + i] - span) // strides[i] + 1
-        if o < 1:
-            return None
-        out.append(o)
-    return kernel, strides, dilations, pads, tuple(out)
+    geo = window_geometry(x.shape[2:], kernel, attrs)
+    return None if geo is None else (kernel, *geo)
 
 
 def _windows(
