@@ -642,25 +642,36 @@ def test_scratch_keeps_small_buffers_between_runs_and_frees_large_ones() -> None
     assert program.KEEP_SCRATCH_BYTES == 32 << 20
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(24))
 def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int, monkeypatch) -> None:
-    """The flat-row path of a 2-D stride-1 AveragePool gives the tap-by-tap fold's bytes."""
+    """The flat-row path of a 2-D stride-1 AveragePool (images stacked, one or several at a
+    time; the 3x3 kernel compiled with its constants) gives the tap-by-tap fold's bytes,
+    NaN, inf and -0.0 included, with and without padding counted."""
     g = _rng(100 + seed)
-    monkeypatch.setattr(
-        pools, "POOL_BLOCK_ELEMENTS", int(g.choice([1, 50, pools.POOL_BLOCK_ELEMENTS]))
-    )
+    monkeypatch.setattr(pools, "MEAN_STACK_ELEMENTS", int(g.choice([1, 150, 4096])))
     k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
     dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
-    pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))] * 2
-    x = g.standard_normal((1, 3, int(g.integers(5, 12)), int(g.integers(5, 12))))
-    x = x.astype(np.float32)
+    if seed % 3 == 1:  # the kernel compiled with its constants (pools._mean_rows_3x3)
+        k, dil = (3, 3), (1, 1)
+    pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
+    pads += [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
+    if seed % 4 == 0:
+        pads = [0, 0, 0, 0]
+    shape = (1 + seed % 2, 3, int(g.integers(5, 12)), int(g.integers(5, 12)))
+    x = g.standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[g.integers(0, x.size, 6)] = [np.nan, np.inf, -np.inf, -0.0, 3e38, -3e38]
     attrs = {"kernel_shape": list(k), "dilations": list(dil), "pads": pads}
+    attrs["count_include_pad"] = seed % 5 == 2
     got = pools.average_pool(x, attrs)
     geo = pools._pool_geometry(x, attrs)
     assert got is not None and geo is not None
     width = [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])]
-    want = pools._fold(pools._windows(np.pad(x, width), k, (1, 1), dil, geo[4]), np.add)
-    np.divide(want, pools._pad_counts(tuple(x.shape[2:]), geo, width), out=want)
+    with np.errstate(invalid="ignore"):  # inf + -inf: NaN, as the pool gives
+        want = pools._fold(pools._windows(np.pad(x, width), k, (1, 1), dil, geo[4]), np.add)
+    if attrs["count_include_pad"] or not any(pads):
+        np.divide(want, np.float32(k[0] * k[1]), out=want)
+    else:
+        np.divide(want, pools._pad_counts(tuple(x.shape[2:]), geo, width), out=want)
     assert got.flags.c_contiguous and _same_bits(got, want)
 
 
