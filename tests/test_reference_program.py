@@ -15,6 +15,7 @@ from onnx.reference import ReferenceEvaluator
 from reprobuild.backends.base import BuildSettings
 from reprobuild.backends.reference import (
     ReferenceBackend,
+    avgpool,
     chain,
     concats,
     convstep,
@@ -570,7 +571,7 @@ def test_pools_sum_taps_in_the_order_they_always_did(attrs, block, monkeypatch) 
     if attrs.get("count_include_pad") or not any(pads):
         count = np.float32(math.prod(kernel))
     for _ in range(2):  # the second call divides by the kept counts
-        assert _same_bits(pools.average_pool(x, attrs), total / count)
+        assert _same_bits(avgpool.average_pool(x, attrs), total / count)
     max_attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     assert _same_bits(pools.max_pool(x, max_attrs), _reference("MaxPool", [x], **max_attrs))
     # the maximum of each window's taps in the order they always were, NaN and -0.0 kept
@@ -648,10 +649,10 @@ def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int, m
     time; the 3x3 kernel compiled with its constants) gives the tap-by-tap fold's bytes,
     NaN, inf and -0.0 included, with and without padding counted."""
     g = _rng(100 + seed)
-    monkeypatch.setattr(pools, "MEAN_STACK_ELEMENTS", int(g.choice([1, 150, 4096])))
+    monkeypatch.setattr(avgpool, "MEAN_STACK_ELEMENTS", int(g.choice([1, 150, 4096])))
     k = (int(g.integers(1, 4)), int(g.integers(1, 4)))
     dil = (int(g.integers(1, 3)), int(g.integers(1, 3)))
-    if seed % 3 == 1:  # the kernel compiled with its constants (pools._mean_rows_3x3)
+    if seed % 3 == 1:  # the kernel compiled with its constants (avgpool._mean_rows_3x3)
         k, dil = (3, 3), (1, 1)
     pads = [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
     pads += [int(g.integers(0, k[0])), int(g.integers(0, k[1]))]
@@ -662,7 +663,7 @@ def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int, m
     x.reshape(-1)[g.integers(0, x.size, 6)] = [np.nan, np.inf, -np.inf, -0.0, 3e38, -3e38]
     attrs = {"kernel_shape": list(k), "dilations": list(dil), "pads": pads}
     attrs["count_include_pad"] = seed % 5 == 2
-    got = pools.average_pool(x, attrs)
+    got = avgpool.average_pool(x, attrs)
     geo = pools._pool_geometry(x, attrs)
     assert got is not None and geo is not None
     width = [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])]
@@ -671,7 +672,7 @@ def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int, m
     if attrs["count_include_pad"] or not any(pads):
         np.divide(want, np.float32(k[0] * k[1]), out=want)
     else:
-        np.divide(want, pools._pad_counts(tuple(x.shape[2:]), geo, width), out=want)
+        np.divide(want, avgpool._pad_counts(tuple(x.shape[2:]), geo, width), out=want)
     assert got.flags.c_contiguous and _same_bits(got, want)
 
 

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from reprobuild.backends.reference.avgpool import average_pool, global_average_pool
 from reprobuild.backends.reference.elementwise import ELEMENTWISE_OPS, run_elementwise
-from reprobuild.backends.reference.pools import average_pool, global_average_pool, max_pool
+from reprobuild.backends.reference.pools import max_pool
 from reprobuild.backends.reference.qdq import run_qdq
 
 
