@@ -43,10 +43,11 @@ def _pad_counts(
     return count
 
 
-MEAN_STACK_ELEMENTS = 4096
-"""Padded elements of the images :func:`_mean_rows` stacks into one flat row (16 KB, in
-L1): on 7x7 or 14x14 images a pass per image was too short to vectorize well (a third
-faster stacked)."""
+MEAN_STACK_ELEMENTS = 1024
+"""Padded elements of the images :func:`_mean_rows` stacks into one flat row (4 KB, in L1,
+one chunk of :func:`.pools._fold_flat_of`; at least one image): on 7x7 or 14x14 images a
+pass per image was too short to vectorize well (a third faster stacked); larger stacks
+were slower."""
 
 
 def _image_mean(
