@@ -439,7 +439,7 @@ def test_chains_write_into_their_channels_of_the_concat_after_them(
     # a chain that ran layer by layer made its own array: the Concat copies it
     buffers = concats.ConcatBuffers()
     x = feeds["x"][:, :2]
-    first = buffers.slot("y", (0, 2, 5), 1, x)
+    first = buffers.slot("y", (0, 2, 5), 1, x.shape)
     assert first is not None
     first[...] = x
     other = g.standard_normal((batch, 3, 5, 5)).astype(np.float32)
@@ -790,6 +790,44 @@ def test_a_chain_hands_its_output_to_the_max_pool_after_it(tmp_path: Path) -> No
     # r1 is never made: its chain pools it; p2 comes with Indices and r3 is a graph output
     outputs = [step.outputs for step in compiled.steps]
     assert outputs == [("p1",), ("c2",), ("r2",), ("p2", "i2"), ("r3",), ("y",)]
+
+
+@pytest.mark.parametrize(("axis", "batch"), [(1, 1), (1, 2), (-3, 1), (2, 1)])
+def test_chains_pool_into_their_channels_of_a_concat_before_a_max_pool(
+    tmp_path: Path, axis: int, batch: int
+) -> None:
+    """A fire module's Concat read only by a MaxPool (SqueezeNet's): each chain pools its
+    output into its channels of the pooled buffer and the Concat's step gives the pool's
+    output, the bits of the Concat pooled; batch 2 (channels not contiguous) pools into
+    new arrays, which the step joins. Joined along another axis, the pool runs as before."""
+    g = _rng(16)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Concat", ["r1", "r2"], ["j"], axis=axis),
+        helper.make_node("MaxPool", ["j"], ["y"], kernel_shape=[3, 3], strides=[2, 2]),
+    ]
+    shape = (3, 3, 1, 1) if axis == 2 else (2, 3, 1, 1)
+    inits = [_init(g, "w1", shape), _init(g, "b1", shape[:1]), _init(g, "w2", (3, 3, 3, 3))]
+    graph = helper.make_graph(
+        nodes,
+        "fire_pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [*inits, _init(g, "b2", (3,))],
+    )
+    path = tmp_path / "fire_pool.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    feeds = {"x": g.standard_normal((batch, 3, 9, 9)).astype(np.float32)}
+    backend, built, loaded, want = _built(path, feeds)
+    for _ in range(2):
+        assert _same_bits(backend.run(built, feeds)["y"], want["y"])
+    compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
+    outputs = [step.outputs for step in compiled.steps]
+    pooled = [("r1",), ("r2",), ("y",)]
+    assert outputs == (pooled if axis in (1, -3) else [("r1",), ("r2",), ("j",), ("y",)])
 
 
 @pytest.mark.parametrize("seed", range(16))

@@ -67,16 +67,18 @@ class ConcatBuffers:
         return view
 
     # -- inputs written in place (SqueezeNet, Inception) ----------------------------------
-    def slot(self, name: str, layout: Layout, axis: int, x: np.ndarray) -> np.ndarray | None:
+    def slot(
+        self, name: str, layout: Layout, axis: int, shape: tuple[int, ...]
+    ) -> np.ndarray | None:
         """Where the chain making one input of the Concat ``name`` writes its output (of
-        ``x``'s shape), or None: its channels of the Concat's buffer, which the first of
-        the Concat's inputs to be made allocates."""
+        ``shape``), or None: its channels of the Concat's buffer, which the first of the
+        Concat's inputs to be made allocates."""
         start, channels, total = layout
-        if x.ndim < 2 or axis % x.ndim != 1 or x.shape[1] != channels:
+        if len(shape) < 2 or axis % len(shape) != 1 or shape[1] != channels:
             return None
         buf = self._slots.get(name)
-        if buf is None or buf.shape[0] != x.shape[0] or buf.shape[2:] != x.shape[2:]:
-            buf = self._slots[name] = np.empty((x.shape[0], total, *x.shape[2:]), np.float32)
+        if buf is None or buf.shape[0] != shape[0] or buf.shape[2:] != shape[2:]:
+            buf = self._slots[name] = np.empty((shape[0], total, *shape[2:]), np.float32)
         return buf[:, start : start + channels]
 
     def join(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numba
@@ -149,15 +149,18 @@ def _image_max(
     x: np.ndarray,
     geo: tuple[tuple[int, ...], ...],
     chain: tuple[np.ndarray, np.ndarray] = (_NO_OPS, _NO_TABLE),
+    result: np.ndarray | None = None,
 ) -> np.ndarray:
     """2-D MaxPool of ``geo`` (``_pool_geometry``'s kernel, strides, dilations, pads and
     output shape), each image in one compiled pass (:func:`_max_rows`): the bits of
     :func:`_axis_max` over the columns, then the rows, of the image padded with -inf.
     ``chain``: the codes and per-channel constants of elementwise ops that make the
-    pool's input from ``x`` (:func:`chained_max_pool`)."""
+    pool's input from ``x`` (:func:`chained_max_pool`); ``result``: a C-contiguous array
+    of the output's shape and dtype to write into, else a new one."""
     kernel, strides, dilations, pads, out = geo
     n, c, h, w = x.shape
-    result = np.empty((n, c, *out), x.dtype)
+    if result is None:
+        result = np.empty((n, c, *out), x.dtype)
     images = np.ascontiguousarray(x).reshape(n * c, h, w)
     rows = result.reshape(n * c, *out)
     if kernel == (3, 3) and dilations == (1, 1):
@@ -168,18 +171,25 @@ def _image_max(
 
 
 def chained_max_pool(
-    x: np.ndarray, attrs: Mapping[str, Any], chain: ChainStep
+    x: np.ndarray,
+    attrs: Mapping[str, Any],
+    chain: ChainStep,
+    into: Callable[[tuple[int, ...]], np.ndarray | None] | None = None,
 ) -> np.ndarray | None:
     """MaxPool of ``chain(x)``, each image going through the chain's ops in the cache just
     before it is pooled: the chain's output, as large as the pool's input, is never
     written out (on a stem's 64 x 112 x 112 output, a third of the chain and pool's time).
-    The bits of the chain's output pooled by :func:`max_pool`. None where the pool is not a
-    2-D float32 one or the chain does not cover ``x``."""
+    The bits of the chain's output pooled by :func:`max_pool`. Written where ``into(shape)``
+    says when it names a C-contiguous array, else into a new one. None where the pool is
+    not a 2-D float32 one or the chain does not cover ``x``."""
     geo = _pool_geometry(x, attrs) if x.dtype == np.float32 and x.ndim == 4 else None
     found = None if geo is None or len(geo[0]) != 2 else chain.operands(x)
     if found is None:
         return None
-    return _image_max(x, geo, (chain.codes, found[1]))
+    dst = None if into is None else into((*x.shape[:2], *geo[-1]))
+    if dst is not None and not dst.flags.c_contiguous:
+        dst = None
+    return _image_max(x, geo, (chain.codes, found[1]), dst)
 
 
 @numba.njit(inline="always", error_model="numpy", boundscheck=False)

@@ -142,7 +142,7 @@ def compile_program(
     concats, grown = ConcatBuffers(), growth(prepared, ownable)
     joined = slots(prepared, chains, set(grown))
     into_concat = {
-        name: (prepared.layers[position], layout)
+        name: (position, layout)
         for position, layouts in joined.items()
         for name, layout in zip(prepared.layers[position].node.input, layouts, strict=True)
     }
@@ -158,34 +158,78 @@ def compile_program(
         )
         for position in range(len(prepared.layers))
     ]
+    pooled_joins = {
+        p
+        for p in joined
+        if _pool_after(prepared, steps, p + 1) and _on_channels(prepared.layers[p])
+    }
     fused: list[LayerStep] = []
-    pooled: set[int] = set()  # MaxPools run by the chain before them
+    pooled: set[int] = set()  # MaxPools run by the chains before them
     for start, end in runs:
         if start in pooled:
             continue
-        if end - start < 2:
+        if start in pooled_joins:  # its inputs come pooled: it stands in for the MaxPool
+            pooled.add(start + 1)
+            fused.append(_standing_in(steps[start], steps[start + 1]))
+        elif end - start < 2:
             fused.append(steps[start])
-            continue
-        if _pool_after(prepared, steps, end):
-            pooled.add(end)
-            fused.append(_chain_step(prepared, plan, steps[start:end], start, ownable, steps[end]))
-            continue
-        into = _next_conv_input(prepared, steps, end)
-        target = into_concat.get(steps[end - 1].outputs[0])
-        if target is not None:
-            into = _concat_input(concats, *target)
-        fused.append(_chain_step(prepared, plan, steps[start:end], start, ownable, into=into))
+        else:
+            target = into_concat.get(steps[end - 1].outputs[0])
+            pool, into = _chain_target(prepared, steps, end, concats, target, pooled_joins)
+            if pool is not None and pool.into is None:
+                pooled.add(end)
+            fused.append(_chain_step(prepared, plan, steps[start:end], start, ownable, pool, into))
     return Program(tuple(fused), scratch, concats)
 
 
-def _concat_input(
+def _chain_target(
+    prepared: PreparedModel,
+    steps: Sequence[LayerStep],
+    end: int,
+    concats: ConcatBuffers,
+    target: tuple[int, Layout] | None,
+    pooled_joins: set[int],
+) -> tuple[PoolAfter | None, Callable[[np.ndarray], np.ndarray | None] | None]:
+    """Where the chain ending before position ``end`` puts its output: (the MaxPool it
+    hands it to, else None; where it writes it, else None). ``target``: the Concat (its
+    position) and place in it where the output goes, if any."""
+    if _pool_after(prepared, steps, end):
+        return PoolAfter(steps[end], prepared.layers[end].attrs), None
+    if target is None:
+        return None, _next_conv_input(prepared, steps, end)
+    position, layout = target
+    slot = _concat_slot(concats, prepared.layers[position], layout)
+    if position in pooled_joins:
+        return PoolAfter(steps[position + 1], prepared.layers[position + 1].attrs, slot), None
+    return None, lambda x: slot(x.shape)
+
+
+def _on_channels(concat: Layer) -> bool:
+    """Whether a Concat before a 2-D pool (4-D tensors) joins along the channels: the pool
+    of the joined tensor is then the join of its inputs' pools (a pool reads one channel)."""
+    return int(concat.attrs.get("axis", 1)) % 4 == 1
+
+
+def _standing_in(concat: LayerStep, pool: LayerStep) -> LayerStep:
+    """The step of a Concat whose inputs the chains that make them pooled (:class:`PoolAfter`
+    with ``into``), in place of the Concat and the MaxPool after it: it joins the pooled
+    inputs (its buffer, when each was pooled into its channels) under the pool's name."""
+    return LayerStep(
+        inputs=concat.inputs,
+        outputs=pool.outputs,
+        run=concat.run,
+        free=tuple(dict.fromkeys((*concat.free, *pool.free))),
+    )
+
+
+def _concat_slot(
     concats: ConcatBuffers, layer: Layer, layout: Layout
-) -> Callable[[np.ndarray], np.ndarray | None]:
-    """Where a chain writes its output, an input of the Concat ``layer``: its channels of
-    the Concat's buffer (:meth:`.ConcatBuffers.slot`)."""
+) -> Callable[[tuple[int, ...]], np.ndarray | None]:
+    """Where a chain writes its output (of a given shape), an input of the Concat ``layer``:
+    its channels of the Concat's buffer (:meth:`.ConcatBuffers.slot`)."""
     (name,) = (o for o in layer.node.output if o)
     axis = int(layer.attrs.get("axis", 1))
-    return lambda x: concats.slot(name, layout, axis, x)
+    return lambda shape: concats.slot(name, layout, axis, shape)
 
 
 def _next_conv_input(
@@ -245,30 +289,41 @@ def _step(
     )
 
 
+@dataclass(frozen=True)
+class PoolAfter:
+    """The 2-D MaxPool a chain hands its output to image by image (:func:`_pool_after`):
+    the pool's step and attributes, and where the pooled output goes: a new array that is
+    the pool's output, or (``into``) the chain's channels of the buffer of a Concat whose
+    pool the chain's pooling stands in for (:func:`_pooled_concats`)."""
+
+    step: LayerStep
+    attrs: Mapping[str, Any]
+    into: Callable[[tuple[int, ...]], np.ndarray | None] | None = None
+
+
 def _chain_step(
     prepared: PreparedModel,
     plan: Mapping[int, kernels.KernelSpec],
     parts: Sequence[LayerStep],
     start: int,
     ownable: set[str],
-    pool: LayerStep | None = None,
+    pool: PoolAfter | None = None,
     into: Callable[[np.ndarray], np.ndarray | None] | None = None,
 ) -> LayerStep:
     """One step for the layers ``parts`` (starting at position ``start``), as a chain that
     writes its output where ``into`` says (:func:`_next_conv_input`), or hands it image by
-    image to the MaxPool step ``pool`` after it (:func:`_pool_after`)."""
+    image to a MaxPool (``pool``)."""
     conv = parts[0].conv
     x_name, ops = chain_ops(prepared, plan, start, start + len(parts))
     head = parts[0].inputs.index(x_name)
     # a Conv head's product is a new array, which nothing else sees
     donate = conv is not None or (x_name in ownable and prepared.last_use.get(x_name) == start)
     chain = ChainStep(ops, donate)
-    pool_attrs = None if pool is None else prepared.layers[start + len(parts)].attrs
 
     def run(inputs: list[Any], values: Mapping[str, Any], model: PreparedModel) -> list[Any]:
         x = inputs[head] if conv is None else conv.product(inputs)
-        if x is not None and pool_attrs is not None:
-            out = chained_max_pool(x, pool_attrs, chain)
+        if x is not None and pool is not None:
+            out = chained_max_pool(x, pool.attrs, chain, pool.into)
             if out is not None:
                 return [out]
         value = None if x is None else chain(x, into)
@@ -278,9 +333,9 @@ def _chain_step(
                 (made,) = prev.outputs
                 ins = [value if n == made else (values[n] if n else None) for n in part.inputs]
                 value = part.run(ins, values, model)[0]
-        return [value] if pool is None else pool.run([value], values, model)
+        return [value] if pool is None else pool.step.run([value], values, model)
 
-    last = parts if pool is None else [*parts, pool]
+    last = parts if pool is None or pool.into is not None else [*parts, pool.step]
     return LayerStep(
         inputs=parts[0].inputs,
         outputs=last[-1].outputs,
