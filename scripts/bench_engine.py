@@ -7,7 +7,10 @@ same thread count: the engine with its default of one BLAS thread
 ``intra_op_num_threads=1, inter_op_num_threads=1``. ONNX Runtime with its own default
 (every core; spinning of idle workers off, or they take the cores from the next round) is
 printed beside them for reference. Rounds are interleaved (engine, ORT 1
-thread, ORT default, then again) and the minimum of ``--runs`` rounds is kept. The
+thread, ORT default, then again) and the minimum of ``--runs`` rounds is kept. The rounds
+are spread over ``--passes`` passes over the models, so that a slowdown of the host lasting
+seconds (a shared machine's neighbours: it slows the engine's memory-bound passes more than
+ONNX Runtime) does not fall on every round of one model. The
 ``GEMM`` column is the time spent inside the locked kernels' BLAS calls (one more engine run
 per round, with ``kernels._mm`` timed; not counted in the engine's time): the part of the
 engine that the kernels' arithmetic, which locks record, fixes. ``CPU ratio`` divides the
@@ -21,7 +24,7 @@ difference from the recorded outputs relative to the outputs' largest magnitude 
 <= 1e-6). Every run also builds the engine twice and checks the two engines' outputs are
 bit-identical. Usage::
 
-    python scripts/bench_engine.py [--models resnet50 vgg19] [--runs 5] [--zoo DIR]
+    python scripts/bench_engine.py [--models resnet50 vgg19] [--runs 6] [--passes 3] [--zoo DIR]
         [--record DIR | --compare DIR]
 """
 
@@ -31,7 +34,9 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -110,7 +115,26 @@ def _relative(new: dict[str, np.ndarray], old: dict[str, np.ndarray]) -> float:
     return worst
 
 
-def bench(name: str, zoo_dir: Path, runs: int, record: Path | None, compare: Path | None):
+@dataclass
+class Subject:
+    """One model under test: its engine and ONNX Runtime sessions, kept across passes."""
+
+    name: str
+    backend: ReferenceBackend
+    engine: bytes
+    cache_bytes: bytes
+    feeds: dict[str, np.ndarray]
+    first: dict[str, np.ndarray]  # the engine's outputs on its first run
+    steady: bool  # a rebuilt engine gave the same bits
+    sessions: dict[int, ort.InferenceSession]
+    times: dict[str, list[float]] = field(
+        default_factory=lambda: {k: [] for k in ("engine", "ort1", "ort", "gemm", "cpu", "cpu1")}
+    )
+
+
+def prepare(name: str, zoo_dir: Path, compare: Path | None) -> Subject:
+    """Build ``name``'s engine (from the recorded cache with ``compare``), build it again to
+    check the bits are steady, and open its ONNX Runtime sessions."""
     path = zoo.reweighted_path(name, zoo_dir)
     backend = ReferenceBackend()
     recorded = (compare / f"{name}.cache").read_bytes() if compare else b""
@@ -121,36 +145,49 @@ def bench(name: str, zoo_dir: Path, runs: int, record: Path | None, compare: Pat
     steady = _same_bits(first, backend.run(rebuilt, feeds))
     del rebuilt
     sessions = {1: _session(path, 1), 0: _session(path, 0)}
-    for s in sessions.values():
-        s.run(None, feeds)
-    times: dict[str, list[float]] = {
-        k: [] for k in ("engine", "ort1", "ort", "gemm", "cpu", "cpu1")
-    }
-    for _ in range(runs):
-        wall, cpu = _timed(lambda: backend.run(engine, feeds))
+    return Subject(name, backend, engine, cache_bytes, feeds, first, steady, sessions)
+
+
+def measure(subject: Subject, rounds: int) -> None:
+    """``rounds`` interleaved rounds, after one untimed run of each side (the engine folds
+    its model again when another model ran since: that is loading, not inference)."""
+    s, times = subject, subject.times
+    s.backend.run(s.engine, s.feeds)
+    for session in s.sessions.values():
+        session.run(None, s.feeds)
+    for _ in range(rounds):
+        wall, cpu = _timed(lambda: s.backend.run(s.engine, s.feeds))
         times["engine"].append(wall)
         times["cpu"].append(cpu)
-        times["gemm"].append(_gemm_time(lambda: backend.run(engine, feeds)))
-        wall, cpu = _timed(lambda: sessions[1].run(None, feeds))
+        times["gemm"].append(_gemm_time(lambda: s.backend.run(s.engine, s.feeds)))
+        wall, cpu = _timed(lambda: s.sessions[1].run(None, s.feeds))
         times["ort1"].append(wall)
         times["cpu1"].append(cpu)
-        times["ort"].append(_timed(lambda: sessions[0].run(None, feeds))[0])
-    row = {k: min(v) for k, v in times.items()}
-    row["steady"] = steady
+        times["ort"].append(_timed(lambda: s.sessions[0].run(None, s.feeds))[0])
+
+
+def result(subject: Subject, record: Path | None, compare: Path | None) -> dict[str, Any]:
+    """The minimum of each time over every round, and the output checks."""
+    row: dict[str, Any] = {k: min(v) for k, v in subject.times.items()}
+    row["steady"] = subject.steady
+    name = subject.name
     if record:
         record.mkdir(parents=True, exist_ok=True)
-        (record / f"{name}.cache").write_bytes(cache_bytes)
-        np.savez(record / f"{name}.npz", **first)
+        (record / f"{name}.cache").write_bytes(subject.cache_bytes)
+        np.savez(record / f"{name}.npz", **subject.first)
     if compare:
         with np.load(compare / f"{name}.npz", allow_pickle=False) as old:
-            row["relative"] = _relative(first, {k: old[k] for k in old.files})
+            row["relative"] = _relative(subject.first, {k: old[k] for k in old.files})
     return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=zoo.MODELS, default=list(MODELS))
-    parser.add_argument("--runs", type=int, default=5, help="rounds (the minimum is kept)")
+    parser.add_argument("--runs", type=int, default=6, help="rounds (the minimum is kept)")
+    parser.add_argument(
+        "--passes", type=int, default=3, help="passes over the models the rounds are spread over"
+    )
     parser.add_argument("--zoo", type=Path, help="directory of re-weighted models (kept)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--record", type=Path, help="keep timing caches and outputs here")
@@ -158,17 +195,26 @@ def main() -> None:
     args = parser.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="bench-engine-")
     zoo_dir = args.zoo or Path(tmp.name)
+    passes = max(1, min(args.passes, args.runs))
     print(
-        f"min of {args.runs} interleaved rounds; engine: 1 BLAS thread; ORT-1: "
-        f"intra/inter_op_num_threads=1; ORT: its default threads; goal engine/ORT-1 <= {GOAL}"
+        f"min of {args.runs} interleaved rounds in {passes} passes over the models; engine: 1 "
+        f"BLAS thread; ORT-1: intra/inter_op_num_threads=1; ORT: its default threads; goal "
+        f"engine/ORT-1 <= {GOAL}"
     )
     head = (
         f"{'model':<14}{'engine ms':>10}{'ORT-1 ms':>10}{'ratio':>7}{'ORT ms':>9}"
         f"{'GEMM ms':>9}{'GEMM/ORT-1':>11}{'CPU ratio':>10}  steady"
     )
     print(head + ("  rel.diff" if args.compare else ""))
-    for name in args.models:
-        r = bench(name, zoo_dir, args.runs, args.record, args.compare)
+    subjects = [prepare(name, zoo_dir, args.compare) for name in args.models]
+    for done in range(passes):
+        start = time.perf_counter()
+        for subject in subjects:
+            measure(subject, args.runs // passes + (done < args.runs % passes))
+        print(f"pass {done + 1}/{passes}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    for subject in subjects:
+        r = result(subject, args.record, args.compare)
+        name = subject.name
         ratio = r["engine"] / r["ort1"]
         mark = "ok" if ratio <= GOAL else "OVER"
         line = (
