@@ -558,15 +558,15 @@ def test_pools_sum_taps_in_the_order_they_always_did(attrs, block, monkeypatch) 
     monkeypatch.setattr(pools, "POOL_BLOCK_ELEMENTS", block)
     g = _rng(6)
     x = g.standard_normal((2, 3, 9, 8)).astype(np.float32)
-    kernel, strides, dilations, pads, out = pools._pool_geometry(x, attrs)
+    kernel, strides, dilations, pads, out = pools.pool_geometry(x, attrs)
     nd = len(kernel)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
-    views = list(pools._windows(np.pad(x, width), kernel, strides, dilations, out))
+    views = list(pools.windows(np.pad(x, width), kernel, strides, dilations, out))
     total = views[0].copy()
     for v in views[1:]:
         total += v
     ones = np.pad(np.ones((1, 1, 9, 8), np.float32), width)
-    counts = list(pools._windows(ones, kernel, strides, dilations, out))
+    counts = list(pools.windows(ones, kernel, strides, dilations, out))
     count = sum(counts[1:], counts[0].copy())
     if attrs.get("count_include_pad") or not any(pads):
         count = np.float32(math.prod(kernel))
@@ -577,15 +577,15 @@ def test_pools_sum_taps_in_the_order_they_always_did(attrs, block, monkeypatch) 
     # the maximum of each window's taps in the order they always were, NaN and -0.0 kept
     x.reshape(-1)[::5] = -0.0
     x.reshape(-1)[::7] = np.nan
-    kernel, strides, dilations, pads, out = pools._pool_geometry(x, max_attrs)
+    kernel, strides, dilations, pads, out = pools.pool_geometry(x, max_attrs)
     width = [(0, 0), (0, 0)] + [(pads[i], pads[nd + i]) for i in range(nd)]
     xp = np.pad(x, width, constant_values=-np.inf)
-    cols = pools._fold(
-        pools._windows(xp, (1, kernel[1]), (1, strides[1]), dilations, (xp.shape[2], out[1])),
+    cols = pools.fold(
+        pools.windows(xp, (1, kernel[1]), (1, strides[1]), dilations, (xp.shape[2], out[1])),
         np.maximum,
     )
-    want = pools._fold(
-        pools._windows(cols, (kernel[0], 1), (strides[0], 1), dilations, out), np.maximum
+    want = pools.fold(
+        pools.windows(cols, (kernel[0], 1), (strides[0], 1), dilations, out), np.maximum
     )
     assert _same_bits(pools.max_pool(x, max_attrs), want)
 
@@ -664,11 +664,11 @@ def test_stride_one_average_pool_sums_the_taps_as_the_tap_fold_does(seed: int, m
     attrs = {"kernel_shape": list(k), "dilations": list(dil), "pads": pads}
     attrs["count_include_pad"] = seed % 5 == 2
     got = avgpool.average_pool(x, attrs)
-    geo = pools._pool_geometry(x, attrs)
+    geo = pools.pool_geometry(x, attrs)
     assert got is not None and geo is not None
     width = [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])]
     with np.errstate(invalid="ignore"):  # inf + -inf: NaN, as the pool gives
-        want = pools._fold(pools._windows(np.pad(x, width), k, (1, 1), dil, geo[4]), np.add)
+        want = pools.fold(pools.windows(np.pad(x, width), k, (1, 1), dil, geo[4]), np.add)
     if attrs["count_include_pad"] or not any(pads):
         np.divide(want, np.float32(k[0] * k[1]), out=want)
     else:
@@ -696,7 +696,7 @@ def test_compiled_max_pool_gives_the_per_axis_folds_bits(seed: int) -> None:
     x.reshape(-1)[:: int(g.integers(7, 13))] = np.nan
     attrs = {"kernel_shape": list(k), "strides": list(strides), "dilations": list(dil)}
     attrs["pads"] = pads
-    kernel, strides, dilations, _, out = pools._pool_geometry(x, attrs)
+    kernel, strides, dilations, _, out = pools.pool_geometry(x, attrs)
     block = np.pad(
         x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])], constant_values=-np.inf
     )

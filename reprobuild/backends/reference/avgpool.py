@@ -16,11 +16,11 @@ import numpy as np
 from reprobuild.backends.reference.convparams import flat_image, pad_constant, pad_width
 from reprobuild.backends.reference.jit import compiled
 from reprobuild.backends.reference.pools import (
-    _by_channel_blocks,
-    _fold,
-    _fold_flat_of,
-    _pool_geometry,
-    _windows,
+    by_channel_blocks,
+    fold,
+    fold_flat_of,
+    pool_geometry,
+    windows,
 )
 
 _COUNTS: dict[tuple[Any, ...], np.ndarray] = {}
@@ -36,7 +36,7 @@ def _pad_counts(
     if count is None:
         kernel, strides, dilations, _, out = geo
         ones = pad_constant(np.ones((1, 1, *spatial), np.float32), width)
-        count = _fold(_windows(ones, kernel, strides, dilations, out), np.add)
+        count = fold(windows(ones, kernel, strides, dilations, out), np.add)
         if len(_COUNTS) >= 256:
             _COUNTS.clear()
         _COUNTS[key] = count
@@ -45,7 +45,7 @@ def _pad_counts(
 
 MEAN_STACK_ELEMENTS = 1024
 """Padded elements of the images :func:`_mean_rows` stacks into one flat row (4 KB, in L1,
-one chunk of :func:`.pools._fold_flat_of`; at least one image): on 7x7 or 14x14 images a
+one chunk of :func:`.pools.fold_flat_of`; at least one image): on 7x7 or 14x14 images a
 pass per image was too short to vectorize well (a third faster stacked); larger stacks
 were slower."""
 
@@ -89,7 +89,7 @@ def _mean_rows_3x3(x, out, counts, group, top, left, bottom, right):  # noqa: AN
 def _mean_rows_of(x, out, counts, group, kh, kw, dh, dw, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
     """Each ``group`` of images of ``x`` as one flat row: stacked, each padded with zeros,
     into a buffer in the cache (or read in place where there is no padding); the
-    ``kh`` x ``kw`` taps (dilations ``dh``, ``dw``) summed by :func:`_fold_flat_of` (a tap
+    ``kh`` x ``kw`` taps (dilations ``dh``, ``dw``) summed by :func:`fold_flat_of` (a tap
     is one contiguous slice, not one short slice per image row; positions whose window
     crosses a row or image end are computed and dropped), then each output row divided by
     its ``counts``."""
@@ -110,7 +110,7 @@ def _mean_rows_of(x, out, counts, group, kh, kw, dh, dw, top, left, bottom, righ
         else:
             src = x[first:last].reshape((last - first) * h * w)
         span = total[: (last - first - 1) * hp * wp + size]
-        _fold_flat_of(src, kh, kw, dh * wp, dw, span, False)
+        fold_flat_of(src, kh, kw, dh * wp, dw, span, False)
         for image in range(first, last):
             for o in range(ho):
                 dst = out[image, o]
@@ -124,7 +124,7 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     """AveragePool with ONNX's ``count_include_pad`` rule, summed tap by tap in float32."""
     if x.dtype not in (np.float32, np.float16) or int(attrs.get("ceil_mode", 0)):
         return None
-    geo = _pool_geometry(x, attrs)
+    geo = pool_geometry(x, attrs)
     if geo is None:
         return None
     kernel, strides, dilations, pads, out = geo
@@ -143,10 +143,10 @@ def average_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     def pool(block: np.ndarray) -> np.ndarray:
         xf = block.astype(np.float32, copy=False)
         xp = pad_constant(xf, width) if any(pads) else xf
-        total = _fold(_windows(xp, kernel, strides, dilations, out), np.add)
+        total = fold(windows(xp, kernel, strides, dilations, out), np.add)
         return np.divide(total, count, out=total)
 
-    return _by_channel_blocks(x, out, x.dtype, pool, blocked=False)
+    return by_channel_blocks(x, out, x.dtype, pool, blocked=False)
 
 
 def global_average_pool(x: np.ndarray, _attrs: Mapping[str, Any]) -> np.ndarray | None:

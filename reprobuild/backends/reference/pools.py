@@ -25,7 +25,7 @@ from reprobuild.backends.reference.convparams import (
 from reprobuild.backends.reference.jit import compiled, maximum
 
 
-def _pool_geometry(
+def pool_geometry(
     x: np.ndarray, attrs: Mapping[str, Any]
 ) -> (
     tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]
@@ -39,7 +39,7 @@ def _pool_geometry(
     return None if geo is None else (kernel, *geo)
 
 
-def _windows(
+def windows(
     xp: np.ndarray,
     kernel: Sequence[int],
     strides: Sequence[int],
@@ -60,7 +60,7 @@ POOL_BLOCK_ELEMENTS = 1 << 16
 float32): its passes over a block stay in the CPU's L2 cache instead of main memory."""
 
 
-def _by_channel_blocks(
+def by_channel_blocks(
     x: np.ndarray, out: tuple[int, ...], dtype: Any, pool: Any, blocked: bool
 ) -> np.ndarray:
     """``pool`` (a block of ``x``'s channels -> its pooled block) over every block of
@@ -84,7 +84,7 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
     (:func:`_image_max`); else :func:`_axis_max`, a block of channels at a time."""
     if not np.issubdtype(x.dtype, np.floating):
         return None
-    geo = _pool_geometry(x, attrs)
+    geo = pool_geometry(x, attrs)
     if geo is None:
         return None
     if len(geo[0]) == 2 and x.dtype in _COMPILED_FLOATS:
@@ -104,7 +104,7 @@ def max_pool(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray | None:
         return block
 
     overlap = any(k > s for k, s in zip(kernel, strides, strict=True))
-    return _by_channel_blocks(x, out, x.dtype, pool, blocked=overlap)
+    return by_channel_blocks(x, out, x.dtype, pool, blocked=overlap)
 
 
 def _axis_max(x: np.ndarray, axis: int, k: int, s: int, d: int, o: int) -> np.ndarray:
@@ -118,14 +118,14 @@ def _axis_max(x: np.ndarray, axis: int, k: int, s: int, d: int, o: int) -> np.nd
     if k <= s:
         lead = (slice(None),) * axis
         views = (x[(*lead, slice(t * d, t * d + (o - 1) * s + 1, s))] for t in range(k))
-        return _fold(views, np.maximum)
+        return fold(views, np.maximum)
     inner = math.prod(x.shape[axis + 1 :])
     flat = x.reshape(-1)
     shift = d * inner
     length = flat.size - (k - 1) * shift  # > 0: the padded axis spans the kernel
     acc = np.empty_like(flat)
     if x.dtype == np.float16:  # numba has no float16: numpy's passes, one per tap
-        acc[:length] = _fold((flat[t * shift : t * shift + length] for t in range(k)), np.maximum)
+        acc[:length] = fold((flat[t * shift : t * shift + length] for t in range(k)), np.maximum)
     else:
         _fold_flat(flat, 1, k, 0, shift, acc[:length], True)
     picked = acc.reshape(x.shape)[(slice(None),) * axis + (slice(0, (o - 1) * s + 1, s),)]
@@ -151,7 +151,7 @@ def _image_max(
     chain: tuple[np.ndarray, np.ndarray] = (_NO_OPS, _NO_TABLE),
     result: np.ndarray | None = None,
 ) -> np.ndarray:
-    """2-D MaxPool of ``geo`` (``_pool_geometry``'s kernel, strides, dilations, pads and
+    """2-D MaxPool of ``geo`` (``pool_geometry``'s kernel, strides, dilations, pads and
     output shape), each image in one compiled pass (:func:`_max_rows`): the bits of
     :func:`_axis_max` over the columns, then the rows, of the image padded with -inf.
     ``chain``: the codes and per-channel constants of elementwise ops that make the
@@ -182,7 +182,7 @@ def chained_max_pool(
     The bits of the chain's output pooled by :func:`max_pool`. Written where ``into(shape)``
     says when it names a C-contiguous array, else into a new one. None where the pool is
     not a 2-D float32 one or the chain does not cover ``x``."""
-    geo = _pool_geometry(x, attrs) if x.dtype == np.float32 and x.ndim == 4 else None
+    geo = pool_geometry(x, attrs) if x.dtype == np.float32 and x.ndim == 4 else None
     found = None if geo is None or len(geo[0]) != 2 else chain.operands(x)
     if found is None:
         return None
@@ -286,7 +286,7 @@ def _max_rows_of(x, out, codes, table, kh, kw, sh, sw, dh, dw, top, left, bottom
                         dst[j] = picked[sw * j]
 
 
-def _fold(views: Iterator[np.ndarray], ufunc: Any) -> np.ndarray:
+def fold(views: Iterator[np.ndarray], ufunc: Any) -> np.ndarray:
     """``ufunc`` over the taps in order, ``((t0 . t1) . t2) ...``, into one new array (the
     first two taps combined directly: no pass copying the first one)."""
     first = next(views)
@@ -311,15 +311,15 @@ def _combine(a, b, is_max):  # noqa: ANN001, ANN202 (numba types it)
 
 @compiled
 def _fold_flat(flat, kh, kw, rstep, cstep, out, is_max):  # noqa: ANN001, ANN202, PLR0913
-    """:func:`_fold_flat_of` for any kernel."""
-    _fold_flat_of(flat, kh, kw, rstep, cstep, out, is_max)
+    """:func:`fold_flat_of` for any kernel."""
+    fold_flat_of(flat, kh, kw, rstep, cstep, out, is_max)
 
 
 @numba.njit(inline="always", error_model="numpy", boundscheck=False)
-def _fold_flat_of(flat, kh, kw, rstep, cstep, out, is_max):  # noqa: ANN001, ANN202, PLR0913
+def fold_flat_of(flat, kh, kw, rstep, cstep, out, is_max):  # noqa: ANN001, ANN202, PLR0913
     """``out[p] = ((flat[p + o0] . flat[p + o1]) . flat[p + o2]) ...``, with ``.`` numpy's
     ``maximum`` or ``+`` and the taps' offsets ``i * rstep + j * cstep`` in row-major order
-    over ``kh`` rows and ``kw`` columns: what :func:`_fold` gives over the slices
+    over ``kh`` rows and ``kw`` columns: what :func:`fold` gives over the slices
     ``flat[o:o + out.size]``, the same operations in the same order for each position, a
     chunk of positions at a time, up to three taps per pass over it (a pass per tap cost a
     fifth more on 3x3 AveragePools); each tap a slice, as a loop over slices vectorizes

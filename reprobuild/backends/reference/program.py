@@ -18,7 +18,9 @@ a new tensor. A :class:`Program` is compiled once per (folded model, kernel plan
   buffer of the Conv after it, or into its channels of the Concat after it
   (:mod:`.concats`, which also lets DenseNet's Concats append to the previous one), or
   hand it image by image to the 2-D MaxPool after it, so that it is never written whole
-  (:func:`.pools.chained_max_pool`); which layers a chain covers is :mod:`.chainplan`'s.
+  (:func:`.pools.chained_max_pool`), also when a Concat of such chains stands between
+  them (each chain pools into its channels of the pool's output); which layers a chain
+  covers is :mod:`.chainplan`'s.
 
 Each numpy step computes what the generic path computes, the same float operations in the
 same order (``tests/test_reference_program.py`` holds them to it bit for bit); the one
