@@ -394,6 +394,36 @@ def test_concats_append_to_the_previous_concats_buffer(tmp_path: Path, batch: in
     assert not np.shares_memory(c4, c3) and _same_bits(c4, np.concatenate([a, b, b], 1))
 
 
+def _fire_model(
+    tmp_path: Path, g, size: int, batch: int = 1, axis: int = 1, pooled: bool = False
+) -> Path:
+    """SqueezeNet's fire module on ``size`` x ``size`` images: two Conv -> Relu chains
+    joined by a Concat along ``axis`` (``y``; ``pooled``: ``j``, then a 3x3 stride-2
+    MaxPool ``y``)."""
+    joined = "j" if pooled else "y"
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Concat", ["r1", "r2"], [joined], axis=axis),
+    ]
+    if pooled:
+        nodes.append(helper.make_node("MaxPool", ["j"], ["y"], kernel_shape=[3, 3], strides=[2, 2]))
+    shape = (3, 3, 1, 1) if axis % 4 != 1 else (2, 3, 1, 1)  # other axes: equal channels
+    inits = [_init(g, "w1", shape), _init(g, "b1", shape[:1]), _init(g, "w2", (3, 3, 3, 3))]
+    graph = helper.make_graph(
+        nodes,
+        "fire",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [*inits, _init(g, "b2", (3,))],
+    )
+    path = tmp_path / "fire.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
 @pytest.mark.parametrize("batch", [1, 2])
 def test_chains_write_into_their_channels_of_the_concat_after_them(
     tmp_path, monkeypatch, batch
@@ -411,23 +441,7 @@ def test_chains_write_into_their_channels_of_the_concat_after_them(
 
     monkeypatch.setattr(concats.ConcatBuffers, "join", join)
 
-    nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
-        helper.make_node("Relu", ["c1"], ["r1"]),
-        helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c2"], ["r2"]),
-        helper.make_node("Concat", ["r1", "r2"], ["y"], axis=1),
-    ]
-    inits = [_init(g, "w1", (2, 3, 1, 1)), _init(g, "b1", (2,)), _init(g, "w2", (3, 3, 3, 3))]
-    graph = helper.make_graph(
-        nodes,
-        "fire",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [*inits, _init(g, "b2", (3,))],
-    )
-    path = tmp_path / "fire.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    path = _fire_model(tmp_path, g, 5)
     feeds = {"x": g.standard_normal((batch, 3, 5, 5)).astype(np.float32)}
     backend, built, loaded, want = _built(path, feeds)
     for _ in range(2):
@@ -801,25 +815,7 @@ def test_chains_pool_into_their_channels_of_a_concat_before_a_max_pool(
     output, the bits of the Concat pooled; batch 2 (channels not contiguous) pools into
     new arrays, which the step joins. Joined along another axis, the pool runs as before."""
     g = _rng(16)
-    nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"]),
-        helper.make_node("Relu", ["c1"], ["r1"]),
-        helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c2"], ["r2"]),
-        helper.make_node("Concat", ["r1", "r2"], ["j"], axis=axis),
-        helper.make_node("MaxPool", ["j"], ["y"], kernel_shape=[3, 3], strides=[2, 2]),
-    ]
-    shape = (3, 3, 1, 1) if axis == 2 else (2, 3, 1, 1)
-    inits = [_init(g, "w1", shape), _init(g, "b1", shape[:1]), _init(g, "w2", (3, 3, 3, 3))]
-    graph = helper.make_graph(
-        nodes,
-        "fire_pool",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 9, 9])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [*inits, _init(g, "b2", (3,))],
-    )
-    path = tmp_path / "fire_pool.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    path = _fire_model(tmp_path, g, 9, batch, axis=axis, pooled=True)
     feeds = {"x": g.standard_normal((batch, 3, 9, 9)).astype(np.float32)}
     backend, built, loaded, want = _built(path, feeds)
     for _ in range(2):
