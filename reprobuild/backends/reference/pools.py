@@ -192,40 +192,6 @@ def chained_max_pool(
     return _image_max(x, geo, (chain.codes, found[1]), dst)
 
 
-@numba.njit(inline="always", error_model="numpy", boundscheck=False)
-def _max_taps(src, step, count, dst):  # noqa: ANN001, ANN202 (numba types it)
-    """``dst[j] = ((src[j] max src[j + step]) max src[j + 2 * step]) ...`` over ``count``
-    taps, in that order, up to three taps per pass over ``dst`` (a pass per tap cost a
-    third more); each tap a slice, as a loop over slices vectorizes and one over index
-    arithmetic does not."""
-    n = dst.size
-    a = src[:n]
-    if count == 1:
-        for j in range(n):
-            dst[j] = a[j]
-        return
-    b = src[step : step + n]
-    if count == 2:
-        for j in range(n):
-            dst[j] = maximum(a[j], b[j])
-        return
-    c = src[2 * step : 2 * step + n]
-    for j in range(n):
-        dst[j] = maximum(maximum(a[j], b[j]), c[j])
-    t = 3
-    while t < count:
-        a = src[t * step : t * step + n]
-        if t + 1 < count:
-            b = src[(t + 1) * step : (t + 1) * step + n]
-            for j in range(n):
-                dst[j] = maximum(maximum(dst[j], a[j]), b[j])
-            t += 2
-        else:
-            for j in range(n):
-                dst[j] = maximum(dst[j], a[j])
-            t += 1
-
-
 @compiled
 def _max_rows(x, out, codes, table, kh, kw, sh, sw, dh, dw, top, left, bottom, right):  # noqa: ANN001, ANN202, PLR0913
     """:func:`_max_rows_of` for any kernel."""
@@ -271,10 +237,10 @@ def _max_rows_of(x, out, codes, table, kh, kw, sh, sw, dh, dw, top, left, bottom
             src = flat_image(staged, 0, padded, top, left, bottom, right)
         else:
             src = flat_image(x, image, padded, top, left, bottom, right)
-        _max_taps(src, dw, kw, cols)
+        fold_flat_of(src, 1, kw, 0, dw, cols, True)
         for i in range(ho if per_row else 1):
             base = cols[i * sh * wp :]
-            _max_taps(base, dh * wp, kh, rows)
+            fold_flat_of(base, 1, kh, 0, dh * wp, rows, True)
             for o in range(i, i + 1 if per_row else ho):
                 picked = rows[0 if per_row else o * sh * wp :]
                 dst = out[image, o]

@@ -213,9 +213,10 @@ def _on_channels(concat: Layer) -> bool:
 
 
 def _standing_in(concat: LayerStep, pool: LayerStep) -> LayerStep:
-    """The step of a Concat whose inputs the chains that make them pooled (:class:`PoolAfter`
-    with ``into``), in place of the Concat and the MaxPool after it: it joins the pooled
-    inputs (its buffer, when each was pooled into its channels) under the pool's name."""
+    """One step for a Concat and the MaxPool after it, when the chains that make the
+    Concat's inputs pool them (:class:`PoolAfter` with ``into``): the Concat's own step,
+    joining the pooled inputs (its buffer, when each was pooled into its channels), under
+    the pool's output name."""
     return LayerStep(
         inputs=concat.inputs,
         outputs=pool.outputs,
@@ -295,8 +296,8 @@ def _step(
 class PoolAfter:
     """The 2-D MaxPool a chain hands its output to image by image (:func:`_pool_after`):
     the pool's step and attributes, and where the pooled output goes: a new array that is
-    the pool's output, or (``into``) the chain's channels of the buffer of a Concat whose
-    pool the chain's pooling stands in for (:func:`_pooled_concats`)."""
+    the pool's output, or (``into``) the chain's channels of the pooled buffer of the
+    Concat that stands in for that pool (:func:`_standing_in`)."""
 
     step: LayerStep
     attrs: Mapping[str, Any]
