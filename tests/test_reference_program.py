@@ -394,6 +394,22 @@ def test_concats_append_to_the_previous_concats_buffer(tmp_path: Path, batch: in
     assert not np.shares_memory(c4, c3) and _same_bits(c4, np.concatenate([a, b, b], 1))
 
 
+def _record_joins(monkeypatch) -> list[bool]:
+    """For each Concat joined by :meth:`.ConcatBuffers.join`, whether it gave its buffer
+    (every input written into it) rather than a copy."""
+    joins: list[bool] = []
+    real = concats.ConcatBuffers.join
+
+    def join(self, name, inputs, attrs, layouts):
+        buf = self._slots.get(name)
+        out = real(self, name, inputs, attrs, layouts)
+        joins.append(out is buf)
+        return out
+
+    monkeypatch.setattr(concats.ConcatBuffers, "join", join)
+    return joins
+
+
 def _fire_model(
     tmp_path: Path, g, size: int, batch: int = 1, axis: int = 1, pooled: bool = False
 ) -> Path:
@@ -430,17 +446,7 @@ def test_chains_write_into_their_channels_of_the_concat_after_them(
 ) -> None:
     """SqueezeNet's fire module: two Conv -> Relu chains joined by a Concat."""
     g = _rng(15)
-    joins = []
-    real = concats.ConcatBuffers.join
-
-    def join(self, name, inputs, attrs, layouts):
-        buf = self._slots.get(name)
-        out = real(self, name, inputs, attrs, layouts)
-        joins.append(out is buf)
-        return out
-
-    monkeypatch.setattr(concats.ConcatBuffers, "join", join)
-
+    joins = _record_joins(monkeypatch)
     path = _fire_model(tmp_path, g, 5)
     feeds = {"x": g.standard_normal((batch, 3, 5, 5)).astype(np.float32)}
     backend, built, loaded, want = _built(path, feeds)
@@ -808,7 +814,7 @@ def test_a_chain_hands_its_output_to_the_max_pool_after_it(tmp_path: Path) -> No
 
 @pytest.mark.parametrize(("axis", "batch"), [(1, 1), (1, 2), (-3, 1), (2, 1)])
 def test_chains_pool_into_their_channels_of_a_concat_before_a_max_pool(
-    tmp_path: Path, axis: int, batch: int
+    tmp_path: Path, monkeypatch, axis: int, batch: int
 ) -> None:
     """A fire module's Concat read only by a MaxPool (SqueezeNet's): each chain pools its
     output into its channels of the pooled buffer and the Concat's step gives the pool's
@@ -818,8 +824,11 @@ def test_chains_pool_into_their_channels_of_a_concat_before_a_max_pool(
     path = _fire_model(tmp_path, g, 9, batch, axis=axis, pooled=True)
     feeds = {"x": g.standard_normal((batch, 3, 9, 9)).astype(np.float32)}
     backend, built, loaded, want = _built(path, feeds)
+    joins = _record_joins(monkeypatch)
     for _ in range(2):
         assert _same_bits(backend.run(built, feeds)["y"], want["y"])
+    # batch 1 along the channels: both chains pooled into the buffer the step gives
+    assert joins == [batch == 1 and axis != 2] * 2
     compiled = program.compile_program(loaded.prepared, loaded.plan, convstep.Scratch())
     outputs = [step.outputs for step in compiled.steps]
     pooled = [("r1",), ("r2",), ("y",)]
